@@ -1,0 +1,365 @@
+//! The host backend: device memory is system DRAM, as on an integrated GPU (NVIDIA Jetson and the like).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+
+use crate::{round_up, AccelError, DeviceMemory, DevicePtr, Reservation};
+
+const HUGE_PAGE_BYTES: usize = 2 << 20;
+
+/// Options of the host backend.
+#[derive(Debug, Clone, Copy)]
+pub struct HostMemoryConfig {
+    /// Align reservations of 2 MiB or more to 2 MiB and ask for transparent huge pages: page-out then frees and
+    /// page-in faults 512 times fewer pages.
+    pub huge_pages: bool,
+}
+
+impl Default for HostMemoryConfig {
+    fn default() -> Self {
+        HostMemoryConfig { huge_pages: true }
+    }
+}
+
+/// Device memory modelled by anonymous mappings of this process.
+#[derive(Debug)]
+pub struct HostMemory {
+    config: HostMemoryConfig,
+    page_bytes: usize,
+    /// Live reservations (address -> mapped length): every call checks its range against them, so a forged or stale
+    /// `Reservation` can never make us `mprotect` or `munmap` memory we do not own.
+    reservations: Mutex<BTreeMap<u64, usize>>,
+}
+
+impl Default for HostMemory {
+    fn default() -> Self {
+        Self::new(HostMemoryConfig::default())
+    }
+}
+
+impl HostMemory {
+    /// A host backend with the given options.
+    pub fn new(config: HostMemoryConfig) -> Self {
+        // SAFETY: sysconf has no memory-safety preconditions.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+        HostMemory {
+            config,
+            page_bytes: usize::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096),
+            reservations: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn check(&self, range: &Reservation) -> Result<(), AccelError> {
+        let map = self
+            .reservations
+            .lock()
+            .map_err(|_| AccelError::InvalidArgument("reservation table poisoned".into()))?;
+        match map.get(&range.addr.0) {
+            Some(&len) if len == range.len => Ok(()),
+            _ => Err(AccelError::InvalidArgument(format!(
+                "{} (+{} bytes) is not a reservation of this host backend",
+                range.addr, range.len
+            ))),
+        }
+    }
+
+    fn check_span(&self, addr: DevicePtr, len: usize) -> Result<(), AccelError> {
+        let map = self
+            .reservations
+            .lock()
+            .map_err(|_| AccelError::InvalidArgument("reservation table poisoned".into()))?;
+        let inside = map
+            .range(..=addr.0)
+            .next_back()
+            .is_some_and(|(&start, &rlen)| {
+                addr.0
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= start + rlen as u64)
+            });
+        if inside {
+            Ok(())
+        } else {
+            Err(AccelError::InvalidArgument(format!(
+                "{addr} (+{len} bytes) is outside every reservation"
+            )))
+        }
+    }
+
+    fn protect(range: &Reservation, prot: libc::c_int) -> Result<(), AccelError> {
+        // SAFETY: the range was checked to be one of our own anonymous mappings.
+        let rc = unsafe { libc::mprotect(range.addr.0 as *mut libc::c_void, range.len, prot) };
+        if rc != 0 {
+            return Err(AccelError::last_os("mprotect"));
+        }
+        Ok(())
+    }
+}
+
+impl DeviceMemory for HostMemory {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn granularity(&self) -> usize {
+        self.page_bytes
+    }
+
+    fn host_accessible(&self) -> bool {
+        true
+    }
+
+    fn reserve(&self, len: usize) -> Result<Reservation, AccelError> {
+        if len == 0 {
+            return Err(AccelError::InvalidArgument(
+                "cannot reserve 0 bytes".into(),
+            ));
+        }
+        let len = round_up(len as u64, self.page_bytes as u64)
+            .and_then(|l| usize::try_from(l).ok())
+            .ok_or_else(|| AccelError::InvalidArgument(format!("size {len} overflows")))?;
+        let huge = self.config.huge_pages && len >= HUGE_PAGE_BYTES;
+        // Over-reserve by one huge page so the range can be trimmed to a 2 MiB boundary.
+        let map_len = if huge {
+            len.checked_add(HUGE_PAGE_BYTES)
+                .ok_or_else(|| AccelError::InvalidArgument(format!("size {len} overflows")))?
+        } else {
+            len
+        };
+        // SAFETY: an anonymous PROT_NONE mapping at an address of the kernel's choice touches no existing memory.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_NONE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(AccelError::last_os("mmap"));
+        }
+        let mut start = base as usize;
+        if huge {
+            let aligned = start.next_multiple_of(HUGE_PAGE_BYTES);
+            let head = aligned - start;
+            let tail = map_len - head - len;
+            // SAFETY: head and tail lie inside the mapping just created and are not used by anyone.
+            unsafe {
+                if head > 0 {
+                    libc::munmap(base, head);
+                }
+                if tail > 0 {
+                    libc::munmap((aligned + len) as *mut libc::c_void, tail);
+                }
+            }
+            start = aligned;
+            // SAFETY: advice on our own fresh mapping; failure only loses the huge-page optimisation.
+            let rc = unsafe { libc::madvise(start as *mut libc::c_void, len, libc::MADV_HUGEPAGE) };
+            if rc != 0 {
+                tracing::debug!("MADV_HUGEPAGE refused: {}", std::io::Error::last_os_error());
+            }
+        }
+        let range = Reservation {
+            addr: DevicePtr(start as u64),
+            len,
+        };
+        match self.reservations.lock() {
+            Ok(mut map) => {
+                map.insert(start as u64, len);
+                Ok(range)
+            }
+            Err(_) => {
+                // SAFETY: the mapping was created above and is not yet known to anyone.
+                unsafe { libc::munmap(start as *mut libc::c_void, len) };
+                Err(AccelError::InvalidArgument(
+                    "reservation table poisoned".into(),
+                ))
+            }
+        }
+    }
+
+    fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
+        self.check(range)?;
+        // Pages appear (zero-filled) on first touch; the storage read that follows a page-in touches them all.
+        Self::protect(range, libc::PROT_READ | libc::PROT_WRITE)
+    }
+
+    fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
+        self.check(range)?;
+        // SAFETY: the range is one of our own private anonymous mappings; dropping its pages is the intent.
+        let rc = unsafe {
+            libc::madvise(
+                range.addr.0 as *mut libc::c_void,
+                range.len,
+                libc::MADV_DONTNEED,
+            )
+        };
+        if rc != 0 {
+            return Err(AccelError::last_os("madvise(MADV_DONTNEED)"));
+        }
+        Self::protect(range, libc::PROT_NONE)
+    }
+
+    fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
+        self.check(&range)?;
+        // SAFETY: the range is one of our own mappings and the caller gives it up.
+        let rc = unsafe { libc::munmap(range.addr.0 as *mut libc::c_void, range.len) };
+        if rc != 0 {
+            return Err(AccelError::last_os("munmap"));
+        }
+        if let Ok(mut map) = self.reservations.lock() {
+            map.remove(&range.addr.0);
+        }
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<(), AccelError> {
+        Ok(())
+    }
+
+    fn host_ptr(&self, range: &Reservation) -> Option<*mut u8> {
+        self.check(range).ok()?;
+        Some(range.addr.0 as *mut u8)
+    }
+
+    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError> {
+        self.check_span(src, dst.len())?;
+        // SAFETY: the caller guarantees the source span is committed and not written meanwhile; dst is a distinct
+        // host slice (a device reservation is never handed out as a Rust slice).
+        unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError> {
+        self.check_span(dst, src.len())?;
+        // SAFETY: the caller guarantees the destination span is committed and not accessed meanwhile.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
+        Ok(())
+    }
+
+    fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError> {
+        self.check(range)?;
+        let pages = range.len.div_ceil(self.page_bytes);
+        let mut vec = vec![0u8; pages];
+        // SAFETY: the range is our own mapping and vec holds one byte per page of it.
+        let rc = unsafe {
+            libc::mincore(
+                range.addr.0 as *mut libc::c_void,
+                range.len,
+                vec.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(AccelError::last_os("mincore"));
+        }
+        let resident = vec.iter().filter(|b| **b & 1 != 0).count() as u64;
+        Ok(Some(resident * self.page_bytes as u64))
+    }
+}
+
+impl Drop for HostMemory {
+    fn drop(&mut self) {
+        // Reservations still alive belong to buffers nobody can free any more: give the address space back.
+        if let Ok(map) = self.reservations.get_mut() {
+            for (&addr, &len) in map.iter() {
+                // SAFETY: every entry is a mapping this backend created and still owns.
+                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn touch(range: &Reservation, byte: u8) {
+        // SAFETY: the range is committed read-write in these tests.
+        unsafe { std::ptr::write_bytes(range.addr.0 as *mut u8, byte, range.len) };
+    }
+
+    fn maps_line(addr: u64) -> String {
+        let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+        maps.lines()
+            .find(|l| {
+                let span = l.split_whitespace().next().unwrap();
+                let (a, b) = span.split_once('-').unwrap();
+                let a = u64::from_str_radix(a, 16).unwrap();
+                let b = u64::from_str_radix(b, 16).unwrap();
+                a <= addr && addr < b
+            })
+            .unwrap()
+            .to_string()
+    }
+
+    #[test]
+    fn commit_decommit_keeps_address_and_releases_memory() {
+        for huge in [false, true] {
+            let dev = HostMemory::new(HostMemoryConfig { huge_pages: huge });
+            let r = dev.reserve(8 << 20).unwrap();
+            assert_eq!(r.len, 8 << 20);
+            if huge {
+                assert_eq!(r.addr.0 % HUGE_PAGE_BYTES as u64, 0);
+            }
+            assert_eq!(dev.resident_bytes(&r).unwrap(), Some(0));
+            dev.commit(&r).unwrap();
+            touch(&r, 0xAB);
+            assert_eq!(dev.resident_bytes(&r).unwrap(), Some(8 << 20));
+            dev.decommit(&r).unwrap();
+            assert_eq!(dev.resident_bytes(&r).unwrap(), Some(0));
+            // No access while decommitted: a touch would fault rather than read stale bytes.
+            assert!(maps_line(r.addr.0).contains(" ---p "));
+            dev.commit(&r).unwrap();
+            let mut back = vec![1u8; 16];
+            // SAFETY: committed above.
+            unsafe { dev.copy_to_host(r.addr, &mut back).unwrap() };
+            assert_eq!(back, vec![0u8; 16], "fresh pages after a decommit are zero");
+            dev.unreserve(r).unwrap();
+        }
+    }
+
+    #[test]
+    fn sizes_round_to_pages() {
+        let dev = HostMemory::default();
+        let r = dev.reserve(1).unwrap();
+        assert_eq!(r.len, dev.granularity());
+        dev.unreserve(r).unwrap();
+        assert!(dev.reserve(0).is_err());
+        assert!(dev.reserve(usize::MAX).is_err());
+    }
+
+    #[test]
+    fn forged_ranges_are_refused() {
+        let dev = HostMemory::default();
+        let r = dev.reserve(1 << 16).unwrap();
+        let forged = Reservation {
+            addr: r.addr.offset(4096),
+            len: 4096,
+        };
+        assert!(dev.commit(&forged).is_err());
+        assert!(dev.decommit(&forged).is_err());
+        assert!(dev.host_ptr(&forged).is_none());
+        let mut buf = [0u8; 8];
+        // SAFETY: the call must refuse the span before touching it.
+        let outside = unsafe { dev.copy_to_host(r.addr.offset(1 << 16), &mut buf) };
+        assert!(outside.is_err());
+        dev.unreserve(r).unwrap();
+        assert!(dev.commit(&r).is_err(), "a released range is unknown");
+    }
+
+    #[test]
+    fn copies_round_trip() {
+        let dev = HostMemory::default();
+        let r = dev.reserve(10_000).unwrap();
+        dev.commit(&r).unwrap();
+        let data: Vec<u8> = (0..10_000u32).map(|i| (i * 7) as u8).collect();
+        // SAFETY: committed above.
+        unsafe { dev.copy_from_host(r.addr, &data).unwrap() };
+        let mut back = vec![0u8; 10_000];
+        // SAFETY: committed above.
+        unsafe { dev.copy_to_host(r.addr, &mut back).unwrap() };
+        assert_eq!(back, data);
+        dev.unreserve(r).unwrap();
+    }
+}

@@ -1,0 +1,106 @@
+//! Accelerator memory behind one trait, [`DeviceMemory`].
+//!
+//! The trait follows the shape of CUDA's virtual-memory API: an address range is reserved once, backed by physical
+//! chunks on demand (commit) and stripped of them again (decommit) while the address stays reserved, so a paged
+//! buffer keeps its device address. The [`host::HostMemory`] backend models an integrated GPU whose memory is
+//! system DRAM: reservations are `mmap`ed without access, commits make them read-write, decommits give the pages
+//! back to the kernel and revoke access so that a stray access faults instead of reading stale data.
+
+mod error;
+pub mod host;
+
+pub use error::AccelError;
+pub use host::{HostMemory, HostMemoryConfig};
+
+/// An address in the device's virtual address space.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: u64) -> DevicePtr {
+        DevicePtr(self.0 + bytes)
+    }
+}
+
+impl std::fmt::Display for DevicePtr {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// A reserved device address range. Its length is a multiple of the device's granularity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Reservation {
+    /// First address of the range.
+    pub addr: DevicePtr,
+    /// Length of the range in bytes.
+    pub len: usize,
+}
+
+impl Reservation {
+    /// Whether `[offset, offset + len)` lies inside the range.
+    pub fn contains(&self, offset: u64, len: u64) -> bool {
+        offset
+            .checked_add(len)
+            .is_some_and(|end| end <= self.len as u64)
+    }
+}
+
+/// Device memory that can be reserved, backed, stripped and copied: the operations a pager needs.
+///
+/// A CUDA backend maps these onto `cuMemAddressReserve`, `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`,
+/// `cuMemUnmap` + `cuMemRelease`, `cuMemAddressFree` and `cuMemcpy*Async` on a stream.
+pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
+    /// Short backend name for logs and reports ("host", "cuda").
+    fn name(&self) -> &'static str;
+
+    /// Physical chunk granularity in bytes: reservations and commits are whole multiples of it.
+    fn granularity(&self) -> usize;
+
+    /// Whether the host can address device memory directly (an integrated GPU), so that storage I/O can go straight
+    /// into it without staging buffers.
+    fn host_accessible(&self) -> bool;
+
+    /// Reserves an address range of at least `len` bytes (rounded up to the granularity) with no memory behind it.
+    fn reserve(&self, len: usize) -> Result<Reservation, AccelError>;
+
+    /// Backs the whole range with physical memory and maps it read-write at the same address.
+    /// Committing a committed range is allowed and keeps its contents.
+    fn commit(&self, range: &Reservation) -> Result<(), AccelError>;
+
+    /// Unmaps and releases the range's physical memory; the address stays reserved and accesses fault.
+    fn decommit(&self, range: &Reservation) -> Result<(), AccelError>;
+
+    /// Gives the address range back. Its memory is released first if it is still committed.
+    fn unreserve(&self, range: Reservation) -> Result<(), AccelError>;
+
+    /// Waits for outstanding device work (kernels, copies) so the memory may be read or released.
+    fn synchronize(&self) -> Result<(), AccelError>;
+
+    /// A host pointer to the range when [`host_accessible`](Self::host_accessible), else `None`.
+    fn host_ptr(&self, range: &Reservation) -> Option<*mut u8>;
+
+    /// Copies `dst.len()` bytes from device address `src` to host memory.
+    ///
+    /// # Safety
+    /// `[src, src + dst.len())` must lie inside a committed reservation of this device that nothing writes meanwhile.
+    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError>;
+
+    /// Copies `src` to device address `dst`.
+    ///
+    /// # Safety
+    /// `[dst, dst + src.len())` must lie inside a committed reservation of this device that nothing accesses meanwhile.
+    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError>;
+
+    /// Bytes of the range that physically hold memory right now, where the backend can tell (`None` otherwise).
+    fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError>;
+}
+
+/// Rounds `value` up to a multiple of `align` (which must be non-zero); `None` on overflow.
+pub fn round_up(value: u64, align: u64) -> Option<u64> {
+    if align == 0 {
+        return None;
+    }
+    value.checked_add(align - 1).map(|v| v / align * align)
+}

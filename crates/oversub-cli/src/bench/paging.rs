@@ -1,0 +1,638 @@
+//! `oversub bench paging`: the throughput and overhead experiment of the paper's Secs. V-A and V-B.
+//!
+//! Each sample times, on the same store and the same bytes: oversub's synchronous page-out and page-in, its async
+//! calls (start and finish separately, with the I/O left to complete in between), a single `O_DIRECT` `read()` /
+//! `O_DIRECT|O_SYNC` `write()`, demand paging through `mmap` (minus the same walk over resident memory), and the raw
+//! limit of the store (io_uring, queue depth 32, 1 MiB requests, preallocated memory). The page cache is dropped
+//! before every read.
+
+use std::collections::BTreeMap;
+use std::ffi::CString;
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use oversub_accel::{DeviceMemory, HostMemory};
+use oversub_core::{BufferFlags, Pool, PoolConfig};
+use oversub_io::{Direction, EngineChoice, IoEngine, IoRequest, IoVec, SwapStore, UringEngine};
+use oversub_report::{format_bytes, format_seconds, text_table, BoxPlot, BoxSeries, Summary};
+use serde::Serialize;
+
+use super::BoxError;
+use crate::mem::{fill_random, Mapping};
+
+const MIB: u64 = 1 << 20;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum DeviceKind {
+    /// System DRAM as device memory (the integrated-GPU model).
+    Host,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum EngineArg {
+    /// io_uring when the kernel allows it, else psync.
+    Auto,
+    /// io_uring only.
+    Uring,
+    /// preadv/pwritev on a thread pool.
+    Psync,
+}
+
+impl From<EngineArg> for EngineChoice {
+    fn from(e: EngineArg) -> Self {
+        match e {
+            EngineArg::Auto => EngineChoice::Auto,
+            EngineArg::Uring => EngineChoice::Uring,
+            EngineArg::Psync => EngineChoice::Psync,
+        }
+    }
+}
+
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    oversub_report::parse_size(s).map_err(|e| e.to_string())
+}
+
+#[derive(Debug, Args)]
+pub struct PagingArgs {
+    /// Size of the paged buffer (e.g. 256MiB, 1GiB).
+    #[arg(long, default_value = "1GiB", value_parser = parse_size_arg)]
+    size: u64,
+    /// Samples per measurement.
+    #[arg(long, default_value_t = 20)]
+    samples: usize,
+    /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force;
+    /// its contents are destroyed). Default: a new file in the system's temporary directory, removed afterwards.
+    #[arg(long)]
+    store: Option<PathBuf>,
+    /// Device-memory backend.
+    #[arg(long, value_enum, default_value_t = DeviceKind::Host)]
+    device: DeviceKind,
+    /// I/O engine of the pager.
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    engine: EngineArg,
+    /// Largest single I/O request of the pager; a buffer's transfer is split only at this size.
+    #[arg(long, default_value = "4MiB", value_parser = parse_size_arg)]
+    max_io: u64,
+    /// Requests the pager keeps in flight.
+    #[arg(long, default_value_t = 32)]
+    queue_depth: usize,
+    /// Write the results as JSON to this file.
+    #[arg(long)]
+    json: Option<PathBuf>,
+    /// Draw the box plot of Fig. 12 to this SVG file (the async calls of Fig. 13 go to NAME-async.svg).
+    #[arg(long)]
+    plot: Option<PathBuf>,
+    /// Allow overwriting an existing file or block device named by --store.
+    #[arg(long)]
+    force: bool,
+    /// Verify a checksum at every page-in (adds a pass over the bytes to each side).
+    #[arg(long)]
+    verify: bool,
+}
+
+/// The measurement names, in report order (also the JSON keys).
+const NAMES: [&str; 11] = [
+    "oversub_page_in",
+    "oversub_page_out",
+    "direct_read",
+    "direct_write",
+    "demand_paging_read",
+    "raw_limit_read",
+    "raw_limit_write",
+    "async_page_in_start",
+    "async_page_in_finish",
+    "async_page_out_start",
+    "async_page_out_finish",
+];
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum CacheDrop {
+    /// `echo 3 > /proc/sys/vm/drop_caches`: page, dentry and inode caches, as in the paper.
+    DropCaches,
+    /// `posix_fadvise(POSIX_FADV_DONTNEED)` on the store file only.
+    Fadvise,
+}
+
+impl CacheDrop {
+    fn detect() -> CacheDrop {
+        if write_drop_caches().is_ok() {
+            CacheDrop::DropCaches
+        } else {
+            tracing::info!("cannot write /proc/sys/vm/drop_caches; dropping the store's pages with posix_fadvise");
+            CacheDrop::Fadvise
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            CacheDrop::DropCaches => "drop_caches",
+            CacheDrop::Fadvise => "posix_fadvise",
+        }
+    }
+
+    fn apply(self, fd: libc::c_int) -> Result<(), BoxError> {
+        match self {
+            CacheDrop::DropCaches => write_drop_caches()?,
+            CacheDrop::Fadvise => {
+                // SAFETY: fadvise on an open fd has no memory-safety preconditions.
+                let rc = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+                if rc != 0 {
+                    return Err(std::io::Error::from_raw_os_error(rc).into());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+fn write_drop_caches() -> std::io::Result<()> {
+    // SAFETY: sync has no preconditions.
+    unsafe { libc::sync() };
+    std::fs::write("/proc/sys/vm/drop_caches", b"3")
+}
+
+/// A file descriptor closed on drop.
+struct Fd(libc::c_int);
+
+impl Fd {
+    fn open(path: &Path, flags: libc::c_int) -> Result<Fd, BoxError> {
+        let c = CString::new(path.as_os_str().as_bytes())?;
+        // SAFETY: c is a valid NUL-terminated path.
+        let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
+        if fd < 0 {
+            return Err(format!("open {}: {}", path.display(), std::io::Error::last_os_error()).into());
+        }
+        Ok(Fd(fd))
+    }
+}
+
+impl Drop for Fd {
+    fn drop(&mut self) {
+        // SAFETY: we own the descriptor.
+        unsafe { libc::close(self.0) };
+    }
+}
+
+/// Removes the benchmark's own store file when the run ends, however it ends.
+struct RemoveOnDrop(Option<PathBuf>);
+
+impl Drop for RemoveOnDrop {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+/// Loops a single read()/write() system call over short transfers (one call for the whole size in practice).
+fn rw_all(fd: libc::c_int, ptr: *mut u8, len: usize, write: bool) -> Result<(), BoxError> {
+    let mut done = 0usize;
+    while done < len {
+        // SAFETY: ptr+done..ptr+len lies inside a live mapping owned by the caller.
+        let n = unsafe {
+            let p = ptr.add(done);
+            if write {
+                libc::pwrite(fd, p.cast(), len - done, done as libc::off_t)
+            } else {
+                libc::pread(fd, p.cast(), len - done, done as libc::off_t)
+            }
+        };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(format!("{}: {err}", if write { "write" } else { "read" }).into());
+        }
+        if n == 0 {
+            return Err("unexpected end of store".into());
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+#[derive(Debug, Serialize)]
+struct Ratio {
+    name: &'static str,
+    value: f64,
+    target: String,
+    met: bool,
+    paper: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct Report {
+    size_bytes: u64,
+    samples: usize,
+    cache_drop: &'static str,
+    engine: &'static str,
+    raw_engine: &'static str,
+    direct_io: bool,
+    store: String,
+    max_io_bytes: u64,
+    queue_depth: usize,
+    results: BTreeMap<&'static str, Summary>,
+    ratios: Vec<Ratio>,
+}
+
+pub fn run(args: PagingArgs) -> Result<(), BoxError> {
+    if args.samples == 0 {
+        return Err("--samples must be at least 1".into());
+    }
+    if args.size == 0 {
+        return Err("--size must be at least one byte".into());
+    }
+    let DeviceKind::Host = args.device;
+    let max_io = usize::try_from(args.max_io).map_err(|_| "--max-io too large")?;
+    let size = usize::try_from(args.size).map_err(|_| "--size too large for this machine")?;
+
+    // Resolve the store path.
+    let (path, created) = resolve_store(args.store.as_deref(), args.force)?;
+    let _cleanup = RemoveOnDrop(created.then(|| path.clone()));
+    let capacity = args.size.next_multiple_of(2 * MIB);
+    let builder = SwapStore::builder()
+        .capacity_bytes(capacity)
+        .max_io_bytes(max_io)
+        .queue_depth(args.queue_depth)
+        .engine_choice(args.engine.into())
+        .keep(true);
+    let store = if created {
+        builder.create(&path)?
+    } else {
+        builder.open(&path)?
+    };
+    if store.capacity_bytes() < args.size {
+        return Err(format!(
+            "store {} holds {} but the benchmark needs {}",
+            path.display(),
+            format_bytes(store.capacity_bytes()),
+            format_bytes(args.size)
+        )
+        .into());
+    }
+    let store = Arc::new(store);
+    let direct = store.is_direct();
+    let engine_name = store.engine().name();
+    let align = store.alignment();
+    let io_len = size.next_multiple_of(align);
+
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    let pool = Pool::new(
+        PoolConfig::new(capacity.next_multiple_of(2 * MIB)).verify_checksums(args.verify),
+        device,
+        Arc::clone(&store),
+    )?;
+    let space = pool.address_space();
+    let buffer = space.alloc(args.size, BufferFlags::DEFAULT)?;
+    {
+        let ptr = space.host_ptr(buffer)?;
+        // SAFETY: the buffer is resident and `size` bytes long; nothing else accesses it now.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, size) };
+        fill_random(bytes, 0x0DDB_A11);
+    }
+
+    // Baseline resources: raw engine and its preallocated, prefaulted buffer (random bytes, also the write source).
+    let raw_engine: Arc<dyn IoEngine> = match UringEngine::new(32) {
+        Ok(e) => Arc::new(e),
+        Err(e) => {
+            tracing::warn!("io_uring unavailable for the raw limit ({e}); using psync");
+            Arc::new(oversub_io::PsyncEngine::new(32)?)
+        }
+    };
+    let mut raw_buf = Mapping::anonymous(io_len)?;
+    fill_random(raw_buf.as_mut_slice(), 0x5EED);
+    let direct_flag = if direct { libc::O_DIRECT } else { 0 };
+    if !direct {
+        tracing::warn!("the store refuses O_DIRECT: the direct-I/O baselines run buffered too");
+    }
+    let rw_fd = Fd::open(&path, libc::O_RDWR | direct_flag)?;
+    let cache = CacheDrop::detect();
+
+    eprintln!(
+        "oversub bench paging: {} on {} ({}, {}), engine {engine_name}, max I/O {}, queue depth {}, cache drop {}",
+        format_bytes(args.size),
+        path.display(),
+        if store.is_block_device() { "block device" } else { "file" },
+        if direct { "O_DIRECT" } else { "buffered" },
+        format_bytes(args.max_io),
+        args.queue_depth,
+        cache.name()
+    );
+
+    let steps = args.samples as u64 * 9;
+    let bar = ProgressBar::new(steps);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg} (eta {eta})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut samples: BTreeMap<&'static str, Vec<f64>> = NAMES.iter().map(|n| (*n, Vec::new())).collect();
+    let mut push = |name: &'static str, d: Duration| {
+        if let Some(v) = samples.get_mut(name) {
+            v.push(d.as_secs_f64());
+        }
+    };
+    let store_fd = store.fd();
+
+    for i in 0..args.samples {
+        bar.set_message(format!("sample {}/{}: oversub sync", i + 1, args.samples));
+        let t = Instant::now();
+        space.page_out(buffer)?;
+        push("oversub_page_out", t.elapsed());
+        bar.inc(1);
+        cache.apply(store_fd)?;
+        let t = Instant::now();
+        space.page_in(buffer)?;
+        push("oversub_page_in", t.elapsed());
+        bar.inc(1);
+
+        bar.set_message(format!("sample {}/{}: oversub async", i + 1, args.samples));
+        let t = Instant::now();
+        let ticket = space.page_out_async(buffer)?;
+        push("async_page_out_start", t.elapsed());
+        wait_complete(|| ticket.is_complete());
+        let t = Instant::now();
+        ticket.finish()?;
+        push("async_page_out_finish", t.elapsed());
+        bar.inc(1);
+        cache.apply(store_fd)?;
+        let t = Instant::now();
+        let ticket = space.page_in_async(buffer)?;
+        push("async_page_in_start", t.elapsed());
+        wait_complete(|| ticket.is_complete());
+        let t = Instant::now();
+        ticket.finish()?;
+        push("async_page_in_finish", t.elapsed());
+        bar.inc(1);
+
+        bar.set_message(format!("sample {}/{}: direct I/O", i + 1, args.samples));
+        {
+            let fd = Fd::open(&path, libc::O_WRONLY | libc::O_SYNC | direct_flag)?;
+            let t = Instant::now();
+            rw_all(fd.0, raw_buf.as_ptr(), io_len, true)?;
+            push("direct_write", t.elapsed());
+        }
+        bar.inc(1);
+        {
+            let fd = Fd::open(&path, libc::O_RDONLY | direct_flag)?;
+            cache.apply(fd.0)?;
+            let t = Instant::now();
+            let fresh = Mapping::anonymous(io_len)?;
+            rw_all(fd.0, fresh.as_ptr(), io_len, false)?;
+            push("direct_read", t.elapsed());
+            drop(fresh);
+        }
+        bar.inc(1);
+
+        bar.set_message(format!("sample {}/{}: demand paging", i + 1, args.samples));
+        {
+            let fd = Fd::open(&path, libc::O_RDONLY)?;
+            cache.apply(fd.0)?;
+            let t = Instant::now();
+            let map = Mapping::file(fd.0, size)?;
+            std::hint::black_box(map.walk_4k());
+            let faulting = t.elapsed();
+            drop(map);
+            // Footnote 12: subtract the same walk over memory that is already resident.
+            let t = Instant::now();
+            std::hint::black_box(raw_buf.walk_4k());
+            let walk = t.elapsed();
+            push("demand_paging_read", faulting.saturating_sub(walk));
+            cache.apply(fd.0)?;
+        }
+        bar.inc(1);
+
+        bar.set_message(format!("sample {}/{}: raw limit", i + 1, args.samples));
+        let t = Instant::now();
+        raw_transfer(raw_engine.as_ref(), rw_fd.0, &mut raw_buf, Direction::Write)?;
+        push("raw_limit_write", t.elapsed());
+        bar.inc(1);
+        cache.apply(rw_fd.0)?;
+        let t = Instant::now();
+        raw_transfer(raw_engine.as_ref(), rw_fd.0, &mut raw_buf, Direction::Read)?;
+        push("raw_limit_read", t.elapsed());
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    let results: BTreeMap<&'static str, Summary> = samples
+        .iter()
+        .filter_map(|(name, v)| Summary::from_samples(v).map(|s| (*name, s)))
+        .collect();
+    let ratios = ratios(&results);
+    print_tables(args.size, &results, &ratios);
+
+    let report = Report {
+        size_bytes: args.size,
+        samples: args.samples,
+        cache_drop: cache.name(),
+        engine: engine_name,
+        raw_engine: raw_engine.name(),
+        direct_io: direct,
+        store: path.display().to_string(),
+        max_io_bytes: args.max_io,
+        queue_depth: args.queue_depth,
+        results,
+        ratios,
+    };
+    if let Some(json) = &args.json {
+        std::fs::write(json, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| format!("writing {}: {e}", json.display()))?;
+        eprintln!("wrote {}", json.display());
+    }
+    if let Some(plot) = &args.plot {
+        write_plots(plot, args.size, &samples)?;
+    }
+    space.free(buffer)?;
+    Ok(())
+}
+
+/// Polls until the I/O side reports completion, then waits a little more so `finish` measures only its own work.
+fn wait_complete(done: impl Fn() -> bool) {
+    while !done() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
+}
+
+/// The best the store gives: 1 MiB requests, all submitted at once to a queue-depth-32 engine, into memory that is
+/// already faulted in.
+fn raw_transfer(
+    engine: &dyn IoEngine,
+    fd: libc::c_int,
+    buf: &mut Mapping,
+    direction: Direction,
+) -> Result<(), BoxError> {
+    let len = buf.len();
+    let block = MIB as usize;
+    let requests: Vec<IoRequest> = (0..len)
+        .step_by(block)
+        .map(|off| IoRequest {
+            fd,
+            direction,
+            offset: off as u64,
+            iovecs: vec![IoVec {
+                // SAFETY (pointer arithmetic only): off < len, inside the mapping.
+                ptr: buf.as_ptr().wrapping_add(off),
+                len: block.min(len - off),
+            }],
+        })
+        .collect();
+    // SAFETY: buf is borrowed mutably for the whole call and submit_wait returns only after every request finished.
+    unsafe { oversub_io::submit_wait(engine, requests) }?;
+    Ok(())
+}
+
+fn resolve_store(store: Option<&Path>, force: bool) -> Result<(PathBuf, bool), BoxError> {
+    let fresh_name = || format!("oversub-bench-{}.swap", std::process::id());
+    let Some(p) = store else {
+        return Ok((std::env::temp_dir().join(fresh_name()), true));
+    };
+    match std::fs::metadata(p) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok((p.to_path_buf(), true)),
+        Err(e) => Err(format!("--store {}: {e}", p.display()).into()),
+        Ok(m) if m.is_dir() => Ok((p.join(fresh_name()), true)),
+        Ok(m) => {
+            use std::os::unix::fs::FileTypeExt;
+            let kind = if m.file_type().is_block_device() {
+                "block device"
+            } else {
+                "file"
+            };
+            if !force {
+                return Err(format!(
+                    "--store {} is an existing {kind}; the benchmark overwrites its contents. Add --force to allow it",
+                    p.display()
+                )
+                .into());
+            }
+            Ok((p.to_path_buf(), false))
+        }
+    }
+}
+
+fn median(results: &BTreeMap<&'static str, Summary>, name: &str) -> f64 {
+    results.get(name).map_or(f64::NAN, |s| s.median_s)
+}
+
+fn mean(results: &BTreeMap<&'static str, Summary>, name: &str) -> f64 {
+    results.get(name).map_or(f64::NAN, |s| s.mean_s)
+}
+
+fn ratios(r: &BTreeMap<&'static str, Summary>) -> Vec<Ratio> {
+    let page_in = median(r, "oversub_page_in");
+    let page_out = median(r, "oversub_page_out");
+    let at_least = |name, value: f64, min: f64, paper| Ratio {
+        name,
+        value,
+        target: format!(">= {min}"),
+        met: value >= min,
+        paper,
+    };
+    let at_most = |name, value: f64, max: f64, paper| Ratio {
+        name,
+        value,
+        target: format!("<= {max}"),
+        met: value <= max,
+        paper,
+    };
+    vec![
+        at_least("direct_read / oversub_page_in (median)", median(r, "direct_read") / page_in, 1.0, Some(1.19)),
+        at_least(
+            "demand_paging_read / oversub_page_in (median)",
+            median(r, "demand_paging_read") / page_in,
+            3.0,
+            Some(3.8),
+        ),
+        at_least("raw_limit_read / oversub_page_in (median)", median(r, "raw_limit_read") / page_in, 0.9, None),
+        at_least("direct_write / oversub_page_out (median)", median(r, "direct_write") / page_out, 1.0, Some(1.02)),
+        at_least("raw_limit_write / oversub_page_out (median)", median(r, "raw_limit_write") / page_out, 0.9, None),
+        at_most(
+            "async page-in (start + finish) / oversub_page_in (mean)",
+            (mean(r, "async_page_in_start") + mean(r, "async_page_in_finish")) / mean(r, "oversub_page_in"),
+            0.10,
+            Some(0.70),
+        ),
+        at_most(
+            "async page-out (start + finish) / oversub_page_out (mean)",
+            (mean(r, "async_page_out_start") + mean(r, "async_page_out_finish")) / mean(r, "oversub_page_out"),
+            0.05,
+            Some(0.20),
+        ),
+    ]
+}
+
+fn print_tables(size: u64, results: &BTreeMap<&'static str, Summary>, ratios: &[Ratio]) {
+    let rows: Vec<Vec<String>> = NAMES
+        .iter()
+        .filter_map(|name| results.get(name).map(|s| (name, s)))
+        .map(|(name, s)| {
+            let rate = if name.starts_with("async") {
+                "-".to_string()
+            } else {
+                oversub_report::format_rate_mbs(size, s.median_s)
+            };
+            vec![
+                name.to_string(),
+                format_seconds(s.min_s),
+                format_seconds(s.median_s),
+                format_seconds(s.mean_s),
+                format_seconds(s.p99_s),
+                format_seconds(s.max_s),
+                format_seconds(s.std_s),
+                rate,
+            ]
+        })
+        .collect();
+    println!(
+        "{}",
+        text_table(&["measurement", "min", "median", "mean", "p99", "max", "std dev", "median rate"], &rows)
+    );
+    let rows: Vec<Vec<String>> = ratios
+        .iter()
+        .map(|r| {
+            vec![
+                r.name.to_string(),
+                format!("{:.3}", r.value),
+                r.target.clone(),
+                if r.met { "met" } else { "MISSED" }.to_string(),
+                r.paper.map_or("-".into(), |p| format!("{p:.2}")),
+            ]
+        })
+        .collect();
+    println!("{}", text_table(&["ratio", "value", "target", "", "paper"], &rows));
+}
+
+fn write_plots(path: &Path, size: u64, samples: &BTreeMap<&'static str, Vec<f64>>) -> Result<(), BoxError> {
+    let series = |names: &[&str]| -> Vec<BoxSeries> {
+        names
+            .iter()
+            .map(|n| BoxSeries {
+                name: n.to_string(),
+                samples_s: samples.get(n).cloned().unwrap_or_default(),
+            })
+            .collect()
+    };
+    let main = BoxPlot {
+        title: format!("Time to page in or out {} (Fig. 12)", format_bytes(size)),
+        y_label: "time".into(),
+        series: series(&NAMES[..7]),
+    };
+    main.write_svg(path).map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plot".into());
+    let async_path = path.with_file_name(format!("{stem}-async.svg"));
+    let asyncs = BoxPlot {
+        title: format!("Time inside the async calls, {} (Fig. 13)", format_bytes(size)),
+        y_label: "time".into(),
+        series: series(&NAMES[7..]),
+    };
+    asyncs
+        .write_svg(&async_path)
+        .map_err(|e| format!("writing {}: {e}", async_path.display()))?;
+    eprintln!("wrote {} and {}", path.display(), async_path.display());
+    Ok(())
+}

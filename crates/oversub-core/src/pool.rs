@@ -1,0 +1,149 @@
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::Arc;
+
+use oversub_accel::DeviceMemory;
+use oversub_io::SwapStore;
+
+use crate::space::AddressSpace;
+use crate::PagerError;
+
+/// Options of a [`Pool`].
+#[derive(Debug, Clone, Copy)]
+pub struct PoolConfig {
+    /// Device memory the pool may hand out, in bytes (accounted in whole reservations).
+    pub capacity_bytes: u64,
+    /// Take a checksum of each buffer at page-out and verify it at page-in. It costs a pass over the bytes on each
+    /// side (about 10 GB/s), so it is off by default and on in the tests.
+    pub verify_checksums: bool,
+}
+
+impl PoolConfig {
+    /// A pool of `capacity_bytes` without checksums.
+    pub fn new(capacity_bytes: u64) -> Self {
+        PoolConfig {
+            capacity_bytes,
+            verify_checksums: false,
+        }
+    }
+
+    /// The same options with checksums switched on or off.
+    pub fn verify_checksums(mut self, on: bool) -> Self {
+        self.verify_checksums = on;
+        self
+    }
+}
+
+/// A snapshot of a pool's occupancy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PoolStats {
+    /// The pool's capacity.
+    pub capacity_bytes: u64,
+    /// Device memory held by resident buffers and operations in flight.
+    pub used_bytes: u64,
+    /// The swap store's size.
+    pub store_capacity_bytes: u64,
+    /// Unallocated bytes of the swap store.
+    pub store_free_bytes: u64,
+}
+
+/// Device memory of fixed capacity, shared by address spaces, with a swap store behind it.
+#[derive(Debug, Clone)]
+pub struct Pool {
+    shared: Arc<PoolShared>,
+}
+
+#[derive(Debug)]
+pub(crate) struct PoolShared {
+    pub(crate) device: Arc<dyn DeviceMemory>,
+    pub(crate) store: Arc<SwapStore>,
+    pub(crate) verify_checksums: bool,
+    capacity_bytes: u64,
+    used_bytes: AtomicU64,
+}
+
+/// Space ids are unique in the process, so a handle from another pool's space is never mistaken for one of ours.
+static NEXT_SPACE_ID: AtomicU32 = AtomicU32::new(0);
+
+impl Pool {
+    /// A pool over `device` that pages to `store`.
+    pub fn new(
+        config: PoolConfig,
+        device: Arc<dyn DeviceMemory>,
+        store: Arc<SwapStore>,
+    ) -> Result<Pool, PagerError> {
+        if !device.host_accessible() {
+            return Err(PagerError::Unsupported(format!(
+                "the {} backend's memory is not host-addressable; the staging path it needs is not built yet",
+                device.name()
+            )));
+        }
+        let granularity = device.granularity();
+        if granularity == 0 || granularity % store.alignment() != 0 {
+            return Err(PagerError::Unsupported(format!(
+                "device granularity {granularity} is not a multiple of the store's I/O alignment {}",
+                store.alignment()
+            )));
+        }
+        Ok(Pool {
+            shared: Arc::new(PoolShared {
+                device,
+                store,
+                verify_checksums: config.verify_checksums,
+                capacity_bytes: config.capacity_bytes,
+                used_bytes: AtomicU64::new(0),
+            }),
+        })
+    }
+
+    /// A new, empty address space of this pool.
+    pub fn address_space(&self) -> AddressSpace {
+        let id = NEXT_SPACE_ID.fetch_add(1, Ordering::Relaxed);
+        AddressSpace::new(id, Arc::clone(&self.shared))
+    }
+
+    /// The pool's occupancy now.
+    pub fn stats(&self) -> PoolStats {
+        PoolStats {
+            capacity_bytes: self.shared.capacity_bytes,
+            used_bytes: self.shared.used_bytes.load(Ordering::Acquire),
+            store_capacity_bytes: self.shared.store.capacity_bytes(),
+            store_free_bytes: self.shared.store.free_bytes(),
+        }
+    }
+
+    /// The swap store behind the pool.
+    pub fn store(&self) -> &Arc<SwapStore> {
+        &self.shared.store
+    }
+
+    /// The device-memory backend.
+    pub fn device(&self) -> &Arc<dyn DeviceMemory> {
+        &self.shared.device
+    }
+}
+
+impl PoolShared {
+    /// Takes `bytes` of capacity, or says how much is left.
+    pub(crate) fn charge(&self, bytes: u64) -> Result<(), PagerError> {
+        self.used_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes)
+                    .filter(|total| *total <= self.capacity_bytes)
+            })
+            .map(|_| ())
+            .map_err(|used| PagerError::OutOfMemory {
+                needed_bytes: bytes,
+                available_bytes: self.capacity_bytes.saturating_sub(used),
+                capacity_bytes: self.capacity_bytes,
+            })
+    }
+
+    /// Gives `bytes` of capacity back.
+    pub(crate) fn refund(&self, bytes: u64) {
+        let _ = self
+            .used_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+}

@@ -1,0 +1,388 @@
+//! I/O engines: the [`IoEngine`] trait, its request types and the two implementations
+//! (io_uring and a psync thread pool).
+
+mod psync;
+mod uring;
+
+pub use psync::PsyncEngine;
+pub use uring::UringEngine;
+
+use std::os::fd::RawFd;
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::error::IoError;
+
+/// Most iovecs the kernel takes in one vectored call (`IOV_MAX` on Linux); longer
+/// requests are transferred in several calls.
+pub(crate) const IOV_MAX: usize = 1024;
+
+/// Largest queue depth accepted; bounds worker threads (psync) and ring size (io_uring).
+pub(crate) const MAX_QUEUE_DEPTH: usize = 4096;
+
+/// Transfer direction, seen from memory: `Read` fills memory from the file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Direction {
+    /// File -> memory.
+    Read,
+    /// Memory -> file.
+    Write,
+}
+
+/// One contiguous memory region of a request. A raw pointer because the memory
+/// (pinned host memory, mapped device memory) is owned elsewhere.
+#[derive(Debug, Clone, Copy)]
+pub struct IoVec {
+    /// Start of the region.
+    pub ptr: *mut u8,
+    /// Length in bytes.
+    pub len: usize,
+}
+
+// SAFETY: an IoVec is only an address and a length; it is dereferenced solely by the
+// kernel or engine threads under the contract of `IoEngine::submit`, whose caller
+// guarantees the memory stays valid and unaliased until the batch completes.
+unsafe impl Send for IoVec {}
+// SAFETY: shared references only copy the address/length; see the Send impl above.
+unsafe impl Sync for IoVec {}
+
+/// A request: memory scattered over `iovecs`, contiguous in the file starting at `offset`.
+#[derive(Debug)]
+pub struct IoRequest {
+    /// File descriptor to read from / write to.
+    pub fd: RawFd,
+    /// Read or write.
+    pub direction: Direction,
+    /// File offset of the first byte.
+    pub offset: u64,
+    /// Memory regions, filled/drained in order.
+    pub iovecs: Vec<IoVec>,
+}
+
+impl IoRequest {
+    /// Total bytes of the request.
+    pub fn total_len(&self) -> u64 {
+        self.iovecs.iter().map(|v| v.len as u64).sum()
+    }
+}
+
+/// Result of a completed batch.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct IoDone {
+    /// Bytes transferred by the whole batch.
+    pub bytes: u64,
+}
+
+/// Completion callback of a batch; runs exactly once on an engine thread.
+pub type IoCallback = Box<dyn FnOnce(Result<IoDone, IoError>) + Send + 'static>;
+
+/// An asynchronous executor of batches of file I/O requests.
+pub trait IoEngine: Send + Sync + std::fmt::Debug {
+    /// `"io_uring"` or `"psync"` (test doubles report their inner engine's name).
+    fn name(&self) -> &'static str;
+    /// Max requests in flight across all batches.
+    fn queue_depth(&self) -> usize;
+    /// Submits a batch that completes as one unit; `on_done` runs exactly once, on an
+    /// engine thread, after every request of the batch finished (Ok with total bytes, or
+    /// the first error; when one request fails the others of the batch still finish or
+    /// are cancelled before `on_done` runs, so the memory is no longer touched once
+    /// `on_done` is called). Returns Err (and never calls `on_done`) only if the engine
+    /// cannot accept work (shut down) or the batch is malformed. Returns quickly: the I/O
+    /// happens on engine threads.
+    ///
+    /// # Safety
+    /// Every IoVec must stay valid (and, for reads, not otherwise accessed) until
+    /// `on_done` has run; fds stay open until then.
+    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError>;
+    /// Snapshot of the engine's I/O counters.
+    fn counters(&self) -> IoCountersSnapshot;
+}
+
+/// Submits a batch and blocks until it is done.
+///
+/// # Safety
+/// As [`IoEngine::submit`].
+pub unsafe fn submit_wait(
+    engine: &dyn IoEngine,
+    requests: Vec<IoRequest>,
+) -> Result<IoDone, IoError> {
+    let (tx, rx) = std::sync::mpsc::sync_channel(1);
+    let cb: IoCallback = Box::new(move |res| {
+        // The receiver only disappears if the waiter is gone, then nobody cares.
+        let _ = tx.send(res);
+    });
+    // SAFETY: forwarded from our caller; we block until on_done ran, so borrowed memory
+    // outlives the I/O.
+    unsafe { engine.submit(requests, cb) }?;
+    rx.recv().unwrap_or(Err(IoError::Shutdown))
+}
+
+/// Which engine [`select_engine`] should build.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum EngineChoice {
+    /// io_uring when it works here, psync otherwise.
+    #[default]
+    Auto,
+    /// io_uring or an error.
+    Uring,
+    /// The psync thread pool.
+    Psync,
+}
+
+/// Builds an engine. `Auto` probes io_uring (creating a ring and completing a NOP, since
+/// seccomp may block `io_uring_enter` but not `io_uring_setup`) and falls back to psync
+/// with a warning. An explicit `Uring` that is unavailable gives `Unsupported`.
+pub fn select_engine(
+    choice: EngineChoice,
+    queue_depth: usize,
+) -> Result<Arc<dyn IoEngine>, IoError> {
+    check_queue_depth(queue_depth)?;
+    match choice {
+        EngineChoice::Psync => Ok(Arc::new(PsyncEngine::new(queue_depth)?)),
+        EngineChoice::Uring => match UringEngine::new(queue_depth) {
+            Ok(e) => Ok(Arc::new(e)),
+            Err(e @ IoError::Unsupported(_)) => Err(e),
+            Err(e) => Err(IoError::Unsupported(format!("io_uring unavailable: {e}"))),
+        },
+        EngineChoice::Auto => match UringEngine::new(queue_depth) {
+            Ok(e) => Ok(Arc::new(e)),
+            Err(err) => {
+                tracing::warn!(error = %err, "io_uring unavailable, falling back to the psync engine");
+                Ok(Arc::new(PsyncEngine::new(queue_depth)?))
+            }
+        },
+    }
+}
+
+pub(crate) fn check_queue_depth(queue_depth: usize) -> Result<(), IoError> {
+    if queue_depth == 0 || queue_depth > MAX_QUEUE_DEPTH {
+        return Err(IoError::InvalidArgument(format!(
+            "queue depth must be in 1..={MAX_QUEUE_DEPTH}, got {queue_depth}"
+        )));
+    }
+    Ok(())
+}
+
+/// Rejects malformed requests before any work is accepted, so that `on_done` is never
+/// called for a batch whose submit failed.
+pub(crate) fn validate_requests(requests: &[IoRequest]) -> Result<(), IoError> {
+    for r in requests {
+        let mut total: u64 = 0;
+        for v in &r.iovecs {
+            if v.ptr.is_null() && v.len > 0 {
+                return Err(IoError::InvalidArgument("null iovec pointer".into()));
+            }
+            total = total
+                .checked_add(v.len as u64)
+                .ok_or_else(|| IoError::InvalidArgument("request length overflows".into()))?;
+        }
+        if r.offset.checked_add(total).is_none() || r.offset.saturating_add(total) > i64::MAX as u64
+        {
+            return Err(IoError::InvalidArgument(format!(
+                "request at offset {} of {total} bytes exceeds the largest file offset",
+                r.offset
+            )));
+        }
+        if r.fd < 0 {
+            return Err(IoError::InvalidArgument(format!("bad fd {}", r.fd)));
+        }
+    }
+    Ok(())
+}
+
+/// Atomic I/O counters kept by an engine.
+#[derive(Debug, Default)]
+pub struct IoCounters {
+    reads: AtomicU64,
+    writes: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+    errors: AtomicU64,
+    latency_ns_total: AtomicU64,
+}
+
+/// A point-in-time copy of [`IoCounters`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct IoCountersSnapshot {
+    /// Completed read requests.
+    pub reads: u64,
+    /// Completed write requests.
+    pub writes: u64,
+    /// Bytes read by completed requests.
+    pub bytes_read: u64,
+    /// Bytes written by completed requests.
+    pub bytes_written: u64,
+    /// Failed requests.
+    pub errors: u64,
+    /// Sum of request latencies (start of the first transfer to completion), ns.
+    pub latency_ns_total: u64,
+}
+
+impl IoCounters {
+    /// New zeroed counters.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records a successful request.
+    pub fn record(&self, direction: Direction, bytes: u64, latency_ns: u64) {
+        match direction {
+            Direction::Read => {
+                self.reads.fetch_add(1, Ordering::Relaxed);
+                self.bytes_read.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Direction::Write => {
+                self.writes.fetch_add(1, Ordering::Relaxed);
+                self.bytes_written.fetch_add(bytes, Ordering::Relaxed);
+            }
+        }
+        self.latency_ns_total
+            .fetch_add(latency_ns, Ordering::Relaxed);
+    }
+
+    /// Records a failed request.
+    pub fn record_error(&self, latency_ns: u64) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        self.latency_ns_total
+            .fetch_add(latency_ns, Ordering::Relaxed);
+    }
+
+    /// Current values.
+    pub fn snapshot(&self) -> IoCountersSnapshot {
+        IoCountersSnapshot {
+            reads: self.reads.load(Ordering::Relaxed),
+            writes: self.writes.load(Ordering::Relaxed),
+            bytes_read: self.bytes_read.load(Ordering::Relaxed),
+            bytes_written: self.bytes_written.load(Ordering::Relaxed),
+            errors: self.errors.load(Ordering::Relaxed),
+            latency_ns_total: self.latency_ns_total.load(Ordering::Relaxed),
+        }
+    }
+}
+
+pub(crate) fn elapsed_ns(since: std::time::Instant) -> u64 {
+    u64::try_from(since.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}
+
+/// Shared completion state of one batch: the last request to finish runs the callback.
+pub(crate) struct Batch {
+    remaining: AtomicUsize,
+    bytes: AtomicU64,
+    failed: AtomicBool,
+    error: Mutex<Option<IoError>>,
+    on_done: Mutex<Option<IoCallback>>,
+}
+
+impl Batch {
+    pub(crate) fn new(requests: usize, on_done: IoCallback) -> Arc<Self> {
+        Arc::new(Batch {
+            remaining: AtomicUsize::new(requests),
+            bytes: AtomicU64::new(0),
+            failed: AtomicBool::new(false),
+            error: Mutex::new(None),
+            on_done: Mutex::new(Some(on_done)),
+        })
+    }
+
+    /// True once a request failed; not-yet-started requests are then skipped.
+    pub(crate) fn is_failed(&self) -> bool {
+        self.failed.load(Ordering::Acquire)
+    }
+
+    /// One request finished (or failed).
+    pub(crate) fn complete(&self, result: Result<u64, IoError>) {
+        match result {
+            Ok(bytes) => {
+                self.bytes.fetch_add(bytes, Ordering::Relaxed);
+            }
+            Err(e) => {
+                let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+                if slot.is_none() {
+                    *slot = Some(e);
+                }
+                self.failed.store(true, Ordering::Release);
+            }
+        }
+        self.finish_one();
+    }
+
+    /// One request was skipped without touching its memory.
+    pub(crate) fn cancel_one(&self) {
+        self.finish_one();
+    }
+
+    fn finish_one(&self) {
+        if self.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.run_callback();
+        }
+    }
+
+    /// Runs the callback; called by the last finisher, or directly for empty batches.
+    pub(crate) fn run_callback(&self) {
+        let cb = self
+            .on_done
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let err = self
+            .error
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let result = match err {
+            Some(e) => Err(e),
+            None => Ok(IoDone {
+                bytes: self.bytes.load(Ordering::Acquire),
+            }),
+        };
+        if let Some(cb) = cb {
+            // A panicking callback must not take an engine thread (and every later
+            // batch) down with it.
+            if catch_unwind(AssertUnwindSafe(move || cb(result))).is_err() {
+                tracing::error!("I/O completion callback panicked");
+            }
+        }
+    }
+}
+
+/// Fills `out` with the part of `iovecs` after the first `skip` bytes, at most
+/// [`IOV_MAX`] entries; returns the byte count described.
+pub(crate) fn remaining_iovecs(iovecs: &[IoVec], skip: u64, out: &mut Vec<libc::iovec>) -> u64 {
+    out.clear();
+    let mut skip = skip;
+    let mut bytes = 0u64;
+    for v in iovecs {
+        let len = v.len as u64;
+        if len == 0 {
+            continue;
+        }
+        if skip >= len {
+            skip -= len;
+            continue;
+        }
+        // `skip < len <= usize::MAX`, so the cast is lossless.
+        let start = skip as usize;
+        skip = 0;
+        out.push(libc::iovec {
+            iov_base: v.ptr.wrapping_add(start).cast(),
+            iov_len: v.len - start,
+        });
+        bytes += (v.len - start) as u64;
+        if out.len() == IOV_MAX {
+            break;
+        }
+    }
+    bytes
+}
+
+/// Joins a worker unless it is the current thread (an engine dropped from its own
+/// completion callback), which then finishes on its own.
+pub(crate) fn join_worker(handle: std::thread::JoinHandle<()>) {
+    if handle.thread().id() == std::thread::current().id() {
+        return;
+    }
+    if handle.join().is_err() {
+        tracing::error!("I/O engine worker thread panicked");
+    }
+}

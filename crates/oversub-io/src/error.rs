@@ -1,0 +1,81 @@
+//! Typed errors of the I/O layer.
+
+/// Everything that can go wrong in `oversub-io`.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum IoError {
+    /// A system call failed; `op` names it ("open", "fallocate", "preadv", ...).
+    #[error("{op} failed: {source}")]
+    Io {
+        /// The failing operation.
+        op: &'static str,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The swap store has too little free space for an allocation.
+    #[error("swap store full: needed {needed} bytes, {free} free")]
+    StoreFull {
+        /// Bytes requested (rounded up to the store alignment).
+        needed: u64,
+        /// Bytes free at the time of the request (possibly fragmented).
+        free: u64,
+    },
+    /// A pointer, length or offset does not meet the direct-I/O alignment.
+    #[error("{what} {value:#x} is not aligned to {alignment} bytes")]
+    Misaligned {
+        /// What was misaligned ("iovec pointer", "iovec length", ...).
+        what: &'static str,
+        /// The offending value.
+        value: u64,
+        /// The required alignment.
+        alignment: u64,
+    },
+    /// A read hit end of file before the request was complete.
+    #[error("unexpected end of file at offset {offset}")]
+    UnexpectedEof {
+        /// File offset at which the read returned 0.
+        offset: u64,
+    },
+    /// The engine no longer accepts work.
+    #[error("I/O engine is shut down")]
+    Shutdown,
+    /// A requested feature is not available on this system.
+    #[error("unsupported: {0}")]
+    Unsupported(String),
+    /// A caller passed an invalid argument.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// A failure injected by [`crate::testing::FailingEngine`].
+    #[error("injected failure on request #{nth}")]
+    Injected {
+        /// 1-based number of the request that was made to fail.
+        nth: u64,
+    },
+}
+
+impl IoError {
+    /// `Io` error from `errno` of the last libc call.
+    pub(crate) fn last_os(op: &'static str) -> Self {
+        IoError::Io {
+            op,
+            source: std::io::Error::last_os_error(),
+        }
+    }
+
+    /// `Io` error from a raw (positive) errno value.
+    pub(crate) fn from_errno(op: &'static str, errno: i32) -> Self {
+        IoError::Io {
+            op,
+            source: std::io::Error::from_raw_os_error(errno),
+        }
+    }
+
+    /// The raw OS error, if this is an `Io` error carrying one.
+    pub fn raw_os_error(&self) -> Option<i32> {
+        match self {
+            IoError::Io { source, .. } => source.raw_os_error(),
+            _ => None,
+        }
+    }
+}

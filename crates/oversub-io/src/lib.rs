@@ -1,0 +1,21 @@
+//! `oversub-io`: the storage side of oversub. It moves whole buffers between memory and
+//! a swap file (or NVMe block device) with direct I/O.
+//!
+//! [`SwapStore`] owns the file and hands out [`Slot`]s from an [`ExtentAllocator`];
+//! transfers are split into requests and run as one batch by an [`IoEngine`]
+//! (io_uring, or a psync thread pool where io_uring is unavailable).
+
+pub mod alloc;
+pub mod engine;
+pub mod error;
+mod mem;
+pub mod store;
+pub mod testing;
+
+pub use alloc::{Extent, ExtentAllocator};
+pub use engine::{
+    select_engine, submit_wait, Direction, EngineChoice, IoCallback, IoCounters,
+    IoCountersSnapshot, IoDone, IoEngine, IoRequest, IoVec, PsyncEngine, UringEngine,
+};
+pub use error::IoError;
+pub use store::{Slot, StoreBuilder, SwapStore};

@@ -1,0 +1,875 @@
+//! The swap store: a preallocated file (or block device) whose space is handed out as
+//! [`Slot`]s and read/written through an [`IoEngine`].
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::alloc::{Extent, ExtentAllocator};
+use crate::engine::{
+    select_engine, submit_wait, Direction, EngineChoice, IoCallback, IoDone, IoEngine, IoRequest,
+    IoVec,
+};
+use crate::error::IoError;
+use crate::mem::AlignedBuf;
+
+/// Alignment used when the file system does not report one, and for buffered I/O.
+const DEFAULT_ALIGNMENT: usize = 4096;
+/// `_IOR(0x12, 114, size_t)`; not exported by libc.
+const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;
+
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_TEMP_ID: AtomicU64 = AtomicU64::new(0);
+
+/// Configures and creates/opens a [`SwapStore`].
+#[derive(Debug, Clone)]
+pub struct StoreBuilder {
+    capacity: Option<u64>,
+    max_io_bytes: usize,
+    queue_depth: usize,
+    engine_choice: EngineChoice,
+    engine: Option<Arc<dyn IoEngine>>,
+    keep: bool,
+    direct: bool,
+}
+
+impl Default for StoreBuilder {
+    fn default() -> Self {
+        StoreBuilder {
+            capacity: None,
+            max_io_bytes: 4 << 20,
+            queue_depth: 32,
+            engine_choice: EngineChoice::Auto,
+            engine: None,
+            keep: false,
+            direct: true,
+        }
+    }
+}
+
+impl StoreBuilder {
+    /// Size of the store. Required for created files; for `open` it defaults to the
+    /// file/device size (a smaller file is extended).
+    pub fn capacity_bytes(mut self, bytes: u64) -> Self {
+        self.capacity = Some(bytes);
+        self
+    }
+
+    /// Largest single request (default 4 MiB, rounded down to the alignment);
+    /// transfers are split only at this size and at extent boundaries.
+    pub fn max_io_bytes(mut self, bytes: usize) -> Self {
+        self.max_io_bytes = bytes;
+        self
+    }
+
+    /// Queue depth of the engine built by the store (default 32).
+    pub fn queue_depth(mut self, depth: usize) -> Self {
+        self.queue_depth = depth;
+        self
+    }
+
+    /// Which engine to select (default Auto). Ignored when `engine` is given.
+    pub fn engine_choice(mut self, choice: EngineChoice) -> Self {
+        self.engine_choice = choice;
+        self
+    }
+
+    /// Uses this engine (e.g. a shared one or a test double) instead of selecting one.
+    pub fn engine(mut self, engine: Arc<dyn IoEngine>) -> Self {
+        self.engine = Some(engine);
+        self
+    }
+
+    /// Keeps a created file on disk instead of unlinking it at once (default false).
+    pub fn keep(mut self, keep: bool) -> Self {
+        self.keep = keep;
+        self
+    }
+
+    /// Uses O_DIRECT (default true); falls back to buffered I/O with a warning where
+    /// the file system refuses it.
+    pub fn direct(mut self, direct: bool) -> Self {
+        self.direct = direct;
+        self
+    }
+
+    /// Creates a new, uniquely named file in `dir`.
+    pub fn create_temp(mut self, dir: &Path) -> Result<SwapStore, IoError> {
+        // Select the engine once, not per name attempt.
+        self.engine = Some(self.take_engine()?);
+        let pid = std::process::id();
+        let mut last_err = None;
+        for _ in 0..16 {
+            let n = NEXT_TEMP_ID.fetch_add(1, Ordering::Relaxed);
+            let nanos = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map(|d| d.subsec_nanos())
+                .unwrap_or(0);
+            let path = dir.join(format!("oversub-swap-{pid}-{n}-{nanos:08x}.swap"));
+            match self.clone().create(&path) {
+                Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last_err = Some(e),
+                other => return other,
+            }
+        }
+        Err(last_err.unwrap_or_else(|| {
+            IoError::InvalidArgument(format!("no unique file name in {}", dir.display()))
+        }))
+    }
+
+    /// Creates a new file at `path` (fails if it exists), mode 0600, preallocated to
+    /// the capacity and unlinked at once unless `keep(true)`.
+    pub fn create(self, path: &Path) -> Result<SwapStore, IoError> {
+        let capacity = match self.capacity {
+            Some(c) if c > 0 => c,
+            _ => {
+                return Err(IoError::InvalidArgument(
+                    "capacity_bytes must be set (and non-zero) to create a swap file".into(),
+                ))
+            }
+        };
+        let engine = self.take_engine()?;
+        let cpath = c_path(path)?;
+        // O_DIRECT is added with fcntl below: opening with it on a file system that
+        // refuses it fails with EINVAL after the file was already created.
+        // SAFETY: cpath is a valid NUL-terminated string.
+        let raw = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o600 as libc::c_uint,
+            )
+        };
+        if raw < 0 {
+            return Err(IoError::last_os("open"));
+        }
+        // SAFETY: open just returned this descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        // Removes the file again if setup fails (or right away when not kept).
+        let mut guard = UnlinkGuard {
+            path: &cpath,
+            armed: true,
+        };
+        if !self.keep {
+            guard.unlink()?;
+        }
+        // SAFETY: fd is open; umask may have narrowed but never widens past this.
+        if unsafe { libc::fchmod(fd.as_raw_fd(), 0o600) } < 0 {
+            return Err(IoError::last_os("fchmod"));
+        }
+        let dio = dio_alignment(fd.as_raw_fd());
+        let mut direct = self.direct;
+        if direct && dio == Some(0) {
+            warn_buffered(path, "the file system does not support direct I/O");
+            direct = false;
+        }
+        if direct {
+            if let Err(e) = set_direct(fd.as_raw_fd(), true) {
+                if e.raw_os_error() != Some(libc::EINVAL) {
+                    return Err(e);
+                }
+                warn_buffered(path, "O_DIRECT was refused (EINVAL)");
+                direct = false;
+            }
+        }
+        let dio_align = dio.filter(|&a| a > 0).unwrap_or(DEFAULT_ALIGNMENT);
+        // Round to a size valid for both direct and buffered alignment, so a later
+        // fallback does not change the capacity.
+        let unit = dio_align.max(DEFAULT_ALIGNMENT) as u64;
+        let capacity = capacity
+            .checked_next_multiple_of(unit)
+            .ok_or_else(|| IoError::InvalidArgument(format!("capacity {capacity} too large")))?;
+        preallocate(fd.as_raw_fd(), capacity)?;
+        if direct && !probe_direct_read(fd.as_raw_fd(), dio_align)? {
+            warn_buffered(path, "a direct read failed with EINVAL");
+            set_direct(fd.as_raw_fd(), false)?;
+            direct = false;
+        }
+        let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
+        guard.armed = false;
+        SwapStore::new(Parts {
+            fd,
+            path: path.to_path_buf(),
+            kept: self.keep,
+            block_device: false,
+            direct,
+            alignment,
+            capacity,
+            max_io_bytes: self.max_io_bytes,
+            engine,
+        })
+    }
+
+    /// Opens an existing regular file or block device (never unlinked: `is_kept`).
+    pub fn open(self, path: &Path) -> Result<SwapStore, IoError> {
+        let engine = self.take_engine()?;
+        let cpath = c_path(path)?;
+        let base = libc::O_RDWR | libc::O_CLOEXEC;
+        let mut direct = self.direct;
+        let flags = if direct { base | libc::O_DIRECT } else { base };
+        let mut raw = if direct && direct_refused_for_test() {
+            -1
+        } else {
+            // SAFETY: cpath is a valid NUL-terminated string.
+            unsafe { libc::open(cpath.as_ptr(), flags) }
+        };
+        let refused = raw < 0
+            && direct
+            && (direct_refused_for_test()
+                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL));
+        if refused {
+            warn_buffered(path, "O_DIRECT was refused (EINVAL)");
+            direct = false;
+            // SAFETY: cpath is a valid NUL-terminated string.
+            raw = unsafe { libc::open(cpath.as_ptr(), base) };
+        }
+        if raw < 0 {
+            return Err(IoError::last_os("open"));
+        }
+        // SAFETY: open just returned this descriptor.
+        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let st = fstat(fd.as_raw_fd())?;
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind == libc::S_IFBLK {
+            let size = block_size64(fd.as_raw_fd())?;
+            let alignment = logical_block_size(fd.as_raw_fd())?;
+            let capacity = match self.capacity {
+                Some(c) if c > size => {
+                    return Err(IoError::InvalidArgument(format!(
+                        "capacity {c} exceeds the device size {size}"
+                    )))
+                }
+                Some(c) => c,
+                None => size,
+            };
+            let capacity = capacity - capacity % alignment as u64;
+            if capacity == 0 {
+                return Err(IoError::InvalidArgument(format!(
+                    "block device {} is smaller than one block",
+                    path.display()
+                )));
+            }
+            return SwapStore::new(Parts {
+                fd,
+                path: path.to_path_buf(),
+                kept: true,
+                block_device: true,
+                direct,
+                alignment,
+                capacity,
+                max_io_bytes: self.max_io_bytes,
+                engine,
+            });
+        }
+        if kind != libc::S_IFREG {
+            return Err(IoError::InvalidArgument(format!(
+                "{} is neither a regular file nor a block device",
+                path.display()
+            )));
+        }
+        let dio = dio_alignment(fd.as_raw_fd());
+        if direct && dio == Some(0) {
+            warn_buffered(path, "the file system does not support direct I/O");
+            set_direct(fd.as_raw_fd(), false)?;
+            direct = false;
+        }
+        let dio_align = dio.filter(|&a| a > 0).unwrap_or(DEFAULT_ALIGNMENT);
+        let unit = dio_align.max(DEFAULT_ALIGNMENT) as u64;
+        let file_len = u64::try_from(st.st_size).unwrap_or(0);
+        let capacity = match self.capacity {
+            Some(0) => {
+                return Err(IoError::InvalidArgument(
+                    "capacity_bytes must be non-zero".into(),
+                ))
+            }
+            Some(c) => {
+                let c = c
+                    .checked_next_multiple_of(unit)
+                    .ok_or_else(|| IoError::InvalidArgument(format!("capacity {c} too large")))?;
+                if file_len < c {
+                    preallocate(fd.as_raw_fd(), c)?;
+                }
+                c
+            }
+            None => {
+                let c = file_len - file_len % unit;
+                if c == 0 {
+                    return Err(IoError::InvalidArgument(format!(
+                        "{} is empty (or smaller than {unit} bytes); set capacity_bytes to size it",
+                        path.display()
+                    )));
+                }
+                c
+            }
+        };
+        if direct && !probe_direct_read(fd.as_raw_fd(), dio_align)? {
+            warn_buffered(path, "a direct read failed with EINVAL");
+            set_direct(fd.as_raw_fd(), false)?;
+            direct = false;
+        }
+        let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
+        SwapStore::new(Parts {
+            fd,
+            path: path.to_path_buf(),
+            kept: true,
+            block_device: false,
+            direct,
+            alignment,
+            capacity,
+            max_io_bytes: self.max_io_bytes,
+            engine,
+        })
+    }
+
+    fn take_engine(&self) -> Result<Arc<dyn IoEngine>, IoError> {
+        match &self.engine {
+            Some(e) => Ok(e.clone()),
+            None => select_engine(self.engine_choice, self.queue_depth),
+        }
+    }
+}
+
+struct Parts {
+    fd: OwnedFd,
+    path: PathBuf,
+    kept: bool,
+    block_device: bool,
+    direct: bool,
+    alignment: usize,
+    capacity: u64,
+    max_io_bytes: usize,
+    engine: Arc<dyn IoEngine>,
+}
+
+/// A swap file or block device with an extent allocator and an I/O engine.
+#[derive(Debug)]
+pub struct SwapStore {
+    /// Shared with in-flight batches, so the fd stays open until their I/O is over
+    /// even if the store is dropped first (waiting in Drop could deadlock when the
+    /// store is dropped from an engine callback).
+    fd: Arc<OwnedFd>,
+    path: PathBuf,
+    kept: bool,
+    block_device: bool,
+    direct: bool,
+    alignment: usize,
+    capacity: u64,
+    max_io_bytes: usize,
+    engine: Arc<dyn IoEngine>,
+    alloc: Mutex<ExtentAllocator>,
+    id: u64,
+}
+
+/// Space allocated in a [`SwapStore`]. Not `Clone`: giving it back to
+/// [`SwapStore::release`] consumes it, so it cannot be released twice. Dropping a slot
+/// without releasing it leaks its space until the store is dropped.
+#[derive(Debug)]
+pub struct Slot {
+    extents: Vec<Extent>,
+    len: u64,
+    store_id: u64,
+}
+
+impl Slot {
+    /// Length in bytes (the requested length rounded up to the store alignment).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// True for a zero-length slot (never produced by `allocate`).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file ranges, in data order.
+    pub fn extents(&self) -> &[Extent] {
+        &self.extents
+    }
+}
+
+impl SwapStore {
+    /// A builder with default settings.
+    pub fn builder() -> StoreBuilder {
+        StoreBuilder::default()
+    }
+
+    fn new(p: Parts) -> Result<Self, IoError> {
+        if p.max_io_bytes == 0 {
+            return Err(IoError::InvalidArgument(
+                "max_io_bytes must be non-zero".into(),
+            ));
+        }
+        let max_io_bytes = (p.max_io_bytes - p.max_io_bytes % p.alignment).max(p.alignment);
+        Ok(SwapStore {
+            alloc: Mutex::new(ExtentAllocator::new(p.capacity, p.alignment as u64)),
+            fd: Arc::new(p.fd),
+            path: p.path,
+            kept: p.kept,
+            block_device: p.block_device,
+            direct: p.direct,
+            alignment: p.alignment,
+            capacity: p.capacity,
+            max_io_bytes,
+            engine: p.engine,
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+        })
+    }
+
+    /// I/O alignment: offsets, lengths and (when direct) memory addresses are multiples
+    /// of it. Logical block size for block devices, STATX_DIOALIGN for files, else 4096.
+    pub fn alignment(&self) -> usize {
+        self.alignment
+    }
+
+    /// Managed bytes.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity
+    }
+
+    /// Unallocated bytes (possibly fragmented).
+    pub fn free_bytes(&self) -> u64 {
+        self.lock_alloc().free_bytes()
+    }
+
+    /// Length of the largest contiguous free run.
+    pub fn largest_free(&self) -> u64 {
+        self.lock_alloc().largest_free()
+    }
+
+    /// Whether I/O uses O_DIRECT (false after the buffered fallback).
+    pub fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Path the store was created at / opened from (may no longer exist).
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Whether the file stays on disk (kept created files and opened files).
+    pub fn is_kept(&self) -> bool {
+        self.kept
+    }
+
+    /// Whether the store is a block device.
+    pub fn is_block_device(&self) -> bool {
+        self.block_device
+    }
+
+    /// The engine doing the I/O.
+    pub fn engine(&self) -> &Arc<dyn IoEngine> {
+        &self.engine
+    }
+
+    /// Largest request size.
+    pub fn max_io_bytes(&self) -> usize {
+        self.max_io_bytes
+    }
+
+    /// The file descriptor (owned by the store).
+    pub fn fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+
+    fn lock_alloc(&self) -> std::sync::MutexGuard<'_, ExtentAllocator> {
+        self.alloc.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Allocates `len` bytes (rounded up to the alignment). `StoreFull` when it does not
+    /// fit, `InvalidArgument` for `len == 0`.
+    pub fn allocate(&self, len: u64) -> Result<Slot, IoError> {
+        let extents = self.lock_alloc().allocate(len)?;
+        let len = extents.iter().map(|e| e.len).sum();
+        Ok(Slot {
+            extents,
+            len,
+            store_id: self.id,
+        })
+    }
+
+    /// Returns a slot's space. A slot of another store is ignored (logged).
+    pub fn release(&self, slot: Slot) {
+        if slot.store_id != self.id {
+            tracing::error!("ignoring release of a slot that belongs to another store");
+            return;
+        }
+        self.lock_alloc().free(&slot.extents);
+    }
+
+    /// Reads or writes the slot's bytes from/to `mem` (total length `slot.len()`),
+    /// split at extent boundaries and at `max_io_bytes`, submitted as ONE batch.
+    /// When direct, every iovec's address and length must be multiples of
+    /// `alignment()` (`Misaligned` otherwise).
+    ///
+    /// # Safety
+    /// As [`IoEngine::submit`]: the memory stays valid (and, for reads, otherwise
+    /// untouched) until `on_done` has run.
+    pub unsafe fn submit(
+        &self,
+        direction: Direction,
+        slot: &Slot,
+        mem: &[IoVec],
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        let requests = self.build_requests(direction, slot, mem)?;
+        let fd = self.fd.clone();
+        let cb: IoCallback = Box::new(move |res| {
+            // The I/O is over; the fd may close now.
+            drop(fd);
+            on_done(res);
+        });
+        // SAFETY: forwarded from our caller; the callback keeps the fd open until the
+        // batch finished.
+        unsafe { self.engine.submit(requests, cb) }
+    }
+
+    /// Blocking [`SwapStore::submit`].
+    ///
+    /// # Safety
+    /// As [`SwapStore::submit`] (the borrow of `mem`'s memory ends when this returns).
+    pub unsafe fn transfer(
+        &self,
+        direction: Direction,
+        slot: &Slot,
+        mem: &[IoVec],
+    ) -> Result<IoDone, IoError> {
+        let requests = self.build_requests(direction, slot, mem)?;
+        // SAFETY: forwarded from our caller; blocking means &self (and the fd) outlive
+        // the batch.
+        unsafe { submit_wait(self.engine.as_ref(), requests) }
+    }
+
+    fn build_requests(
+        &self,
+        direction: Direction,
+        slot: &Slot,
+        mem: &[IoVec],
+    ) -> Result<Vec<IoRequest>, IoError> {
+        if slot.store_id != self.id {
+            return Err(IoError::InvalidArgument(
+                "slot belongs to another store".into(),
+            ));
+        }
+        let align = self.alignment as u64;
+        let mut total: u64 = 0;
+        for v in mem {
+            if self.direct {
+                if (v.ptr as usize as u64) % align != 0 {
+                    return Err(IoError::Misaligned {
+                        what: "iovec pointer",
+                        value: v.ptr as usize as u64,
+                        alignment: align,
+                    });
+                }
+                if (v.len as u64) % align != 0 {
+                    return Err(IoError::Misaligned {
+                        what: "iovec length",
+                        value: v.len as u64,
+                        alignment: align,
+                    });
+                }
+            }
+            if v.ptr.is_null() && v.len > 0 {
+                return Err(IoError::InvalidArgument("null iovec pointer".into()));
+            }
+            total = total
+                .checked_add(v.len as u64)
+                .ok_or_else(|| IoError::InvalidArgument("memory length overflows".into()))?;
+        }
+        if total != slot.len {
+            return Err(IoError::InvalidArgument(format!(
+                "memory is {total} bytes but the slot is {} bytes",
+                slot.len
+            )));
+        }
+        let max = self.max_io_bytes as u64;
+        let fd = self.fd.as_raw_fd();
+        let mut requests = Vec::new();
+        let mut mem_iter = mem.iter().filter(|v| v.len > 0);
+        let mut cur: Option<IoVec> = None;
+        for ext in &slot.extents {
+            let mut pos = 0;
+            while pos < ext.len {
+                let chunk = max.min(ext.len - pos);
+                let mut iovecs = Vec::new();
+                let mut need = chunk;
+                while need > 0 {
+                    let v = match cur.take() {
+                        Some(v) => v,
+                        None => *mem_iter.next().ok_or_else(|| {
+                            IoError::InvalidArgument("memory shorter than the slot".into())
+                        })?,
+                    };
+                    // `take <= v.len`, so it fits in usize.
+                    let take = (v.len as u64).min(need) as usize;
+                    iovecs.push(IoVec {
+                        ptr: v.ptr,
+                        len: take,
+                    });
+                    if take < v.len {
+                        cur = Some(IoVec {
+                            ptr: v.ptr.wrapping_add(take),
+                            len: v.len - take,
+                        });
+                    }
+                    need -= take as u64;
+                }
+                requests.push(IoRequest {
+                    fd,
+                    direction,
+                    offset: ext.offset + pos,
+                    iovecs,
+                });
+                pos += chunk;
+            }
+        }
+        Ok(requests)
+    }
+
+    /// Drops the file's page cache (`posix_fadvise(DONTNEED)`), e.g. before timing
+    /// reads of a buffered store.
+    pub fn drop_cache(&self) -> std::io::Result<()> {
+        // SAFETY: plain syscall on our fd.
+        let rc =
+            unsafe { libc::posix_fadvise(self.fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(())
+    }
+}
+
+fn warn_buffered(path: &Path, why: &str) {
+    tracing::warn!(
+        path = %path.display(),
+        "{why}; swap I/O will be buffered (page cache) instead of direct"
+    );
+}
+
+fn c_path(path: &Path) -> Result<CString, IoError> {
+    CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| IoError::InvalidArgument(format!("path {} contains NUL", path.display())))
+}
+
+struct UnlinkGuard<'a> {
+    path: &'a CString,
+    armed: bool,
+}
+
+impl UnlinkGuard<'_> {
+    fn unlink(&mut self) -> Result<(), IoError> {
+        self.armed = false;
+        // SAFETY: valid NUL-terminated path.
+        if unsafe { libc::unlink(self.path.as_ptr()) } < 0 {
+            return Err(IoError::last_os("unlink"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for UnlinkGuard<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            // Best effort cleanup of a half-created file.
+            // SAFETY: valid NUL-terminated path.
+            unsafe { libc::unlink(self.path.as_ptr()) };
+        }
+    }
+}
+
+fn fstat(fd: RawFd) -> Result<libc::stat, IoError> {
+    // SAFETY: an all-zero stat is a valid value to be overwritten.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: st is a valid out pointer.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(IoError::last_os("fstat"));
+    }
+    Ok(st)
+}
+
+/// Direct-I/O alignment of an open file from statx: `Some(0)` when the file system
+/// reports no direct-I/O support, `None` when it does not say (old kernel).
+fn dio_alignment(fd: RawFd) -> Option<usize> {
+    // SAFETY: an all-zero statx is a valid value to be overwritten.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: empty path with AT_EMPTY_PATH stats the fd itself; stx is a valid out
+    // pointer.
+    let rc = unsafe {
+        libc::statx(
+            fd,
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            libc::STATX_DIOALIGN,
+            &mut stx,
+        )
+    };
+    if rc < 0 || stx.stx_mask & libc::STATX_DIOALIGN == 0 {
+        return None;
+    }
+    if stx.stx_dio_offset_align == 0 {
+        return Some(0);
+    }
+    // One alignment serves offsets, lengths and addresses: take the stricter.
+    let a = stx.stx_dio_offset_align.max(stx.stx_dio_mem_align) as usize;
+    Some(a.checked_next_power_of_two().unwrap_or(DEFAULT_ALIGNMENT))
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Lets unit tests take the buffered-fallback path on kernels whose file systems
+    /// all accept O_DIRECT.
+    static REFUSE_DIRECT: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn direct_refused_for_test() -> bool {
+    #[cfg(test)]
+    {
+        REFUSE_DIRECT.with(|r| r.get())
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
+}
+
+fn set_direct(fd: RawFd, on: bool) -> Result<(), IoError> {
+    if on && direct_refused_for_test() {
+        return Err(IoError::from_errno("fcntl(F_SETFL)", libc::EINVAL));
+    }
+    // SAFETY: plain fcntl on an open fd.
+    let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+    if flags < 0 {
+        return Err(IoError::last_os("fcntl(F_GETFL)"));
+    }
+    let new = if on {
+        flags | libc::O_DIRECT
+    } else {
+        flags & !libc::O_DIRECT
+    };
+    // SAFETY: as above.
+    if unsafe { libc::fcntl(fd, libc::F_SETFL, new) } < 0 {
+        return Err(IoError::last_os("fcntl(F_SETFL)"));
+    }
+    Ok(())
+}
+
+/// Reserves `len` bytes; `fallocate` where supported so writes cannot hit ENOSPC
+/// later, else `ftruncate` (sparse).
+fn preallocate(fd: RawFd, len: u64) -> Result<(), IoError> {
+    let off = libc::off_t::try_from(len)
+        .map_err(|_| IoError::InvalidArgument(format!("capacity {len} too large")))?;
+    loop {
+        // SAFETY: plain syscall on an open fd.
+        if unsafe { libc::fallocate(fd, 0, 0, off) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => break,
+            _ => {
+                return Err(IoError::Io {
+                    op: "fallocate",
+                    source: err,
+                })
+            }
+        }
+    }
+    // SAFETY: plain syscall on an open fd.
+    if unsafe { libc::ftruncate(fd, off) } < 0 {
+        return Err(IoError::last_os("ftruncate"));
+    }
+    Ok(())
+}
+
+/// Reads one aligned block at offset 0: some file systems accept O_DIRECT at open
+/// time but fail direct reads with EINVAL. Ok(false) on EINVAL.
+fn probe_direct_read(fd: RawFd, alignment: usize) -> Result<bool, IoError> {
+    let buf = AlignedBuf::new(alignment, alignment)?;
+    loop {
+        // SAFETY: buf is valid for `alignment` bytes and exclusively ours.
+        let n = unsafe { libc::pread(fd, buf.as_ptr().cast(), alignment, 0) };
+        if n >= 0 {
+            return Ok(true);
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EINVAL) => return Ok(false),
+            _ => {
+                return Err(IoError::Io {
+                    op: "pread",
+                    source: err,
+                })
+            }
+        }
+    }
+}
+
+fn block_size64(fd: RawFd) -> Result<u64, IoError> {
+    let mut size: u64 = 0;
+    // SAFETY: BLKGETSIZE64 writes one u64 to the pointer.
+    if unsafe { libc::ioctl(fd, BLKGETSIZE64, &mut size) } < 0 {
+        return Err(IoError::last_os("ioctl(BLKGETSIZE64)"));
+    }
+    Ok(size)
+}
+
+fn logical_block_size(fd: RawFd) -> Result<usize, IoError> {
+    let mut bs: libc::c_int = 0;
+    // SAFETY: BLKSSZGET writes one int to the pointer.
+    if unsafe { libc::ioctl(fd, libc::BLKSSZGET, &mut bs) } < 0 {
+        return Err(IoError::last_os("ioctl(BLKSSZGET)"));
+    }
+    match usize::try_from(bs) {
+        Ok(b) if b > 0 && b.is_power_of_two() => Ok(b),
+        _ => Err(IoError::Unsupported(format!("odd logical block size {bs}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::PsyncEngine;
+
+    #[test]
+    fn buffered_fallback_when_direct_is_refused() {
+        REFUSE_DIRECT.with(|r| r.set(true));
+        let dir = std::env::temp_dir();
+        let engine: Arc<dyn IoEngine> = Arc::new(PsyncEngine::new(2).unwrap());
+        let s = SwapStore::builder()
+            .capacity_bytes(1 << 20)
+            .engine(engine.clone())
+            .keep(true)
+            .create_temp(&dir)
+            .unwrap();
+        assert!(!s.is_direct());
+        assert_eq!(s.alignment(), 4096);
+        // SAFETY: plain fcntl on an open fd.
+        let flags = unsafe { libc::fcntl(s.fd(), libc::F_GETFL) };
+        assert_eq!(flags & libc::O_DIRECT, 0);
+        let slot = s.allocate(8192).unwrap();
+        let mut m = AlignedBuf::new(8192, 4096).unwrap();
+        m.as_mut_slice().fill(0xab);
+        let iov = IoVec {
+            ptr: m.as_ptr(),
+            len: 8192,
+        };
+        // SAFETY: m outlives the blocking transfers.
+        unsafe { s.transfer(Direction::Write, &slot, &[iov]) }.unwrap();
+        m.as_mut_slice().fill(0);
+        // SAFETY: as above.
+        unsafe { s.transfer(Direction::Read, &slot, &[iov]) }.unwrap();
+        assert!(m.as_slice().iter().all(|&b| b == 0xab));
+        s.drop_cache().unwrap();
+        let path = s.path().to_path_buf();
+        drop(s);
+        let opened = SwapStore::builder().engine(engine).open(&path).unwrap();
+        assert!(!opened.is_direct());
+        assert_eq!(opened.capacity_bytes(), 1 << 20);
+        drop(opened);
+        std::fs::remove_file(&path).unwrap();
+    }
+}

@@ -1,0 +1,212 @@
+//! Test doubles wrapping a real engine: [`FailingEngine`] injects failures,
+//! [`CountingEngine`] counts requests and batches. Public so other crates' tests can
+//! use them.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::engine::{Direction, IoCallback, IoCountersSnapshot, IoEngine, IoRequest};
+use crate::error::IoError;
+
+pub use crate::mem::AlignedBuf;
+
+/// Makes chosen requests fail with [`IoError::Injected`] without performing them.
+///
+/// Requests are numbered from 1 across all submits. The batch containing a failing
+/// request still runs its other requests on the inner engine, then completes with
+/// `Injected { nth }` (the first failing request's number in the batch).
+#[derive(Debug)]
+pub struct FailingEngine {
+    inner: Arc<dyn IoEngine>,
+    fail_from: u64,
+    every_after: bool,
+    next: AtomicU64,
+    injected: AtomicU64,
+}
+
+impl FailingEngine {
+    /// Fails only request number `fail_on_nth_request` (1-based).
+    pub fn new(inner: Arc<dyn IoEngine>, fail_on_nth_request: u64) -> Self {
+        FailingEngine {
+            inner,
+            fail_from: fail_on_nth_request,
+            every_after: false,
+            next: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    /// Lets the first `n` requests through and fails every later one (`n + 1`, ...).
+    pub fn fail_every_after(inner: Arc<dyn IoEngine>, n: u64) -> Self {
+        FailingEngine {
+            inner,
+            fail_from: n.saturating_add(1),
+            every_after: true,
+            next: AtomicU64::new(0),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    /// Requests seen so far.
+    pub fn requests_seen(&self) -> u64 {
+        self.next.load(Ordering::Relaxed)
+    }
+
+    /// Requests failed so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    fn fails(&self, nth: u64) -> bool {
+        if self.every_after {
+            nth >= self.fail_from
+        } else {
+            nth == self.fail_from
+        }
+    }
+}
+
+impl IoEngine for FailingEngine {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+
+    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        crate::engine::validate_requests(&requests)?;
+        let first = self
+            .next
+            .fetch_add(requests.len() as u64, Ordering::Relaxed)
+            + 1;
+        let mut failed_nth = None;
+        let mut kept = Vec::with_capacity(requests.len());
+        for (i, req) in requests.into_iter().enumerate() {
+            let nth = first + i as u64;
+            if self.fails(nth) {
+                failed_nth.get_or_insert(nth);
+                self.injected.fetch_add(1, Ordering::Relaxed);
+            } else {
+                kept.push(req);
+            }
+        }
+        let cb: IoCallback = match failed_nth {
+            None => on_done,
+            // Runs after the inner engine finished the surviving requests, so the
+            // memory contract of `submit` holds.
+            Some(nth) => Box::new(move |_| on_done(Err(IoError::Injected { nth }))),
+        };
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.submit(kept, cb) }
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.inner.counters()
+    }
+}
+
+/// Counts requests, batches and bytes submitted to the inner engine.
+#[derive(Debug)]
+pub struct CountingEngine {
+    inner: Arc<dyn IoEngine>,
+    read_requests: AtomicU64,
+    write_requests: AtomicU64,
+    read_batches: AtomicU64,
+    write_batches: AtomicU64,
+    bytes_read: AtomicU64,
+    bytes_written: AtomicU64,
+}
+
+impl CountingEngine {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn IoEngine>) -> Self {
+        CountingEngine {
+            inner,
+            read_requests: AtomicU64::new(0),
+            write_requests: AtomicU64::new(0),
+            read_batches: AtomicU64::new(0),
+            write_batches: AtomicU64::new(0),
+            bytes_read: AtomicU64::new(0),
+            bytes_written: AtomicU64::new(0),
+        }
+    }
+
+    /// Read requests submitted.
+    pub fn read_requests(&self) -> u64 {
+        self.read_requests.load(Ordering::Relaxed)
+    }
+
+    /// Write requests submitted.
+    pub fn write_requests(&self) -> u64 {
+        self.write_requests.load(Ordering::Relaxed)
+    }
+
+    /// Batches whose first request is a read.
+    pub fn read_batches(&self) -> u64 {
+        self.read_batches.load(Ordering::Relaxed)
+    }
+
+    /// Batches whose first request is a write.
+    pub fn write_batches(&self) -> u64 {
+        self.write_batches.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of submitted read requests.
+    pub fn bytes_read(&self) -> u64 {
+        self.bytes_read.load(Ordering::Relaxed)
+    }
+
+    /// Bytes of submitted write requests.
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes_written.load(Ordering::Relaxed)
+    }
+}
+
+impl IoEngine for CountingEngine {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+
+    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        let first_dir = requests.first().map(|r| r.direction);
+        let mut reads = 0;
+        let mut writes = 0;
+        let mut rbytes = 0;
+        let mut wbytes = 0;
+        for r in &requests {
+            match r.direction {
+                Direction::Read => {
+                    reads += 1;
+                    rbytes += r.total_len();
+                }
+                Direction::Write => {
+                    writes += 1;
+                    wbytes += r.total_len();
+                }
+            }
+        }
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.submit(requests, on_done) }?;
+        // Counted only once accepted, so rejected batches do not skew the numbers.
+        self.read_requests.fetch_add(reads, Ordering::Relaxed);
+        self.write_requests.fetch_add(writes, Ordering::Relaxed);
+        self.bytes_read.fetch_add(rbytes, Ordering::Relaxed);
+        self.bytes_written.fetch_add(wbytes, Ordering::Relaxed);
+        match first_dir {
+            Some(Direction::Read) => self.read_batches.fetch_add(1, Ordering::Relaxed),
+            Some(Direction::Write) => self.write_batches.fetch_add(1, Ordering::Relaxed),
+            None => 0,
+        };
+        Ok(())
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.inner.counters()
+    }
+}
