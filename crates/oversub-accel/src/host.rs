@@ -44,7 +44,10 @@ impl HostMemory {
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         HostMemory {
             config,
-            page_bytes: usize::try_from(page).ok().filter(|p| *p > 0).unwrap_or(4096),
+            page_bytes: usize::try_from(page)
+                .ok()
+                .filter(|p| *p > 0)
+                .unwrap_or(4096),
             reservations: Mutex::new(BTreeMap::new()),
         }
     }
@@ -110,9 +113,7 @@ impl DeviceMemory for HostMemory {
 
     fn reserve(&self, len: usize) -> Result<Reservation, AccelError> {
         if len == 0 {
-            return Err(AccelError::InvalidArgument(
-                "cannot reserve 0 bytes".into(),
-            ));
+            return Err(AccelError::InvalidArgument("cannot reserve 0 bytes".into()));
         }
         let len = round_up(len as u64, self.page_bytes as u64)
             .and_then(|l| usize::try_from(l).ok())

@@ -68,7 +68,9 @@ impl Mapping {
         let mut off = 0;
         while off < self.len {
             // SAFETY: off < len, inside the readable mapping; volatile so every page is really touched.
-            sum = sum.wrapping_add(u64::from(unsafe { std::ptr::read_volatile(self.ptr.add(off)) }));
+            sum = sum.wrapping_add(u64::from(unsafe {
+                std::ptr::read_volatile(self.ptr.add(off))
+            }));
             off += 4096;
         }
         sum

@@ -68,7 +68,9 @@ pub enum PagerError {
     #[error("invalid size: {0}")]
     InvalidSize(String),
     /// The bytes read back at page-in differ from those written at page-out; the buffer stays paged out.
-    #[error("checksum mismatch at page-in of {buffer}: expected {expected:#018x}, read {actual:#018x}")]
+    #[error(
+        "checksum mismatch at page-in of {buffer}: expected {expected:#018x}, read {actual:#018x}"
+    )]
     ChecksumMismatch {
         /// The buffer.
         buffer: Buffer,

@@ -264,7 +264,9 @@ impl AddressSpace {
     pub fn alloc(&self, size_bytes: u64, flags: BufferFlags) -> Result<Buffer, PagerError> {
         let pool = &self.shared.pool;
         if size_bytes == 0 {
-            return Err(PagerError::InvalidSize("a buffer needs at least one byte".into()));
+            return Err(PagerError::InvalidSize(
+                "a buffer needs at least one byte".into(),
+            ));
         }
         let alignment = pool.store.alignment() as u64;
         let io_bytes = round_up(size_bytes, alignment)
@@ -375,7 +377,9 @@ impl AddressSpace {
     /// Copies `data` into a resident buffer at `offset`.
     pub fn write(&self, buffer: Buffer, offset: u64, data: &[u8]) -> Result<(), PagerError> {
         let mut st = lock(&self.shared.state);
-        let e = self.shared.accessible(&mut st, buffer, offset, data.len() as u64)?;
+        let e = self
+            .shared
+            .accessible(&mut st, buffer, offset, data.len() as u64)?;
         if e.flags.read_only && e.stored {
             return Err(PagerError::ReadOnly(buffer));
         }
@@ -389,7 +393,9 @@ impl AddressSpace {
     /// Copies bytes of a resident buffer from `offset` into `out`.
     pub fn read(&self, buffer: Buffer, offset: u64, out: &mut [u8]) -> Result<(), PagerError> {
         let mut st = lock(&self.shared.state);
-        let e = self.shared.accessible(&mut st, buffer, offset, out.len() as u64)?;
+        let e = self
+            .shared
+            .accessible(&mut st, buffer, offset, out.len() as u64)?;
         let src = e.reservation.addr.offset(offset);
         // SAFETY: as in `write`.
         unsafe { self.shared.pool.device.copy_to_host(src, out)? };
@@ -517,12 +523,13 @@ impl AddressSpace {
             pool.refund(charged);
             err
         };
-        pool.device.commit(&e.reservation).map_err(|x| undo(x.into()))?;
-        let ptr = SendPtr(
-            pool.device
-                .host_ptr(&e.reservation)
-                .ok_or_else(|| undo(PagerError::Internal("committed buffer has no host pointer")))?,
-        );
+        pool.device
+            .commit(&e.reservation)
+            .map_err(|x| undo(x.into()))?;
+        let ptr =
+            SendPtr(pool.device.host_ptr(&e.reservation).ok_or_else(|| {
+                undo(PagerError::Internal("committed buffer has no host pointer"))
+            })?);
         let op = Arc::new(OpState::default());
         let on_done = {
             let device = Arc::clone(&pool.device);
@@ -682,8 +689,14 @@ impl SpaceShared {
         let pool = &self.pool;
         let mut st = lock(&self.state);
         let e = self.entry_mut(&mut st, buffer)?;
-        if !e.op.as_ref().is_some_and(|current| Arc::ptr_eq(current, op)) {
-            return Err(PagerError::Internal("ticket does not match the buffer's operation"));
+        if !e
+            .op
+            .as_ref()
+            .is_some_and(|current| Arc::ptr_eq(current, op))
+        {
+            return Err(PagerError::Internal(
+                "ticket does not match the buffer's operation",
+            ));
         }
         e.op = None;
         let charged = e.reservation.len as u64;

@@ -45,7 +45,11 @@ fn random_threads(engine: Arc<dyn oversub_io::IoEngine>) {
         .map(|i| {
             let space = spaces[i % 2].clone();
             let size = 4096 * (1 + i * 37 % 300) + i * 11;
-            let flags = if i % 5 == 0 { BufferFlags::READ_ONLY } else { BufferFlags::DEFAULT };
+            let flags = if i % 5 == 0 {
+                BufferFlags::READ_ONLY
+            } else {
+                BufferFlags::DEFAULT
+            };
             let b = match space.alloc(size as u64, flags) {
                 Ok(b) => b,
                 Err(PagerError::OutOfMemory { .. }) => {
@@ -85,14 +89,20 @@ fn random_threads(engine: Arc<dyn oversub_io::IoEngine>) {
                         },
                         4 if i % THREADS == t && i % 5 != 0 => {
                             let v = version[i] + 1;
-                            if space.write(*b, 0, &pattern(i as u64 * 1000 + v, *size)).is_ok() {
+                            if space
+                                .write(*b, 0, &pattern(i as u64 * 1000 + v, *size))
+                                .is_ok()
+                            {
                                 version[i] = v;
                             }
                         }
                         _ if i % THREADS == t => {
                             let mut back = vec![0u8; *size];
                             if space.read(*b, 0, &mut back).is_ok() {
-                                assert!(back == pattern(i as u64 * 1000 + version[i], *size), "buffer {i} corrupted");
+                                assert!(
+                                    back == pattern(i as u64 * 1000 + version[i], *size),
+                                    "buffer {i} corrupted"
+                                );
                             }
                         }
                         _ => {}
@@ -102,7 +112,7 @@ fn random_threads(engine: Arc<dyn oversub_io::IoEngine>) {
             })
         })
         .collect();
-    let mut version = vec![0u64; BUFFERS];
+    let mut version = [0u64; BUFFERS];
     for (t, h) in handles.into_iter().enumerate() {
         let v = h.join().unwrap();
         for i in (t..BUFFERS).step_by(THREADS) {
@@ -121,7 +131,10 @@ fn random_threads(engine: Arc<dyn oversub_io::IoEngine>) {
         }
         let mut back = vec![0u8; *size];
         space.read(*b, 0, &mut back).unwrap();
-        assert!(back == pattern(i as u64 * 1000 + version[i], *size), "buffer {i} corrupted at the end");
+        assert!(
+            back == pattern(i as u64 * 1000 + version[i], *size),
+            "buffer {i} corrupted at the end"
+        );
     }
 }
 

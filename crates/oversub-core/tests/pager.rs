@@ -14,7 +14,18 @@ use oversub_io::IoError;
 fn round_trip_sizes(engine: Arc<dyn oversub_io::IoEngine>) {
     let pool = pool_with(engine, 512 * MIB, 512 * MIB);
     let space = pool.address_space();
-    let sizes: &[u64] = &[1, 7, 4095, 4096, 4097, 65_537, MIB + 3, 3 * MIB, 33 * MIB + 123, 200 * MIB];
+    let sizes: &[u64] = &[
+        1,
+        7,
+        4095,
+        4096,
+        4097,
+        65_537,
+        MIB + 3,
+        3 * MIB,
+        33 * MIB + 123,
+        200 * MIB,
+    ];
     for (i, &size) in sizes.iter().enumerate() {
         let buf = space.alloc(size, BufferFlags::DEFAULT).unwrap();
         let data = pattern(i as u64, size as usize);
@@ -31,11 +42,17 @@ fn round_trip_sizes(engine: Arc<dyn oversub_io::IoEngine>) {
         assert_eq!(after.state, BufferState::Resident);
         let mut back = vec![0u8; size as usize];
         space.read(buf, 0, &mut back).unwrap();
-        assert!(back == data, "bytes differ after round trip of {size} bytes");
+        assert!(
+            back == data,
+            "bytes differ after round trip of {size} bytes"
+        );
         space.free(buf).unwrap();
     }
     assert_eq!(pool.stats().used_bytes, 0);
-    assert_eq!(pool.stats().store_free_bytes, pool.stats().store_capacity_bytes);
+    assert_eq!(
+        pool.stats().store_free_bytes,
+        pool.stats().store_capacity_bytes
+    );
 }
 
 #[test]
@@ -51,8 +68,12 @@ fn async_and_all(engine: Arc<dyn oversub_io::IoEngine>) {
     let space = pool.address_space();
     let bufs: Vec<_> = (0..6)
         .map(|i| {
-            let b = space.alloc(5 * MIB + i * 1000, BufferFlags::DEFAULT).unwrap();
-            space.write(b, 0, &pattern(i, (5 * MIB + i * 1000) as usize)).unwrap();
+            let b = space
+                .alloc(5 * MIB + i * 1000, BufferFlags::DEFAULT)
+                .unwrap();
+            space
+                .write(b, 0, &pattern(i, (5 * MIB + i * 1000) as usize))
+                .unwrap();
             b
         })
         .collect();
@@ -61,9 +82,18 @@ fn async_and_all(engine: Arc<dyn oversub_io::IoEngine>) {
     // Async page-out of one buffer, then the rest with page_out_all.
     let t = space.page_out_async(bufs[0]).unwrap();
     assert_eq!(space.info(bufs[0]).unwrap().state, BufferState::PagingOut);
-    assert!(matches!(space.free(bufs[0]), Err(PagerError::OperationInFlight { .. })));
-    assert!(matches!(space.page_out_async(bufs[0]), Err(PagerError::OperationInFlight { .. })));
-    assert!(matches!(space.page_in(bufs[0]), Err(PagerError::OperationInFlight { .. })));
+    assert!(matches!(
+        space.free(bufs[0]),
+        Err(PagerError::OperationInFlight { .. })
+    ));
+    assert!(matches!(
+        space.page_out_async(bufs[0]),
+        Err(PagerError::OperationInFlight { .. })
+    ));
+    assert!(matches!(
+        space.page_in(bufs[0]),
+        Err(PagerError::OperationInFlight { .. })
+    ));
     space.finish(t).unwrap();
     space.page_out_all().unwrap();
     for &b in &bufs {
@@ -100,20 +130,47 @@ fn misuse_is_refused_without_change() {
     let other = pool.address_space();
     let b = space.alloc(10_000, BufferFlags::DEFAULT).unwrap();
     space.write(b, 0, &[9u8; 10_000]).unwrap();
-    assert!(matches!(space.page_in(b), Err(PagerError::AlreadyResident(_))));
+    assert!(matches!(
+        space.page_in(b),
+        Err(PagerError::AlreadyResident(_))
+    ));
     space.page_out(b).unwrap();
-    assert!(matches!(space.page_out(b), Err(PagerError::AlreadyPagedOut(_))));
-    assert!(matches!(other.page_in(b), Err(PagerError::UnknownBuffer(_))));
-    assert!(matches!(space.write(b, 0, &[1]), Err(PagerError::NotResident { .. })));
+    assert!(matches!(
+        space.page_out(b),
+        Err(PagerError::AlreadyPagedOut(_))
+    ));
+    assert!(matches!(
+        other.page_in(b),
+        Err(PagerError::UnknownBuffer(_))
+    ));
+    assert!(matches!(
+        space.write(b, 0, &[1]),
+        Err(PagerError::NotResident { .. })
+    ));
     space.page_in(b).unwrap();
-    assert!(matches!(space.write(b, 9_999, &[1, 2]), Err(PagerError::OutOfBounds { .. })));
-    assert!(matches!(space.alloc(0, BufferFlags::DEFAULT), Err(PagerError::InvalidSize(_))));
+    assert!(matches!(
+        space.write(b, 9_999, &[1, 2]),
+        Err(PagerError::OutOfBounds { .. })
+    ));
+    assert!(matches!(
+        space.alloc(0, BufferFlags::DEFAULT),
+        Err(PagerError::InvalidSize(_))
+    ));
     let pinned = space.alloc(100, BufferFlags::UNPAGEABLE).unwrap();
-    assert!(matches!(space.page_out(pinned), Err(PagerError::Unpageable(_))));
-    assert!(matches!(space.page_out_async(pinned), Err(PagerError::Unpageable(_))));
+    assert!(matches!(
+        space.page_out(pinned),
+        Err(PagerError::Unpageable(_))
+    ));
+    assert!(matches!(
+        space.page_out_async(pinned),
+        Err(PagerError::Unpageable(_))
+    ));
     // A ticket handed to the wrong space is refused (and finished by its drop).
     let t = space.page_out_async(b).unwrap();
-    assert!(matches!(other.finish(t), Err(PagerError::WrongAddressSpace(_))));
+    assert!(matches!(
+        other.finish(t),
+        Err(PagerError::WrongAddressSpace(_))
+    ));
     assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
     space.free(b).unwrap();
     assert!(matches!(space.free(b), Err(PagerError::UnknownBuffer(_))));
@@ -134,7 +191,10 @@ fn capacity_is_needed_to_page_in() {
     space.write(a, 0, &pattern(1, (6 * MIB) as usize)).unwrap();
     space.page_out(a).unwrap();
     let b = space.alloc(6 * MIB, BufferFlags::DEFAULT).unwrap();
-    assert!(matches!(space.page_in(a), Err(PagerError::OutOfMemory { .. })));
+    assert!(matches!(
+        space.page_in(a),
+        Err(PagerError::OutOfMemory { .. })
+    ));
     assert_eq!(space.info(a).unwrap().state, BufferState::PagedOut);
     space.page_out(b).unwrap();
     space.page_in(a).unwrap();
@@ -163,10 +223,16 @@ fn read_only_written_once(engine: Arc<dyn oversub_io::IoEngine>) {
     let mut back = vec![0u8; data.len()];
     space.read(weights, 0, &mut back).unwrap();
     assert!(back == data);
-    assert!(space.info(weights).unwrap().stored, "read-only copy kept while resident");
+    assert!(
+        space.info(weights).unwrap().stored,
+        "read-only copy kept while resident"
+    );
     space.free(weights).unwrap();
     space.free(scratch).unwrap();
-    assert_eq!(pool.stats().store_free_bytes, pool.stats().store_capacity_bytes);
+    assert_eq!(
+        pool.stats().store_free_bytes,
+        pool.stats().store_capacity_bytes
+    );
 }
 
 #[test]
@@ -192,7 +258,10 @@ fn failures_lose_nothing(engine: Arc<dyn oversub_io::IoEngine>) {
             match space.page_out(b) {
                 Ok(()) => {}
                 Err(e) => {
-                    assert!(matches!(e, PagerError::Store(IoError::Injected { .. })), "{e}");
+                    assert!(
+                        matches!(e, PagerError::Store(IoError::Injected { .. })),
+                        "{e}"
+                    );
                     assert_eq!(space.info(b).unwrap().state, BufferState::Resident);
                     assert_eq!(pool.stats().store_free_bytes, free_before, "slot leaked");
                     continue;
@@ -201,7 +270,10 @@ fn failures_lose_nothing(engine: Arc<dyn oversub_io::IoEngine>) {
             match space.page_in(b) {
                 Ok(()) => {}
                 Err(e) => {
-                    assert!(matches!(e, PagerError::Store(IoError::Injected { .. })), "{e}");
+                    assert!(
+                        matches!(e, PagerError::Store(IoError::Injected { .. })),
+                        "{e}"
+                    );
                     assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
                     assert_eq!(space.resident_bytes(b).unwrap(), Some(0));
                     space.page_in(b).unwrap();
@@ -299,15 +371,28 @@ fn a_dropped_space_gives_everything_back() {
         let _unfinished = space.page_out_async(b).unwrap();
     }
     assert_eq!(pool.stats().used_bytes, 0);
-    assert_eq!(pool.stats().store_free_bytes, pool.stats().store_capacity_bytes);
+    assert_eq!(
+        pool.stats().store_free_bytes,
+        pool.stats().store_capacity_bytes
+    );
 }
 
 #[test]
 fn handles_from_another_pool_are_unknown() {
     let (_, engine) = engines().remove(0);
     let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    let p1 = Pool::new(PoolConfig::new(MIB), device.clone(), store_with(engine.clone(), MIB, 1 << 20)).unwrap();
-    let p2 = Pool::new(PoolConfig::new(MIB), device, store_with(engine, MIB, 1 << 20)).unwrap();
+    let p1 = Pool::new(
+        PoolConfig::new(MIB),
+        device.clone(),
+        store_with(engine.clone(), MIB, 1 << 20),
+    )
+    .unwrap();
+    let p2 = Pool::new(
+        PoolConfig::new(MIB),
+        device,
+        store_with(engine, MIB, 1 << 20),
+    )
+    .unwrap();
     let s1 = p1.address_space();
     let s2 = p2.address_space();
     let b = s1.alloc(10, BufferFlags::DEFAULT).unwrap();

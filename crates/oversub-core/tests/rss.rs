@@ -33,7 +33,10 @@ fn resident_memory_falls_after_page_out_and_returns_after_page_in() {
         );
         space.page_in(b).unwrap();
         let back = rss_bytes();
-        assert!(back.saturating_sub(out) >= size * 9 / 10, "{name}: RSS did not come back");
+        assert!(
+            back.saturating_sub(out) >= size * 9 / 10,
+            "{name}: RSS did not come back"
+        );
         let ptr2 = space.host_ptr(b).unwrap();
         assert_eq!(ptr, ptr2);
         // SAFETY: resident again, same address.

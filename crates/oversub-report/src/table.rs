@@ -36,9 +36,9 @@ pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
             let pad = w.saturating_sub(cell.chars().count());
             if i == 0 {
                 line.push_str(cell);
-                line.extend(std::iter::repeat(' ').take(pad));
+                line.extend(std::iter::repeat_n(' ', pad));
             } else {
-                line.extend(std::iter::repeat(' ').take(pad));
+                line.extend(std::iter::repeat_n(' ', pad));
                 line.push_str(cell);
             }
         }

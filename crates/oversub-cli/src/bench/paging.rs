@@ -164,7 +164,12 @@ impl Fd {
         // SAFETY: c is a valid NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
         if fd < 0 {
-            return Err(format!("open {}: {}", path.display(), std::io::Error::last_os_error()).into());
+            return Err(format!(
+                "open {}: {}",
+                path.display(),
+                std::io::Error::last_os_error()
+            )
+            .into());
         }
         Ok(Fd(fd))
     }
@@ -293,7 +298,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         let ptr = space.host_ptr(buffer)?;
         // SAFETY: the buffer is resident and `size` bytes long; nothing else accesses it now.
         let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, size) };
-        fill_random(bytes, 0x0DDB_A11);
+        fill_random(bytes, 0x00DD_BA11);
     }
 
     // Baseline resources: raw engine and its preallocated, prefaulted buffer (random bytes, also the write source).
@@ -327,10 +332,13 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let steps = args.samples as u64 * 9;
     let bar = ProgressBar::new(steps);
     bar.set_style(
-        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg} (eta {eta})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg} (eta {eta})",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
     );
-    let mut samples: BTreeMap<&'static str, Vec<f64>> = NAMES.iter().map(|n| (*n, Vec::new())).collect();
+    let mut samples: BTreeMap<&'static str, Vec<f64>> =
+        NAMES.iter().map(|n| (*n, Vec::new())).collect();
     let mut push = |name: &'static str, d: Duration| {
         if let Some(v) = samples.get_mut(name) {
             v.push(d.as_secs_f64());
@@ -541,25 +549,47 @@ fn ratios(r: &BTreeMap<&'static str, Summary>) -> Vec<Ratio> {
         paper,
     };
     vec![
-        at_least("direct_read / oversub_page_in (median)", median(r, "direct_read") / page_in, 1.0, Some(1.19)),
+        at_least(
+            "direct_read / oversub_page_in (median)",
+            median(r, "direct_read") / page_in,
+            1.0,
+            Some(1.19),
+        ),
         at_least(
             "demand_paging_read / oversub_page_in (median)",
             median(r, "demand_paging_read") / page_in,
             3.0,
             Some(3.8),
         ),
-        at_least("raw_limit_read / oversub_page_in (median)", median(r, "raw_limit_read") / page_in, 0.9, None),
-        at_least("direct_write / oversub_page_out (median)", median(r, "direct_write") / page_out, 1.0, Some(1.02)),
-        at_least("raw_limit_write / oversub_page_out (median)", median(r, "raw_limit_write") / page_out, 0.9, None),
+        at_least(
+            "raw_limit_read / oversub_page_in (median)",
+            median(r, "raw_limit_read") / page_in,
+            0.9,
+            None,
+        ),
+        at_least(
+            "direct_write / oversub_page_out (median)",
+            median(r, "direct_write") / page_out,
+            1.0,
+            Some(1.02),
+        ),
+        at_least(
+            "raw_limit_write / oversub_page_out (median)",
+            median(r, "raw_limit_write") / page_out,
+            0.9,
+            None,
+        ),
         at_most(
             "async page-in (start + finish) / oversub_page_in (mean)",
-            (mean(r, "async_page_in_start") + mean(r, "async_page_in_finish")) / mean(r, "oversub_page_in"),
+            (mean(r, "async_page_in_start") + mean(r, "async_page_in_finish"))
+                / mean(r, "oversub_page_in"),
             0.10,
             Some(0.70),
         ),
         at_most(
             "async page-out (start + finish) / oversub_page_out (mean)",
-            (mean(r, "async_page_out_start") + mean(r, "async_page_out_finish")) / mean(r, "oversub_page_out"),
+            (mean(r, "async_page_out_start") + mean(r, "async_page_out_finish"))
+                / mean(r, "oversub_page_out"),
             0.05,
             Some(0.20),
         ),
@@ -590,7 +620,19 @@ fn print_tables(size: u64, results: &BTreeMap<&'static str, Summary>, ratios: &[
         .collect();
     println!(
         "{}",
-        text_table(&["measurement", "min", "median", "mean", "p99", "max", "std dev", "median rate"], &rows)
+        text_table(
+            &[
+                "measurement",
+                "min",
+                "median",
+                "mean",
+                "p99",
+                "max",
+                "std dev",
+                "median rate"
+            ],
+            &rows
+        )
     );
     let rows: Vec<Vec<String>> = ratios
         .iter()
@@ -604,10 +646,17 @@ fn print_tables(size: u64, results: &BTreeMap<&'static str, Summary>, ratios: &[
             ]
         })
         .collect();
-    println!("{}", text_table(&["ratio", "value", "target", "", "paper"], &rows));
+    println!(
+        "{}",
+        text_table(&["ratio", "value", "target", "", "paper"], &rows)
+    );
 }
 
-fn write_plots(path: &Path, size: u64, samples: &BTreeMap<&'static str, Vec<f64>>) -> Result<(), BoxError> {
+fn write_plots(
+    path: &Path,
+    size: u64,
+    samples: &BTreeMap<&'static str, Vec<f64>>,
+) -> Result<(), BoxError> {
     let series = |names: &[&str]| -> Vec<BoxSeries> {
         names
             .iter()
@@ -622,11 +671,18 @@ fn write_plots(path: &Path, size: u64, samples: &BTreeMap<&'static str, Vec<f64>
         y_label: "time".into(),
         series: series(&NAMES[..7]),
     };
-    main.write_svg(path).map_err(|e| format!("writing {}: {e}", path.display()))?;
-    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "plot".into());
+    main.write_svg(path)
+        .map_err(|e| format!("writing {}: {e}", path.display()))?;
+    let stem = path
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "plot".into());
     let async_path = path.with_file_name(format!("{stem}-async.svg"));
     let asyncs = BoxPlot {
-        title: format!("Time inside the async calls, {} (Fig. 13)", format_bytes(size)),
+        title: format!(
+            "Time inside the async calls, {} (Fig. 13)",
+            format_bytes(size)
+        ),
         y_label: "time".into(),
         series: series(&NAMES[7..]),
     };

@@ -209,12 +209,13 @@ impl Worker {
             if !self.disconnected && !self.wake_armed {
                 self.arm_wake();
             }
-            if self.disconnected
-                && self.pending.is_empty()
-                && self.in_flight == 0
-                && !self.wake_armed
-            {
-                break;
+            if self.disconnected && self.pending.is_empty() && self.in_flight == 0 {
+                if !self.wake_armed {
+                    break;
+                }
+                // Drop's wake-up normally completes the armed read; wake ourselves too
+                // so a lost write cannot leave us waiting forever.
+                wake(self.wake.as_raw_fd());
             }
             match self.ring.submit_and_wait(1) {
                 Ok(_) => idle_errors = 0,
