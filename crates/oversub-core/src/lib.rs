@@ -5,6 +5,32 @@
 //! (start, then [`Ticket::finish`]). A buffer keeps its device address across a page-out/page-in cycle, and its
 //! memory is really given back while it is out. Read-only buffers are written to the store once. Each address space
 //! has its own lock; the only global state (capacity accounting, store slots) is atomics or a short lock.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use std::sync::Arc;
+//! use oversub_accel::HostMemory;
+//! use oversub_core::{BufferFlags, BufferState, Pool, PoolConfig};
+//! use oversub_io::SwapStore;
+//!
+//! let store = Arc::new(SwapStore::builder().capacity_bytes(64 << 20).create_temp(&std::env::temp_dir())?);
+//! let pool = Pool::new(PoolConfig::new(16 << 20), Arc::new(HostMemory::default()), store)?;
+//! let space = pool.address_space();
+//! let weights = space.alloc(8 << 20, BufferFlags::READ_ONLY)?; // written to the store once
+//! space.write(weights, 0, b"layer 0")?;
+//! let addr = space.info(weights)?.addr;
+//! space.page_out(weights)?; // write, then give the memory back
+//! assert_eq!(space.info(weights)?.state, BufferState::PagedOut);
+//! let ticket = space.page_in_async(weights)?; // read submitted; other work can run now
+//! ticket.finish()?;
+//! assert_eq!(space.info(weights)?.addr, addr); // same address...
+//! let mut back = [0u8; 7];
+//! space.read(weights, 0, &mut back)?;
+//! assert_eq!(&back, b"layer 0"); // ...same bytes
+//! space.page_out_all()?;
+//! # Ok(())
+//! # }
+//! ```
 
 mod error;
 mod pool;

@@ -92,6 +92,20 @@ pub struct PagingArgs {
     /// Verify a checksum at every page-in (adds a pass over the bytes to each side).
     #[arg(long)]
     verify: bool,
+    /// How to empty the page cache before each read: drop-caches (system-wide, needs root), fadvise (the store's
+    /// pages only), or auto (drop-caches when allowed, else fadvise).
+    #[arg(long, value_enum, default_value_t = CacheDropArg::Auto)]
+    cache_drop: CacheDropArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum CacheDropArg {
+    /// drop-caches when allowed, else fadvise.
+    Auto,
+    /// echo 3 > /proc/sys/vm/drop_caches (page, dentry and inode caches, as in the paper).
+    DropCaches,
+    /// posix_fadvise(DONTNEED) on the store.
+    Fadvise,
 }
 
 /// The measurement names, in report order (also the JSON keys).
@@ -118,13 +132,22 @@ enum CacheDrop {
 }
 
 impl CacheDrop {
-    fn detect() -> CacheDrop {
-        if write_drop_caches().is_ok() {
+    fn choose(arg: CacheDropArg) -> Result<CacheDrop, BoxError> {
+        match arg {
+            CacheDropArg::Fadvise => return Ok(CacheDrop::Fadvise),
+            CacheDropArg::DropCaches => {
+                write_drop_caches()
+                    .map_err(|e| format!("cannot write /proc/sys/vm/drop_caches: {e}"))?;
+                return Ok(CacheDrop::DropCaches);
+            }
+            CacheDropArg::Auto => {}
+        }
+        Ok(if write_drop_caches().is_ok() {
             CacheDrop::DropCaches
         } else {
             tracing::info!("cannot write /proc/sys/vm/drop_caches; dropping the store's pages with posix_fadvise");
             CacheDrop::Fadvise
-        }
+        })
     }
 
     fn name(self) -> &'static str {
@@ -316,7 +339,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         tracing::warn!("the store refuses O_DIRECT: the direct-I/O baselines run buffered too");
     }
     let rw_fd = Fd::open(&path, libc::O_RDWR | direct_flag)?;
-    let cache = CacheDrop::detect();
+    let cache = CacheDrop::choose(args.cache_drop)?;
 
     eprintln!(
         "oversub bench paging: {} on {} ({}, {}), engine {engine_name}, max I/O {}, queue depth {}, cache drop {}",
