@@ -284,15 +284,21 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let _cleanup = RemoveOnDrop(created.then(|| path.clone()));
     let capacity = args.size.next_multiple_of(2 * MIB);
     let builder = SwapStore::builder()
-        .capacity_bytes(capacity)
         .max_io_bytes(max_io)
         .queue_depth(args.queue_depth)
         .engine_choice(args.engine.into())
         .keep(true);
+    let is_block_device = {
+        use std::os::unix::fs::FileTypeExt;
+        std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_block_device())
+    };
     let store = if created {
-        builder.create(&path)?
-    } else {
+        builder.capacity_bytes(capacity).create(&path)?
+    } else if is_block_device {
+        // Use the whole device; the size check below says when it is too small.
         builder.open(&path)?
+    } else {
+        builder.capacity_bytes(capacity).open(&path)?
     };
     if store.capacity_bytes() < args.size {
         return Err(format!(
