@@ -266,6 +266,36 @@ struct Report {
     queue_depth: usize,
     results: BTreeMap<&'static str, Summary>,
     ratios: Vec<Ratio>,
+    /// The pager's I/O engine counters over the whole run.
+    pager_io: PagerIo,
+}
+
+#[derive(Debug, Serialize)]
+struct PagerIo {
+    read_requests: u64,
+    write_requests: u64,
+    bytes_read: u64,
+    bytes_written: u64,
+    errors: u64,
+    mean_request_latency_s: f64,
+}
+
+impl From<oversub_io::IoCountersSnapshot> for PagerIo {
+    fn from(c: oversub_io::IoCountersSnapshot) -> Self {
+        let requests = c.reads + c.writes;
+        PagerIo {
+            read_requests: c.reads,
+            write_requests: c.writes,
+            bytes_read: c.bytes_read,
+            bytes_written: c.bytes_written,
+            errors: c.errors,
+            mean_request_latency_s: if requests == 0 {
+                0.0
+            } else {
+                c.latency_ns_total as f64 / requests as f64 / 1e9
+            },
+        }
+    }
 }
 
 pub fn run(args: PagingArgs) -> Result<(), BoxError> {
@@ -462,6 +492,16 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         .collect();
     let ratios = ratios(&results);
     print_tables(args.size, &results, &ratios);
+    let pager_io = PagerIo::from(store.engine().counters());
+    println!(
+        "pager I/O: {} read in {} requests, {} written in {} requests, {} errors, mean request latency {}",
+        format_bytes(pager_io.bytes_read),
+        pager_io.read_requests,
+        format_bytes(pager_io.bytes_written),
+        pager_io.write_requests,
+        pager_io.errors,
+        format_seconds(pager_io.mean_request_latency_s)
+    );
 
     let report = Report {
         size_bytes: args.size,
@@ -475,6 +515,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         queue_depth: args.queue_depth,
         results,
         ratios,
+        pager_io,
     };
     if let Some(json) = &args.json {
         std::fs::write(json, serde_json::to_string_pretty(&report)?)
