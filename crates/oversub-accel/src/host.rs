@@ -1,7 +1,7 @@
 //! The host backend: device memory is system DRAM, as on an integrated GPU (NVIDIA Jetson and the like).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::{round_up, AccelError, DeviceMemory, DevicePtr, Reservation};
 
@@ -27,8 +27,10 @@ pub struct HostMemory {
     config: HostMemoryConfig,
     page_bytes: usize,
     /// Live reservations (address -> mapped length): every call checks its range against them, so a forged or stale
-    /// `Reservation` can never make us `mprotect` or `munmap` memory we do not own.
-    reservations: Mutex<BTreeMap<u64, usize>>,
+    /// `Reservation` can never make us `mprotect` or `munmap` memory we do not own. Calls hold the read lock from
+    /// the check through their system call, and `unreserve` holds the write lock across `munmap` and the removal, so
+    /// an address the kernel hands out again is never touched on behalf of the range that used to live there.
+    reservations: RwLock<BTreeMap<u64, usize>>,
 }
 
 impl Default for HostMemory {
@@ -48,15 +50,20 @@ impl HostMemory {
                 .ok()
                 .filter(|p| *p > 0)
                 .unwrap_or(4096),
-            reservations: Mutex::new(BTreeMap::new()),
+            reservations: RwLock::new(BTreeMap::new()),
         }
     }
 
-    fn check(&self, range: &Reservation) -> Result<(), AccelError> {
-        let map = self
-            .reservations
-            .lock()
-            .map_err(|_| AccelError::InvalidArgument("reservation table poisoned".into()))?;
+    // The table is consistent after every single insert or remove, so a panic elsewhere is no reason to refuse it.
+    fn table(&self) -> RwLockReadGuard<'_, BTreeMap<u64, usize>> {
+        self.reservations.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn table_mut(&self) -> RwLockWriteGuard<'_, BTreeMap<u64, usize>> {
+        self.reservations.write().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn is_reservation(map: &BTreeMap<u64, usize>, range: &Reservation) -> Result<(), AccelError> {
         match map.get(&range.addr.0) {
             Some(&len) if len == range.len => Ok(()),
             _ => Err(AccelError::InvalidArgument(format!(
@@ -66,11 +73,23 @@ impl HostMemory {
         }
     }
 
-    fn check_span(&self, addr: DevicePtr, len: usize) -> Result<(), AccelError> {
-        let map = self
-            .reservations
-            .lock()
-            .map_err(|_| AccelError::InvalidArgument("reservation table poisoned".into()))?;
+    /// The table, read-locked, after checking that `range` is one of ours.
+    fn check(
+        &self,
+        range: &Reservation,
+    ) -> Result<RwLockReadGuard<'_, BTreeMap<u64, usize>>, AccelError> {
+        let map = self.table();
+        Self::is_reservation(&map, range)?;
+        Ok(map)
+    }
+
+    /// The table, read-locked, after checking that `[addr, addr + len)` lies inside one reservation.
+    fn check_span(
+        &self,
+        addr: DevicePtr,
+        len: usize,
+    ) -> Result<RwLockReadGuard<'_, BTreeMap<u64, usize>>, AccelError> {
+        let map = self.table();
         let inside = map
             .range(..=addr.0)
             .next_back()
@@ -80,7 +99,7 @@ impl HostMemory {
                     .is_some_and(|end| end <= start + rlen as u64)
             });
         if inside {
-            Ok(())
+            Ok(map)
         } else {
             Err(AccelError::InvalidArgument(format!(
                 "{addr} (+{len} bytes) is outside every reservation"
@@ -89,7 +108,8 @@ impl HostMemory {
     }
 
     fn protect(range: &Reservation, prot: libc::c_int) -> Result<(), AccelError> {
-        // SAFETY: the range was checked to be one of our own anonymous mappings.
+        // SAFETY: callers checked the range is one of our own anonymous mappings and hold the table's read lock, so
+        // it cannot be unmapped and reused meanwhile.
         let rc = unsafe { libc::mprotect(range.addr.0 as *mut libc::c_void, range.len, prot) };
         if rc != 0 {
             return Err(AccelError::last_os("mprotect"));
@@ -98,7 +118,9 @@ impl HostMemory {
     }
 }
 
-impl DeviceMemory for HostMemory {
+// SAFETY: every range is checked against our own table under its lock before any system call, the host pointer of
+// a reservation is its mapped address, and decommit/unreserve only touch memory the caller gives up.
+unsafe impl DeviceMemory for HostMemory {
     fn name(&self) -> &'static str {
         "host"
     }
@@ -165,30 +187,20 @@ impl DeviceMemory for HostMemory {
             addr: DevicePtr(start as u64),
             len,
         };
-        match self.reservations.lock() {
-            Ok(mut map) => {
-                map.insert(start as u64, len);
-                Ok(range)
-            }
-            Err(_) => {
-                // SAFETY: the mapping was created above and is not yet known to anyone.
-                unsafe { libc::munmap(start as *mut libc::c_void, len) };
-                Err(AccelError::InvalidArgument(
-                    "reservation table poisoned".into(),
-                ))
-            }
-        }
+        self.table_mut().insert(start as u64, len);
+        Ok(range)
     }
 
     fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
-        self.check(range)?;
+        let _table = self.check(range)?;
         // Pages appear (zero-filled) on first touch; the storage read that follows a page-in touches them all.
         Self::protect(range, libc::PROT_READ | libc::PROT_WRITE)
     }
 
-    fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
-        self.check(range)?;
-        // SAFETY: the range is one of our own private anonymous mappings; dropping its pages is the intent.
+    unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
+        let _table = self.check(range)?;
+        // SAFETY: the range is one of our own private anonymous mappings (held so by the read lock); dropping its
+        // pages is the intent.
         let rc = unsafe {
             libc::madvise(
                 range.addr.0 as *mut libc::c_void,
@@ -202,16 +214,16 @@ impl DeviceMemory for HostMemory {
         Self::protect(range, libc::PROT_NONE)
     }
 
-    fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
-        self.check(&range)?;
-        // SAFETY: the range is one of our own mappings and the caller gives it up.
+    unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
+        let mut map = self.table_mut();
+        Self::is_reservation(&map, &range)?;
+        // SAFETY: the range is one of our own mappings and the caller gives it up; the write lock keeps every other
+        // call off it until it is out of the table.
         let rc = unsafe { libc::munmap(range.addr.0 as *mut libc::c_void, range.len) };
         if rc != 0 {
             return Err(AccelError::last_os("munmap"));
         }
-        if let Ok(mut map) = self.reservations.lock() {
-            map.remove(&range.addr.0);
-        }
+        map.remove(&range.addr.0);
         Ok(())
     }
 
@@ -220,12 +232,12 @@ impl DeviceMemory for HostMemory {
     }
 
     fn host_ptr(&self, range: &Reservation) -> Option<*mut u8> {
-        self.check(range).ok()?;
+        let _table = self.check(range).ok()?;
         Some(range.addr.0 as *mut u8)
     }
 
     unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError> {
-        self.check_span(src, dst.len())?;
+        let _table = self.check_span(src, dst.len())?;
         // SAFETY: the caller guarantees the source span is committed and not written meanwhile; dst is a distinct
         // host slice (a device reservation is never handed out as a Rust slice).
         unsafe { std::ptr::copy_nonoverlapping(src.0 as *const u8, dst.as_mut_ptr(), dst.len()) };
@@ -233,14 +245,14 @@ impl DeviceMemory for HostMemory {
     }
 
     unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError> {
-        self.check_span(dst, src.len())?;
+        let _table = self.check_span(dst, src.len())?;
         // SAFETY: the caller guarantees the destination span is committed and not accessed meanwhile.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst.0 as *mut u8, src.len()) };
         Ok(())
     }
 
     fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError> {
-        self.check(range)?;
+        let _table = self.check(range)?;
         let pages = range.len.div_ceil(self.page_bytes);
         let mut vec = vec![0u8; pages];
         // SAFETY: the range is our own mapping and vec holds one byte per page of it.
@@ -262,11 +274,13 @@ impl DeviceMemory for HostMemory {
 impl Drop for HostMemory {
     fn drop(&mut self) {
         // Reservations still alive belong to buffers nobody can free any more: give the address space back.
-        if let Ok(map) = self.reservations.get_mut() {
-            for (&addr, &len) in map.iter() {
-                // SAFETY: every entry is a mapping this backend created and still owns.
-                unsafe { libc::munmap(addr as *mut libc::c_void, len) };
-            }
+        let map = self
+            .reservations
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner());
+        for (&addr, &len) in map.iter() {
+            // SAFETY: every entry is a mapping this backend created and still owns.
+            unsafe { libc::munmap(addr as *mut libc::c_void, len) };
         }
     }
 }
@@ -307,7 +321,8 @@ mod tests {
             dev.commit(&r).unwrap();
             touch(&r, 0xAB);
             assert_eq!(dev.resident_bytes(&r).unwrap(), Some(8 << 20));
-            dev.decommit(&r).unwrap();
+            // SAFETY: nothing uses the range's memory now.
+            unsafe { dev.decommit(&r).unwrap() };
             assert_eq!(dev.resident_bytes(&r).unwrap(), Some(0));
             // No access while decommitted: a touch would fault rather than read stale bytes.
             assert!(maps_line(r.addr.0).contains(" ---p "));
@@ -316,7 +331,8 @@ mod tests {
             // SAFETY: committed above.
             unsafe { dev.copy_to_host(r.addr, &mut back).unwrap() };
             assert_eq!(back, vec![0u8; 16], "fresh pages after a decommit are zero");
-            dev.unreserve(r).unwrap();
+            // SAFETY: the test is done with the range.
+            unsafe { dev.unreserve(r).unwrap() };
         }
     }
 
@@ -325,7 +341,8 @@ mod tests {
         let dev = HostMemory::default();
         let r = dev.reserve(1).unwrap();
         assert_eq!(r.len, dev.granularity());
-        dev.unreserve(r).unwrap();
+        // SAFETY: the test is done with the range.
+        unsafe { dev.unreserve(r).unwrap() };
         assert!(dev.reserve(0).is_err());
         assert!(dev.reserve(usize::MAX).is_err());
     }
@@ -339,14 +356,38 @@ mod tests {
             len: 4096,
         };
         assert!(dev.commit(&forged).is_err());
-        assert!(dev.decommit(&forged).is_err());
+        // SAFETY: the call must refuse the forged range before touching it.
+        assert!(unsafe { dev.decommit(&forged) }.is_err());
         assert!(dev.host_ptr(&forged).is_none());
         let mut buf = [0u8; 8];
         // SAFETY: the call must refuse the span before touching it.
         let outside = unsafe { dev.copy_to_host(r.addr.offset(1 << 16), &mut buf) };
         assert!(outside.is_err());
-        dev.unreserve(r).unwrap();
+        // SAFETY: the test is done with the range.
+        unsafe { dev.unreserve(r).unwrap() };
         assert!(dev.commit(&r).is_err(), "a released range is unknown");
+    }
+
+    #[test]
+    fn reserve_and_unreserve_race_safely() {
+        let dev = std::sync::Arc::new(HostMemory::new(HostMemoryConfig { huge_pages: false }));
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let dev = dev.clone();
+                std::thread::spawn(move || {
+                    for _ in 0..2000 {
+                        let r = dev.reserve(1 << 16).unwrap();
+                        dev.commit(&r).unwrap();
+                        // SAFETY: this thread owns the range and is done with it.
+                        unsafe { dev.unreserve(r).unwrap() };
+                    }
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap();
+        }
+        assert!(dev.table().is_empty());
     }
 
     #[test]
@@ -361,6 +402,7 @@ mod tests {
         // SAFETY: committed above.
         unsafe { dev.copy_to_host(r.addr, &mut back).unwrap() };
         assert_eq!(back, data);
-        dev.unreserve(r).unwrap();
+        // SAFETY: the test is done with the range.
+        unsafe { dev.unreserve(r).unwrap() };
     }
 }

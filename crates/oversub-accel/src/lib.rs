@@ -51,7 +51,13 @@ impl Reservation {
 ///
 /// A CUDA backend maps these onto `cuMemAddressReserve`, `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`,
 /// `cuMemUnmap` + `cuMemRelease`, `cuMemAddressFree` and `cuMemcpy*Async` on a stream.
-pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
+///
+/// # Safety
+/// The pager does direct I/O into the memory this trait describes, so implementations promise: a committed range is
+/// readable and writable for its whole length at its address until it is decommitted or unreserved; `host_ptr`
+/// returns that address (or `None`), never anything else; ranges that are not live reservations of this backend
+/// are refused with an error instead of being acted on; and no call touches memory outside the range it is given.
+pub unsafe trait DeviceMemory: Send + Sync + std::fmt::Debug {
     /// Short backend name for logs and reports ("host", "cuda").
     fn name(&self) -> &'static str;
 
@@ -70,10 +76,16 @@ pub trait DeviceMemory: Send + Sync + std::fmt::Debug {
     fn commit(&self, range: &Reservation) -> Result<(), AccelError>;
 
     /// Unmaps and releases the range's physical memory; the address stays reserved and accesses fault.
-    fn decommit(&self, range: &Reservation) -> Result<(), AccelError>;
+    ///
+    /// # Safety
+    /// Nothing may use the range's memory any more (no pending I/O, copy, kernel or reference into it).
+    unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError>;
 
     /// Gives the address range back. Its memory is released first if it is still committed.
-    fn unreserve(&self, range: Reservation) -> Result<(), AccelError>;
+    ///
+    /// # Safety
+    /// As for [`decommit`](Self::decommit); the address may be handed out again afterwards.
+    unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError>;
 
     /// Waits for outstanding device work (kernels, copies) so the memory may be read or released.
     fn synchronize(&self) -> Result<(), AccelError>;

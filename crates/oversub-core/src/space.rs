@@ -161,14 +161,30 @@ enum OpFailure {
     Release(AccelError),
 }
 
+/// A failed operation and whether its memory is already given back.
+#[derive(Debug)]
+struct Failed {
+    cause: OpFailure,
+    memory_released: bool,
+}
+
+impl Failed {
+    fn kept_memory(cause: OpFailure) -> Self {
+        Failed {
+            cause,
+            memory_released: false,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct OpState {
-    outcome: Mutex<Option<Result<(), OpFailure>>>,
+    outcome: Mutex<Option<Result<(), Failed>>>,
     done: Condvar,
 }
 
 impl OpState {
-    fn complete(&self, outcome: Result<(), OpFailure>) {
+    fn complete(&self, outcome: Result<(), Failed>) {
         *lock(&self.outcome) = Some(outcome);
         self.done.notify_all();
     }
@@ -177,7 +193,7 @@ impl OpState {
         lock(&self.outcome).is_some()
     }
 
-    fn wait(&self) -> Result<(), OpFailure> {
+    fn wait(&self) -> Result<(), Failed> {
         let mut guard = lock(&self.outcome);
         loop {
             if let Some(outcome) = guard.take() {
@@ -210,6 +226,9 @@ struct Entry {
     stored: bool,
     checksum: Option<u64>,
     op: Option<Arc<OpState>>,
+    /// The reservation's memory counts against the pool: from alloc or page-in start until the memory is known to
+    /// be released (a decommit that failed leaves it charged, so the accounting never undercounts).
+    charged: bool,
 }
 
 #[derive(Debug, Default)]
@@ -288,13 +307,15 @@ impl AddressSpace {
             // Keep the accounting exact even if a backend rounds differently than its granularity says.
             pool.refund(charged);
             if let Err(e) = pool.charge(reservation.len as u64) {
-                let _ = pool.device.unreserve(reservation);
+                // SAFETY: the range was reserved just now and nobody has seen it.
+                let _ = unsafe { pool.device.unreserve(reservation) };
                 return Err(e);
             }
         }
         if let Err(e) = pool.device.commit(&reservation) {
             pool.refund(reservation.len as u64);
-            let _ = pool.device.unreserve(reservation);
+            // SAFETY: as above.
+            let _ = unsafe { pool.device.unreserve(reservation) };
             return Err(e.into());
         }
         let mut st = lock(&self.shared.state);
@@ -312,6 +333,7 @@ impl AddressSpace {
                 stored: false,
                 checksum: None,
                 op: None,
+                charged: true,
             },
         );
         let buffer = Buffer {
@@ -446,11 +468,10 @@ impl AddressSpace {
         let op = Arc::new(OpState::default());
         if e.flags.read_only && e.stored {
             // The store already holds these bytes: only the memory goes.
-            op.complete(
-                pool.device
-                    .decommit(&e.reservation)
-                    .map_err(OpFailure::Release),
-            );
+            // SAFETY: the buffer is resident with no operation in flight and the space lock is held, so nothing of
+            // ours uses its memory; callers' own pointers are void once they page the buffer out.
+            let released = unsafe { pool.device.decommit(&e.reservation) };
+            op.complete(released.map_err(|e| Failed::kept_memory(OpFailure::Release(e))));
         } else {
             let ptr = SendPtr(
                 pool.device
@@ -469,8 +490,10 @@ impl AddressSpace {
                 let reservation = e.reservation;
                 Box::new(move |result: Result<oversub_io::IoDone, IoError>| {
                     let outcome = match result {
-                        Ok(_) => device.decommit(&reservation).map_err(OpFailure::Release),
-                        Err(err) => Err(OpFailure::Io(err)),
+                        // SAFETY: the write is complete and the buffer is PagingOut, so nothing uses its memory.
+                        Ok(_) => unsafe { device.decommit(&reservation) }
+                            .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
+                        Err(err) => Err(Failed::kept_memory(OpFailure::Io(err))),
                     };
                     op.complete(outcome);
                 })
@@ -516,11 +539,17 @@ impl AddressSpace {
             .slot
             .as_ref()
             .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
-        let charged = e.reservation.len as u64;
-        pool.charge(charged)?;
+        let charge_bytes = e.reservation.len as u64;
+        // A buffer whose last release failed is still charged; never count it twice.
+        let newly_charged = !e.charged;
+        if newly_charged {
+            pool.charge(charge_bytes)?;
+        }
         let undo = |err: PagerError| {
-            let _ = pool.device.decommit(&e.reservation);
-            pool.refund(charged);
+            // SAFETY: the read was not submitted, so nothing uses the memory just committed.
+            if unsafe { pool.device.decommit(&e.reservation) }.is_ok() && newly_charged {
+                pool.refund(charge_bytes);
+            }
             err
         };
         pool.device
@@ -545,13 +574,19 @@ impl AddressSpace {
                         outcome = Err(OpFailure::Checksum { expected, actual });
                     }
                 }
+                let mut released = false;
                 if outcome.is_err() {
                     // Give the memory back now; finish only has to settle the state.
-                    if let Err(err) = device.decommit(&reservation) {
-                        tracing::warn!("decommit after a failed page-in: {err}");
+                    // SAFETY: the read is over and the buffer is PagingIn, so nothing uses its memory.
+                    match unsafe { device.decommit(&reservation) } {
+                        Ok(()) => released = true,
+                        Err(err) => tracing::warn!("decommit after a failed page-in: {err}"),
                     }
                 }
-                op.complete(outcome);
+                op.complete(outcome.map_err(|cause| Failed {
+                    cause,
+                    memory_released: released,
+                }));
             })
         };
         let mem = [IoVec {
@@ -563,6 +598,7 @@ impl AddressSpace {
         unsafe { pool.store.submit(Direction::Read, slot, &mem, on_done) }
             .map_err(|err| undo(err.into()))?;
         e.state = BufferState::PagingIn;
+        e.charged = true;
         e.op = Some(Arc::clone(&op));
         tracing::debug!(%buffer, "page-in started");
         Ok(Ticket {
@@ -582,8 +618,9 @@ impl AddressSpace {
         ticket.finish()
     }
 
-    /// Starts a page-out of every resident pageable buffer. If one cannot start, those already started are
-    /// finished and the error is returned.
+    /// Starts a page-out of every resident pageable buffer. Buffers that other threads free or page meanwhile are
+    /// skipped. If one cannot start (full store, I/O error), those already started are finished and the error is
+    /// returned.
     pub fn page_out_all_async(&self) -> Result<Vec<Ticket>, PagerError> {
         self.start_all(BufferState::Resident, |b| self.page_out_async(b))
     }
@@ -623,6 +660,13 @@ impl AddressSpace {
         for buffer in targets {
             match start(buffer) {
                 Ok(t) => tickets.push(t),
+                // Another thread freed or paged this buffer since the list was taken: not ours to do any more.
+                Err(
+                    PagerError::UnknownBuffer(_)
+                    | PagerError::AlreadyPagedOut(_)
+                    | PagerError::AlreadyResident(_)
+                    | PagerError::OperationInFlight { .. },
+                ) => {}
                 Err(e) => {
                     let _ = finish_all(tickets);
                     return Err(e);
@@ -699,22 +743,34 @@ impl SpaceShared {
             ));
         }
         e.op = None;
-        let charged = e.reservation.len as u64;
+        let bytes = e.reservation.len as u64;
+        let uncharge = |e: &mut Entry| {
+            if e.charged {
+                pool.refund(bytes);
+                e.charged = false;
+            }
+        };
         let result = match (kind, outcome) {
             (OpKind::PageOut, Ok(())) => {
                 e.state = BufferState::PagedOut;
                 e.stored = true;
-                pool.refund(charged);
+                uncharge(e);
                 Ok(())
             }
-            (OpKind::PageOut, Err(OpFailure::Release(err))) => {
-                // The bytes are safely stored; count the buffer as out. A later commit makes the range usable again.
+            (
+                OpKind::PageOut,
+                Err(Failed {
+                    cause: OpFailure::Release(err),
+                    ..
+                }),
+            ) => {
+                // The bytes are safely stored, so the buffer counts as out; its memory may not be released, so it
+                // stays charged until a page-in (which commits the range again) or free.
                 e.state = BufferState::PagedOut;
                 e.stored = true;
-                pool.refund(charged);
                 Err(err.into())
             }
-            (OpKind::PageOut, Err(failure)) => {
+            (OpKind::PageOut, Err(failed)) => {
                 // The memory was never released, so the buffer is intact where it was; the slot goes back.
                 e.state = BufferState::Resident;
                 if !e.stored {
@@ -723,7 +779,7 @@ impl SpaceShared {
                     }
                     e.checksum = None;
                 }
-                Err(failure_to_error(buffer, failure))
+                Err(failure_to_error(buffer, failed.cause))
             }
             (OpKind::PageIn, Ok(())) => {
                 e.state = BufferState::Resident;
@@ -737,11 +793,13 @@ impl SpaceShared {
                 }
                 Ok(())
             }
-            (OpKind::PageIn, Err(failure)) => {
-                // on_done already released the memory; the stored copy is untouched.
+            (OpKind::PageIn, Err(failed)) => {
+                // The stored copy is untouched; the memory was given back by on_done unless that failed.
                 e.state = BufferState::PagedOut;
-                pool.refund(charged);
-                Err(failure_to_error(buffer, failure))
+                if failed.memory_released {
+                    uncharge(e);
+                }
+                Err(failure_to_error(buffer, failed.cause))
             }
         };
         tracing::debug!(%buffer, ?kind, ok = result.is_ok(), "finished");
@@ -753,10 +811,11 @@ impl SpaceShared {
         if let Some(slot) = e.slot {
             self.pool.store.release(slot);
         }
-        if e.state == BufferState::Resident {
+        if e.charged {
             self.pool.refund(e.reservation.len as u64);
         }
-        self.pool.device.unreserve(e.reservation)?;
+        // SAFETY: the entry is out of the table with no operation in flight, so nothing of ours uses the range.
+        unsafe { self.pool.device.unreserve(e.reservation) }?;
         Ok(())
     }
 }

@@ -631,9 +631,12 @@ impl SwapStore {
     /// Drops the file's page cache (`posix_fadvise(DONTNEED)`), e.g. before timing
     /// reads of a buffered store.
     pub fn drop_cache(&self) -> std::io::Result<()> {
-        // SAFETY: plain syscall on our fd.
-        let rc =
-            unsafe { libc::posix_fadvise(self.fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED) };
+        // DONTNEED skips dirty pages, so write them back first.
+        // SAFETY: plain syscalls on our fd.
+        let rc = unsafe {
+            libc::fdatasync(self.fd.as_raw_fd());
+            libc::posix_fadvise(self.fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+        };
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
         }

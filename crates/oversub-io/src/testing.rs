@@ -66,7 +66,8 @@ impl FailingEngine {
     }
 }
 
-impl IoEngine for FailingEngine {
+// SAFETY: forwards to a real engine and completes injected failures only after the inner batch finished, or without submitting anything.
+unsafe impl IoEngine for FailingEngine {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -164,7 +165,8 @@ impl CountingEngine {
     }
 }
 
-impl IoEngine for CountingEngine {
+// SAFETY: forwards every call unchanged to the inner engine.
+unsafe impl IoEngine for CountingEngine {
     fn name(&self) -> &'static str {
         self.inner.name()
     }
@@ -174,6 +176,8 @@ impl IoEngine for CountingEngine {
     }
 
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        // Lengths are summed below; refuse overflowing batches first, as the inner engine would.
+        crate::engine::validate_requests(&requests)?;
         let first_dir = requests.first().map(|r| r.direction);
         let mut reads = 0;
         let mut writes = 0;

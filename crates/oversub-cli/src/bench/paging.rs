@@ -161,8 +161,12 @@ impl CacheDrop {
         match self {
             CacheDrop::DropCaches => write_drop_caches()?,
             CacheDrop::Fadvise => {
-                // SAFETY: fadvise on an open fd has no memory-safety preconditions.
-                let rc = unsafe { libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED) };
+                // DONTNEED skips dirty pages (a buffered store's fresh writes): write them back first.
+                // SAFETY: fdatasync and fadvise on an open fd have no memory-safety preconditions.
+                let rc = unsafe {
+                    libc::fdatasync(fd);
+                    libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED)
+                };
                 if rc != 0 {
                     return Err(std::io::Error::from_raw_os_error(rc).into());
                 }

@@ -78,7 +78,13 @@ pub struct IoDone {
 pub type IoCallback = Box<dyn FnOnce(Result<IoDone, IoError>) + Send + 'static>;
 
 /// An asynchronous executor of batches of file I/O requests.
-pub trait IoEngine: Send + Sync + std::fmt::Debug {
+///
+/// # Safety
+/// Callers hand engines raw memory and rely on these promises: `on_done` runs exactly once per accepted batch, and
+/// only after the engine (and the kernel on its behalf) has stopped touching every iovec of the batch; when
+/// `submit` returns `Err`, `on_done` has not run and never will, and no I/O of the batch was started; nothing
+/// outside the given iovecs is read or written.
+pub unsafe trait IoEngine: Send + Sync + std::fmt::Debug {
     /// `"io_uring"` or `"psync"` (test doubles report their inner engine's name).
     fn name(&self) -> &'static str;
     /// Max requests in flight across all batches.

@@ -66,7 +66,8 @@ impl PsyncEngine {
     }
 }
 
-impl IoEngine for PsyncEngine {
+// SAFETY: each request runs to its end on one worker before the batch counter reaches zero and the callback runs; submit only fails before anything is queued.
+unsafe impl IoEngine for PsyncEngine {
     fn name(&self) -> &'static str {
         "psync"
     }
