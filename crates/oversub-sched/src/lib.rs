@@ -1,0 +1,15 @@
+//! The table-driven schedule runtime (TimeWall model, Bakita & Anderson RTSS'22 Secs. II-C and III-B).
+//!
+//! Components run in time slices from a fixed cyclic table. Because the table says what runs next, the planner
+//! pages the next component's buffers in, and a victim's out, while the current component runs ([`plan`]); the
+//! executor ([`run`]) replays the table with real timers, threads and paging, in the three modes of Figs. 6-8.
+
+pub mod config;
+pub mod model;
+pub mod plan;
+
+pub use config::{load_system, parse_system, ConfigError};
+pub use model::{
+    BufferId, BufferSpec, Component, ComponentId, DeviceKind, Platform, Slot, System, Table, Work,
+};
+pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
