@@ -7,9 +7,11 @@
 pub mod config;
 pub mod model;
 pub mod plan;
+pub mod run;
 
 pub use config::{load_system, parse_system, ConfigError};
 pub use model::{
     BufferId, BufferSpec, Component, ComponentId, DeviceKind, Platform, Slot, System, Table, Work,
 };
 pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
+pub use run::{run, OpRecord, RunError, RunOptions, RunResult, SlotRecord};

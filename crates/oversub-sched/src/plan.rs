@@ -435,13 +435,16 @@ impl<'a> PlanContext<'a> {
         // In use while this instance pages: its own buffers, those of decided instances not yet finished, and those
         // of any instance starting before this one does (they need theirs at their start).
         let mut pinned: BTreeSet<BufferId> = inst.buffers.iter().copied().collect();
+        // Times come from sums of floats: compare with a nanosecond of tolerance so that a slot ending exactly when
+        // another's paging is issued does not count as overlapping it.
+        const EPS: f64 = 1e-9;
         for (end, bufs) in &state.pending {
-            if *end > issue {
+            if *end > issue + EPS {
                 pinned.extend(bufs.iter().copied());
             }
         }
         for other in &self.instances {
-            if other.start_s < inst.start_s && other.end_s > issue {
+            if other.start_s < inst.start_s - EPS && other.end_s > issue + EPS {
                 pinned.extend(other.buffers.iter().copied());
             }
         }
@@ -576,7 +579,7 @@ impl<'a> PlanContext<'a> {
             state.last_use_s.insert(b, inst.end_s);
         }
         let issue = self.issue_s(&inst);
-        state.pending.retain(|(end, _)| *end > issue);
+        state.pending.retain(|(end, _)| *end > issue + 1e-9);
         state.pending.push((inst.end_s, inst.buffers.clone()));
 
         let paging_s: f64 = page_outs.iter().chain(&page_ins).map(|o| o.est_s).sum();
