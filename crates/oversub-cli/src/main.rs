@@ -1,5 +1,5 @@
-//! The `oversub` command: front end of the oversub libraries (benchmarks now; demo, run, plan, sim and probe as
-//! their issues land). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
+//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench; sim and probe as their
+//! issues land). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 
@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod bench;
 mod mem;
+mod sched;
 
 /// GPU memory oversubscription runtime: page whole accelerator buffers to host memory and NVMe storage.
 #[derive(Debug, Parser)]
@@ -18,6 +19,13 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
+    /// The paper's example (Figs. 5-8) run for real in all three paging modes, with an HTML report.
+    Demo(sched::DemoArgs),
+    /// Analyse a schedule before running it: feasibility per mode, paging per slot, minimum period, largest
+    /// oversubscription.
+    Plan(sched::PlanArgs),
+    /// Execute a schedule with real timers, threads and paging (async, sync or demand mode).
+    Run(sched::RunArgs),
     /// Benchmarks that compare oversub against baselines in the same run and report ratios.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -28,6 +36,9 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
         Command::Bench(cmd) => bench::run(cmd),
+        Command::Demo(args) => sched::demo_cmd(args),
+        Command::Plan(args) => sched::plan_cmd(args),
+        Command::Run(args) => sched::run_cmd(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -586,9 +586,10 @@ impl<'a> PlanContext<'a> {
         let work_s = self.work_s[inst.component];
         let eps = 1e-9;
         let mut problem = problem;
-        let (paging_start, work_start) = if issue < 0.0 {
-            // Issued before the table starts: done during set-up, however long that takes.
-            (issue, inst.start_s)
+        let no_ops = page_outs.is_empty() && page_ins.is_empty();
+        let (paging_start, work_start) = if issue < 0.0 || no_ops {
+            // Nothing to page, or issued before the table starts (done during set-up, however long that takes).
+            (issue.min(inst.start_s), inst.start_s)
         } else {
             match self.mode {
                 Mode::Async => {
@@ -623,7 +624,7 @@ impl<'a> PlanContext<'a> {
             }
         };
         let paging_end = paging_start + paging_s;
-        if paging_s > 0.0 && issue >= 0.0 {
+        if !no_ops && issue >= 0.0 {
             state.store_free_s = paging_end;
         }
         let completion = work_start + work_s;
