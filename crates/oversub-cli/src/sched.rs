@@ -804,10 +804,25 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         format_bytes(unit),
         describe_bw(bw)
     )));
-    for (i, (label, mode, table)) in runs.iter().enumerate() {
+    let mut i = 0;
+    while i < runs.len() {
+        let (label, mode, table) = runs[i].clone();
+        let (label, mode, table) = (&label, &mode, &table);
+        i += 1;
         bar.set_message(label.clone());
         let r = run_mode(table, *mode, args.hyperperiods, args.warmup, bw, true, &bar)?;
-        let name = format!("run{}-{}", i + 1, mode.name());
+        // A plan is only as good as its bandwidth estimate: when the planned minimum misses in reality, try 30%
+        // more, so the report shows a period that runs do meet.
+        if !r.met_target() && label.ends_with("at its min feasible period") {
+            let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
+            bar.inc_length((longer.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
+            runs.push((
+                format!("{mode} at 1.3 × its min feasible period"),
+                *mode,
+                longer,
+            ));
+        }
+        let name = format!("run{i}-{}", mode.name());
         let tl = timeline(
             table,
             &r,
@@ -886,31 +901,33 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         feasible_table(&paper, Mode::Sync, paper_direct).map(|s| s.table.hyperperiod_s);
     let paper_demand_p =
         feasible_table(&paper, Mode::Demand, paper_demand).map(|s| s.table.hyperperiod_s);
+    let met_in_runs = |m: Mode| {
+        results
+            .iter()
+            .filter(|(_, rm, r)| *rm == m && r.met_target())
+            .map(|(_, _, r)| r.hyperperiod_s)
+            .reduce(f64::min)
+    };
+    let cmp_row = |name: &str, paper_s: &str, ours_paper_bw: Option<f64>, m: Mode| {
+        vec![
+            name.to_string(),
+            paper_s.to_string(),
+            opt_period(ours_paper_bw),
+            opt_period(minp.get(&m).copied().flatten()),
+            opt_period(met_in_runs(m)),
+        ]
+    };
     let cmp_rows = vec![
-        vec![
-            "async".into(),
-            "1.50 s".into(),
-            opt_period(paper_async),
-            opt_period(minp[&Mode::Async]),
-        ],
-        vec![
-            "sync (paging slot)".into(),
-            "2.50 s".into(),
-            opt_period(paper_sync),
-            opt_period(minp[&Mode::Sync]),
-        ],
-        vec![
-            "demand".into(),
-            "6.00 s".into(),
-            opt_period(paper_demand_p),
-            opt_period(minp[&Mode::Demand]),
-        ],
+        cmp_row("async", "1.50 s", paper_async, Mode::Async),
+        cmp_row("sync (paging slot)", "2.50 s", paper_sync, Mode::Sync),
+        cmp_row("demand", "6.00 s", paper_demand_p, Mode::Demand),
     ];
     let cmp_header = [
         "mode",
         "paper's analysis",
         "our planner, paper's bandwidths",
         "our planner, this store",
+        "shortest period met in runs",
     ];
     println!(
         "minimum feasible periods:\n{}",

@@ -1,0 +1,232 @@
+//! `oversub plan`, `run` and `demo` end to end on tiny configurations (timings are not asserted).
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::Path;
+use std::process::Command;
+
+fn oversub() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_oversub"))
+}
+
+fn examples() -> &'static Path {
+    Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"))
+}
+
+const PROFILE: &str = "[storage]\nread_bytes_per_s = 1.0e9\nwrite_bytes_per_s = 2.0e9\n";
+
+/// The paper's example at 1/50 scale: 2 MiB units, 30 ms period.
+const TINY: &str = r#"
+[platform]
+capacity = "8MiB"
+cpus = 2
+gpus = 1
+
+[[component]]
+name = "A"
+budget_ms = 10
+period_ms = 30
+cpus = [0]
+gpus = [0]
+work = { sleep_ms = 3 }
+[[component.buffer]]
+name = "w"
+size = "2MiB"
+read_only = true
+
+[[component]]
+name = "B"
+budget_ms = 10
+period_ms = 30
+cpus = [0]
+work = { sleep_ms = 3 }
+[[component.buffer]]
+name = "s"
+size = "2MiB"
+
+[[component]]
+name = "C"
+budget_ms = 10
+period_ms = 30
+cpus = [0]
+work = { sleep_ms = 3 }
+[[component.buffer]]
+name = "s"
+size = "2MiB"
+
+[[component]]
+name = "D"
+budget_ms = 15
+period_ms = 30
+cpus = [1]
+work = { spin_ms = 3 }
+[[component.buffer]]
+name = "s"
+size = "2MiB"
+
+[[component]]
+name = "E"
+budget_ms = 15
+period_ms = 30
+cpus = [1]
+work = { sleep_ms = 3 }
+[[component.buffer]]
+name = "s"
+size = "2MiB"
+"#;
+
+#[test]
+fn help_is_there_for_every_schedule_subcommand() {
+    for sub in ["plan", "run", "demo"] {
+        let out = oversub().args([sub, "--help"]).output().unwrap();
+        assert!(out.status.success(), "{sub}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage"),
+            "{sub}"
+        );
+    }
+}
+
+#[test]
+fn plan_reports_every_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("profile.toml");
+    std::fs::write(&profile, PROFILE).unwrap();
+    let json = dir.path().join("plan.json");
+    let out = oversub()
+        .arg("plan")
+        .arg(examples().join("paper.toml"))
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for m in ["async", "sync", "demand"] {
+        assert!(stdout.contains(m), "{stdout}");
+    }
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(v["modes"]["async"]["page_outs_per_hyperperiod"].is_number());
+    assert!(v["modes"]["sync"]["min_feasible_period_s"].is_number());
+}
+
+#[test]
+fn run_all_modes_writes_json_traces_and_timelines() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("tiny.toml");
+    std::fs::write(
+        &config,
+        format!("{TINY}\n").replace(
+            "[platform]",
+            &format!("[platform]\nstore = {:?}", dir.path().to_string_lossy()),
+        ),
+    )
+    .unwrap();
+    let profile = dir.path().join("profile.toml");
+    std::fs::write(&profile, PROFILE).unwrap();
+    let json = dir.path().join("run.json");
+    let out = oversub()
+        .arg("run")
+        .arg(&config)
+        .args(["--mode", "all", "--hyperperiods", "3", "--no-pin"])
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--json")
+        .arg(&json)
+        .arg("--trace")
+        .arg(dir.path().join("t.json"))
+        .arg("--svg")
+        .arg(dir.path().join("t.svg"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    for m in ["async", "sync", "demand"] {
+        for key in [
+            "target_period_s",
+            "met_target",
+            "deadline_misses",
+            "max_lateness_s",
+            "bytes_paged",
+            "min_feasible_period_s",
+        ] {
+            assert!(!v["modes"][m][key].is_null(), "{m}.{key}");
+        }
+        let trace: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(dir.path().join(format!("t-{m}.json"))).unwrap(),
+        )
+        .unwrap();
+        assert!(trace["traceEvents"].as_array().unwrap().len() > 10);
+        assert!(
+            std::fs::read_to_string(dir.path().join(format!("t-{m}.svg")))
+                .unwrap()
+                .starts_with("<svg")
+        );
+    }
+}
+
+#[test]
+fn configuration_errors_name_the_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("bad.toml");
+    std::fs::write(
+        &config,
+        TINY.replace(
+            "budget_ms = 15\nperiod_ms = 30",
+            "budget_ms = 45\nperiod_ms = 30",
+        ),
+    )
+    .unwrap();
+    let out = oversub().arg("plan").arg(&config).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("bad.toml:") && err.contains("period"), "{err}");
+}
+
+#[test]
+fn demo_writes_its_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let out_dir = dir.path().join("demo");
+    let out = oversub()
+        .arg("demo")
+        .arg("--out")
+        .arg(&out_dir)
+        .arg("--store")
+        .arg(dir.path())
+        .args(["--max-unit", "2MiB", "--hyperperiods", "1"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("paper's analysis"), "{stdout}");
+    let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
+    assert!(html.contains("<svg") && html.contains("async"));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out_dir.join("results.json")).unwrap())
+            .unwrap();
+    let modes: Vec<&str> = v["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["mode"].as_str().unwrap())
+        .collect();
+    for m in ["async", "sync", "demand"] {
+        assert!(modes.contains(&m), "{modes:?}");
+    }
+}
