@@ -136,6 +136,11 @@ impl Ticket {
         self.op.is_complete()
     }
 
+    /// When the I/O side completed, if it has.
+    pub fn completed_at(&self) -> Option<std::time::Instant> {
+        *lock(&self.op.completed_at)
+    }
+
     /// Waits for the I/O if it is still running and completes the operation.
     pub fn finish(mut self) -> Result<(), PagerError> {
         self.finished = true;
@@ -181,10 +186,13 @@ impl Failed {
 struct OpState {
     outcome: Mutex<Option<Result<(), Failed>>>,
     done: Condvar,
+    /// When the I/O side completed (for timelines: the I/O may end long before `finish` is called).
+    completed_at: Mutex<Option<std::time::Instant>>,
 }
 
 impl OpState {
     fn complete(&self, outcome: Result<(), Failed>) {
+        *lock(&self.completed_at) = Some(std::time::Instant::now());
         *lock(&self.outcome) = Some(outcome);
         self.done.notify_all();
     }

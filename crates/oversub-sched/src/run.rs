@@ -98,6 +98,8 @@ pub struct RunResult {
     pub slots: Vec<SlotRecord>,
     /// Every paging operation, in start order.
     pub ops: Vec<OpRecord>,
+    /// Buffers resident when the table started (paged in during set-up).
+    pub resident_at_start: Vec<String>,
     /// Repetitions at the start that are not counted (see [`RunOptions::warmup_hyperperiods`]).
     pub warmup_hyperperiods: usize,
     /// Counted slots that completed after their deadline (or were cut off).
@@ -170,7 +172,7 @@ struct Shared {
     completed: Mutex<Vec<bool>>,
     completed_cv: Condvar,
     /// Page-in tickets the controller started, by plan index of the instance they serve.
-    tickets: Mutex<HashMap<usize, Vec<Ticket>>>,
+    tickets: Mutex<HashMap<usize, Vec<(Ticket, f64)>>>,
     tickets_cv: Condvar,
     ops: Mutex<Vec<OpRecord>>,
     names: Vec<String>,
@@ -263,6 +265,23 @@ impl Shared {
         start_s: f64,
         for_component: usize,
     ) {
+        self.record_until(None, kind, b, io_bytes, start_s, for_component);
+    }
+
+    /// Records an operation that ended at `done_at` (now if unknown).
+    fn record_until(
+        &self,
+        done_at: Option<Instant>,
+        kind: PageKind,
+        b: BufferId,
+        io_bytes: u64,
+        start_s: f64,
+        for_component: usize,
+    ) {
+        let end_s = done_at.map_or_else(
+            || self.now_s(),
+            |at| at.saturating_duration_since(self.t0).as_secs_f64(),
+        );
         let rec = OpRecord {
             kind: match kind {
                 PageKind::In => "in",
@@ -271,7 +290,7 @@ impl Shared {
             buffer: self.names[b.0].clone(),
             io_bytes,
             start_s,
-            end_s: self.now_s(),
+            end_s: end_s.max(start_s),
             for_component: self.component_names[for_component].clone(),
         };
         self.ops.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
@@ -502,6 +521,17 @@ pub fn run(
         page_sync(&shared, plan, idx)?;
     }
     let setup_ops = shared.ops.lock().unwrap_or_else(|p| p.into_inner()).len();
+    let resident_at_start: Vec<String> = shared
+        .held
+        .iter()
+        .filter_map(|h| {
+            let h = h.lock().unwrap_or_else(|p| p.into_inner());
+            let resident = space
+                .info(h.buffer)
+                .is_ok_and(|i| i.state == oversub_core::BufferState::Resident);
+            resident.then(|| h.name.clone())
+        })
+        .collect();
     // The table starts after the settle pause (plus a short lead so every thread is waiting when it does).
     let lead_s = 0.05 + options.settle_s.max(0.0);
     let shared = Arc::new(Shared {
@@ -566,11 +596,12 @@ pub fn run(
                             }
                             let mut ins = Vec::new();
                             for op in &sp.page_ins {
+                                let issued = shared.now_s();
                                 let t = shared
                                     .space
                                     .page_in_async(shared.handle(op.buffer))
                                     .map_err(pager(format!("in {}", shared.names[op.buffer.0])))?;
-                                ins.push(t);
+                                ins.push((t, issued));
                             }
                             shared
                                 .tickets
@@ -653,13 +684,18 @@ pub fn run(
                                                     .unwrap_or_else(|p| p.into_inner());
                                             }
                                         };
-                                        for (t, op) in tickets.into_iter().zip(&sp.page_ins) {
-                                            let start = shared.now_s();
+                                        for ((t, issued), op) in
+                                            tickets.into_iter().zip(&sp.page_ins)
+                                        {
+                                            let done_at = t.completed_at();
                                             t.finish().map_err(pager(format!(
                                                 "finish in {}",
                                                 shared.names[op.buffer.0]
                                             )))?;
-                                            shared.record(
+                                            // The timeline shows the I/O from its start to its completion, not the wait.
+                                            let start = issued;
+                                            shared.record_until(
+                                                done_at,
                                                 PageKind::In,
                                                 op.buffer,
                                                 op.io_bytes,
@@ -784,5 +820,6 @@ pub fn run(
         store_busy_s: counted_ops().map(|o| o.end_s - o.start_s).sum(),
         slots,
         ops,
+        resident_at_start,
     })
 }
