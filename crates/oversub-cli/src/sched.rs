@@ -723,10 +723,10 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     );
     let bw = measure_bandwidths(args.store.as_deref(), 256 << 20)?;
     eprintln!("store measured with the pager: {}", describe_bw(bw));
-    // One unit of memory per component, sized so one swap (a unit out and a unit in) takes 40% of a 500 ms slot at
+    // One unit of memory per component, sized so one swap (a unit out and a unit in) takes 25% of a 500 ms slot at
     // the measured speeds (the paper's 1 GiB at 4 GiB/s took the whole slot; sustained transfers on a busy store
     // run slower than a short measurement, hence the margin): the same effect on any machine, at real time scale.
-    let swap_target_s = 0.2;
+    let swap_target_s = 0.125;
     let swap_s_per_byte = 1.0 / bw.read_bytes_per_s + 1.0 / bw.write_bytes_per_s;
     let ideal_unit = (swap_target_s / swap_s_per_byte) as u64;
     let unit = (ideal_unit.min(args.max_unit) >> 20).max(1) << 20;
