@@ -115,23 +115,7 @@ impl BoxStats {
     }
 }
 
-/// Escapes text for use in SVG character data and attribute values.
-fn escape(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for c in s.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            // Control characters other than tab/newline are not allowed in XML.
-            c if c.is_control() && c != '\t' && c != '\n' => out.push('\u{FFFD}'),
-            c => out.push(c),
-        }
-    }
-    out
-}
+use crate::html::escape;
 
 /// Shortens a label to at most `max` characters, ending with an ellipsis.
 fn truncate_label(s: &str, max: usize) -> String {
