@@ -13,7 +13,7 @@ use oversub_io::SwapStore;
 use oversub_report::{
     format_bytes, format_seconds, text_table, HtmlBlock, HtmlReport, MarkerKind, SpanKind, Timeline,
 };
-use oversub_sched::plan::{self, feasible_table, max_oversubscription, min_feasible_hyperperiod};
+use oversub_sched::plan::{self, feasible_table, max_oversubscription};
 use oversub_sched::{Bandwidths, Mode, RunOptions, RunResult, System};
 use serde::Serialize;
 
@@ -236,11 +236,7 @@ fn analyse(system: &System, mode: Mode, bw: Bandwidths) -> ModeAnalysis {
         .collect();
     let mut problems = steady;
     problems.dedup();
-    let min_period = if mode == Mode::Async {
-        min_feasible_hyperperiod(system, mode, bw)
-    } else {
-        feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s)
-    };
+    let min_period = min_feasible_period(system, mode, bw);
     let ov = max_oversubscription(system, mode, bw);
     ModeAnalysis {
         target_period_s: system.table.hyperperiod_s,
@@ -252,6 +248,11 @@ fn analyse(system: &System, mode: Mode, bw: Bandwidths) -> ModeAnalysis {
         max_oversubscription: ov.map(|o| o.1),
         problems,
     }
+}
+
+/// The shortest period at which `mode` runs the table (async: stretched uniformly; sync and demand: repacked).
+fn min_feasible_period(system: &System, mode: Mode, bw: Bandwidths) -> Option<f64> {
+    feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s)
 }
 
 fn describe_system(system: &System) -> String {
@@ -400,6 +401,18 @@ fn pool_for(system: &System) -> Result<Pool, BoxError> {
         device,
         store,
     )?)
+}
+
+/// A progress bar counting slot instances.
+fn slots_bar(len: u64) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} slots {msg}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    bar
 }
 
 /// Plans and runs `system` in `mode`, with a progress bar.
@@ -584,24 +597,25 @@ struct ModeSummary {
     warmup_misses: usize,
 }
 
+/// The cells every run summary shows: period, verdict, misses, worst lateness, bytes paged.
+fn outcome_cells(r: &RunResult) -> Vec<String> {
+    vec![
+        format_seconds(r.hyperperiod_s),
+        if r.met_target() { "met" } else { "MISSED" }.into(),
+        format!("{} of {}", r.deadline_misses, r.counted_slots()),
+        format_seconds(r.max_lateness_s),
+        format_bytes(r.bytes_paged),
+    ]
+}
+
 fn summary_rows(results: &[(Mode, RunResult, Option<f64>)]) -> Vec<Vec<String>> {
     results
         .iter()
         .map(|(m, r, minp)| {
-            vec![
-                m.name().to_string(),
-                format_seconds(r.hyperperiod_s),
-                if r.met_target() {
-                    "met".into()
-                } else {
-                    "MISSED".into()
-                },
-                format!("{} of {}", r.deadline_misses, r.counted_slots()),
-                format_seconds(r.max_lateness_s),
-                format_bytes(r.bytes_paged),
-                format_seconds(r.store_busy_s),
-                opt_period(*minp),
-            ]
+            let mut row = vec![m.name().to_string()];
+            row.extend(outcome_cells(r));
+            row.extend([format_seconds(r.store_busy_s), opt_period(*minp)]);
+            row
         })
         .collect()
 }
@@ -627,24 +641,15 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     let modes = args.mode.modes();
     let several = modes.len() > 1;
     let mut results = Vec::new();
-    let bar = ProgressBar::new(
+    let bar = slots_bar(
         (modes.len() * (args.hyperperiods + args.warmup) * system.table.slots.len()) as u64,
     );
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} slots {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
     for mode in modes {
-        let minp = if mode == Mode::Async {
-            min_feasible_hyperperiod(&system, mode, bw)
-        } else {
-            feasible_table(&system, mode, bw).map(|s| s.table.hyperperiod_s)
-        };
+        // The planner's searches are costly: find the feasible table once, for the report and for --at-min-period.
+        let min_table = feasible_table(&system, mode, bw);
+        let minp = min_table.as_ref().map(|s| s.table.hyperperiod_s);
         let table = if args.at_min_period {
-            feasible_table(&system, mode, bw)
-                .ok_or_else(|| format!("{mode}: no feasible period found"))?
+            min_table.ok_or_else(|| format!("{mode}: no feasible period found"))?
         } else {
             system.clone()
         };
@@ -790,13 +795,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         .iter()
         .map(|(_, _, s)| s.table.slots.len() * (args.hyperperiods + args.warmup))
         .sum();
-    let bar = ProgressBar::new(total as u64);
-    bar.set_style(
-        ProgressStyle::with_template(
-            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} slots {msg}",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
+    let bar = slots_bar(total as u64);
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
     let mut results = Vec::new();
@@ -865,19 +864,10 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     let rows: Vec<Vec<String>> = results
         .iter()
         .map(|(label, m, r)| {
-            vec![
-                label.clone(),
-                format_seconds(r.hyperperiod_s),
-                if r.met_target() {
-                    "met".into()
-                } else {
-                    "MISSED".into()
-                },
-                format!("{} of {}", r.deadline_misses, r.counted_slots()),
-                format_seconds(r.max_lateness_s),
-                format_bytes(r.bytes_paged),
-                opt_period(minp.get(m).copied().flatten()),
-            ]
+            let mut row = vec![label.clone()];
+            row.extend(outcome_cells(r));
+            row.push(opt_period(minp.get(m).copied().flatten()));
+            row
         })
         .collect();
     let header = [
@@ -900,12 +890,9 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         read_bytes_per_s: 1.33 * gib,
         write_bytes_per_s: 1.33 * gib,
     };
-    let paper_async =
-        feasible_table(&paper, Mode::Async, paper_direct).map(|s| s.table.hyperperiod_s);
-    let paper_sync =
-        feasible_table(&paper, Mode::Sync, paper_direct).map(|s| s.table.hyperperiod_s);
-    let paper_demand_p =
-        feasible_table(&paper, Mode::Demand, paper_demand).map(|s| s.table.hyperperiod_s);
+    let paper_async = min_feasible_period(&paper, Mode::Async, paper_direct);
+    let paper_sync = min_feasible_period(&paper, Mode::Sync, paper_direct);
+    let paper_demand_p = min_feasible_period(&paper, Mode::Demand, paper_demand);
     let met_in_runs = |m: Mode| {
         results
             .iter()

@@ -1,5 +1,6 @@
 //! Box plots rendered as standalone SVG, written by hand (no dependencies).
 
+use crate::html::escape;
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -114,8 +115,6 @@ impl BoxStats {
         })
     }
 }
-
-use crate::html::escape;
 
 /// Shortens a label to at most `max` characters, ending with an ellipsis.
 fn truncate_label(s: &str, max: usize) -> String {
