@@ -1,5 +1,5 @@
-//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench; sim and probe as their
-//! issues land). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
+//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench, sim; probe as its issue
+//! lands). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 
@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod bench;
 mod mem;
 mod sched;
+mod sim;
 
 /// GPU memory oversubscription runtime: page whole accelerator buffers to host memory and NVMe storage.
 #[derive(Debug, Parser)]
@@ -29,6 +30,9 @@ enum Command {
     /// Benchmarks that compare oversub against baselines in the same run and report ratios.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Trace-driven simulators: page-migration policies for unified memory under oversubscription.
+    #[command(subcommand)]
+    Sim(sim::SimCommand),
 }
 
 fn main() -> ExitCode {
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
         Command::Demo(args) => sched::demo_cmd(args),
         Command::Plan(args) => sched::plan_cmd(args),
         Command::Run(args) => sched::run_cmd(args),
+        Command::Sim(cmd) => sim::run(cmd),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

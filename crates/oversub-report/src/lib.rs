@@ -2,12 +2,14 @@
 //! summary statistics ([`Summary`], [`percentile`], [`quartiles`]), human
 //! readable text ([`format_seconds`], [`format_bytes`], [`text_table`]),
 //! parses user-typed sizes ([`parse_size`]), renders box plots as
-//! standalone, dependency-free SVG ([`BoxPlot`]), draws schedule timelines
-//! as SVG or Chrome trace-event JSON ([`Timeline`]) and assembles
-//! self-contained HTML report pages ([`HtmlReport`]).
+//! standalone, dependency-free SVG ([`BoxPlot`]) and grouped bar charts
+//! the same way ([`BarChart`]), draws schedule timelines as SVG or Chrome
+//! trace-event JSON ([`Timeline`]) and assembles self-contained HTML report
+//! pages ([`HtmlReport`]).
 //!
 //! Nothing in this crate prints; everything returns strings or values.
 
+mod bars;
 mod boxplot;
 mod format;
 mod html;
@@ -16,6 +18,7 @@ mod stats;
 mod table;
 mod timeline;
 
+pub use bars::{BarChart, BarSeries};
 pub use boxplot::{BoxPlot, BoxSeries};
 pub use format::{format_bytes, format_rate_mbs, format_seconds};
 pub use html::{HtmlBlock, HtmlReport};

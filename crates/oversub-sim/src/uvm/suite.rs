@@ -1,0 +1,342 @@
+//! Many simulations at once: every trace source × oversubscription ratio × policy, in parallel across cores.
+//!
+//! Each source's trace is generated (or read) once, by the first worker that needs it, shared by all its runs and
+//! dropped after its last run, so memory holds a few traces rather than all of them.
+
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use serde::Serialize;
+
+use super::policy::Policy;
+use super::sim::{simulate, PreparedTrace, PreparedTraceBuilder, SimConfig, SimResult};
+use super::workload::{self, WorkloadKind, WorkloadParams};
+use super::{trace, SimError};
+
+/// Where a trace comes from.
+#[derive(Debug, Clone, PartialEq)]
+pub enum TraceSource {
+    /// A generator, at the suite's size and seed.
+    Workload(WorkloadKind),
+    /// A trace file (oversub binary or NVBit `mem_trace` text).
+    File(PathBuf),
+}
+
+impl TraceSource {
+    /// The name results carry.
+    pub fn name(&self) -> String {
+        match self {
+            TraceSource::Workload(k) => k.name().to_string(),
+            TraceSource::File(p) => p
+                .file_name()
+                .map(|n| n.to_string_lossy().into_owned())
+                .unwrap_or_else(|| p.display().to_string()),
+        }
+    }
+
+    /// Generates or reads the trace and prepares it for `config`'s cost model.
+    pub fn prepare(
+        &self,
+        params: &WorkloadParams,
+        config: &SimConfig,
+    ) -> Result<PreparedTrace, SimError> {
+        match self {
+            TraceSource::Workload(kind) => {
+                let mut builder = PreparedTraceBuilder::new(kind.name(), &config.cost)?;
+                let mut failed = None;
+                workload::generate_into(*kind, params, &mut |a| {
+                    if failed.is_none() {
+                        if let Err(e) = builder.push(a) {
+                            failed = Some(e);
+                        }
+                    }
+                })?;
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+                builder.finish()
+            }
+            TraceSource::File(path) => {
+                let mut t = trace::load(path)?;
+                t.name = self.name();
+                PreparedTrace::new(&t, &config.cost)
+            }
+        }
+    }
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct SuiteSpec {
+    /// Trace sources (rows of the paper's figures).
+    pub sources: Vec<TraceSource>,
+    /// Oversubscription ratios (2.0 = 200%).
+    pub ratios: Vec<f64>,
+    /// Policies.
+    pub policies: Vec<Policy>,
+    /// Size and seed of generated workloads.
+    pub params: WorkloadParams,
+    /// Settings every run shares (cost model, eviction); its policy and ratio are replaced per run.
+    pub template: SimConfig,
+    /// Worker threads (0: one per core).
+    pub threads: usize,
+}
+
+/// Progress, reported as the suite goes.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum SuiteEvent<'a> {
+    /// A trace is ready.
+    TraceReady {
+        /// Its name.
+        name: &'a str,
+        /// Accesses in it.
+        accesses: u64,
+        /// Problem size.
+        footprint_bytes: u64,
+        /// Time taken to generate or read it.
+        seconds: f64,
+    },
+    /// A run finished.
+    RunDone {
+        /// Runs finished so far.
+        done: usize,
+        /// Runs in the suite.
+        total: usize,
+        /// Its result.
+        result: &'a SimResult,
+    },
+}
+
+enum Slot {
+    Empty,
+    Ready(Arc<PreparedTrace>),
+    Failed(String),
+}
+
+struct Shared {
+    slot: Mutex<Slot>,
+    remaining: AtomicUsize,
+}
+
+/// Runs every source × ratio × policy; results come back in that order whatever the threads did.
+pub fn run_suite(
+    spec: &SuiteSpec,
+    on_event: &(dyn Fn(SuiteEvent<'_>) + Sync),
+) -> Result<Vec<SimResult>, SimError> {
+    if spec.sources.is_empty() || spec.ratios.is_empty() || spec.policies.is_empty() {
+        return Err(SimError::InvalidParameter(
+            "a suite needs at least one trace, one ratio and one policy".into(),
+        ));
+    }
+    let per_source = spec.ratios.len() * spec.policies.len();
+    let total = spec.sources.len() * per_source;
+    let shared: Vec<Shared> = spec
+        .sources
+        .iter()
+        .map(|_| Shared {
+            slot: Mutex::new(Slot::Empty),
+            remaining: AtomicUsize::new(per_source),
+        })
+        .collect();
+    let results: Mutex<Vec<Option<SimResult>>> = Mutex::new(vec![None; total]);
+    let first_error: Mutex<Option<SimError>> = Mutex::new(None);
+    let next_job = AtomicUsize::new(0);
+    let done = AtomicUsize::new(0);
+    let stop = AtomicBool::new(false);
+    let threads = if spec.threads == 0 {
+        std::thread::available_parallelism().map_or(1, |n| n.get())
+    } else {
+        spec.threads
+    }
+    .min(total)
+    .max(1);
+
+    let worker = || loop {
+        if stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let job = next_job.fetch_add(1, Ordering::Relaxed);
+        if job >= total {
+            return;
+        }
+        let source_index = job / per_source;
+        let within = job % per_source;
+        let ratio = spec.ratios[within / spec.policies.len()];
+        let policy = spec.policies[within % spec.policies.len()];
+        let (Some(source), Some(share)) =
+            (spec.sources.get(source_index), shared.get(source_index))
+        else {
+            return;
+        };
+        let outcome = trace_for(source, share, spec, on_event).and_then(|trace| {
+            let mut config = spec.template.clone();
+            config.policy = policy;
+            config.ratio = ratio;
+            simulate(&trace, &config)
+        });
+        if share.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+            if let Ok(mut slot) = share.slot.lock() {
+                *slot = Slot::Empty;
+            }
+        }
+        match outcome {
+            Ok(result) => {
+                let n = done.fetch_add(1, Ordering::AcqRel) + 1;
+                on_event(SuiteEvent::RunDone {
+                    done: n,
+                    total,
+                    result: &result,
+                });
+                if let Ok(mut all) = results.lock() {
+                    if let Some(cell) = all.get_mut(job) {
+                        *cell = Some(result);
+                    }
+                }
+            }
+            Err(e) => {
+                stop.store(true, Ordering::Relaxed);
+                if let Ok(mut first) = first_error.lock() {
+                    first.get_or_insert(e);
+                }
+                return;
+            }
+        }
+    };
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(worker);
+        }
+    });
+    if let Some(e) = first_error.into_inner().ok().flatten() {
+        return Err(e);
+    }
+    let all = results
+        .into_inner()
+        .map_err(|_| SimError::InvalidParameter("a suite worker panicked".into()))?;
+    all.into_iter()
+        .map(|r| r.ok_or_else(|| SimError::InvalidParameter("a suite run did not finish".into())))
+        .collect()
+}
+
+fn trace_for(
+    source: &TraceSource,
+    share: &Shared,
+    spec: &SuiteSpec,
+    on_event: &(dyn Fn(SuiteEvent<'_>) + Sync),
+) -> Result<Arc<PreparedTrace>, SimError> {
+    let mut slot = share
+        .slot
+        .lock()
+        .map_err(|_| SimError::InvalidParameter("a suite worker panicked".into()))?;
+    match &*slot {
+        Slot::Ready(t) => return Ok(Arc::clone(t)),
+        Slot::Failed(msg) => return Err(SimError::InvalidParameter(msg.clone())),
+        Slot::Empty => {}
+    }
+    let started = Instant::now();
+    match source.prepare(&spec.params, &spec.template) {
+        Ok(t) => {
+            let t = Arc::new(t);
+            on_event(SuiteEvent::TraceReady {
+                name: &t.name,
+                accesses: t.accesses(),
+                footprint_bytes: t.footprint_bytes(),
+                seconds: started.elapsed().as_secs_f64(),
+            });
+            *slot = Slot::Ready(Arc::clone(&t));
+            Ok(t)
+        }
+        Err(e) => {
+            *slot = Slot::Failed(format!("{}: {e}", source.name()));
+            Err(e)
+        }
+    }
+}
+
+/// One bar of the paper's figures: a policy's speed-up over LazyGrpHW on one workload at one ratio.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SpeedupRow {
+    /// Workload.
+    pub workload: String,
+    /// Ratio in percent.
+    pub ratio_percent: u32,
+    /// Policy as the figures name it (LazyPgStatSW is the best of its thresholds, as in the paper).
+    pub label: String,
+    /// Estimated time.
+    pub est_time_s: f64,
+    /// LazyGrpHW's time divided by this one (above 1: faster than LazyGrpHW).
+    pub speedup: f64,
+}
+
+/// Ratio as the paper writes it (2.0 → 200).
+pub fn ratio_percent(ratio: f64) -> u32 {
+    (ratio * 100.0).round().max(0.0) as u32
+}
+
+/// The figures' view of a suite: per workload and ratio, every policy's speed-up over LazyGrpHW, with
+/// LazyPgStatSW reduced to its best threshold ("LazyPgStatSW", as Fig. 8 shows it). Rows keep the order of
+/// `results`; workload/ratio pairs without a LazyGrpHW run are left out.
+pub fn speedups(results: &[SimResult]) -> Vec<SpeedupRow> {
+    let mut rows = Vec::new();
+    let mut keys: Vec<(String, u32)> = Vec::new();
+    for r in results {
+        let key = (r.workload.clone(), ratio_percent(r.ratio));
+        if !keys.contains(&key) {
+            keys.push(key);
+        }
+    }
+    for (workload, ratio) in keys {
+        let group: Vec<&SimResult> = results
+            .iter()
+            .filter(|r| r.workload == workload && ratio_percent(r.ratio) == ratio)
+            .collect();
+        let Some(base) = group
+            .iter()
+            .find(|r| matches!(r.policy, Policy::LazyGrpHw { threshold: 256 }))
+        else {
+            continue;
+        };
+        let mut push = |label: String, t: f64| {
+            rows.push(SpeedupRow {
+                workload: workload.clone(),
+                ratio_percent: ratio,
+                label,
+                est_time_s: t,
+                speedup: if t > 0.0 {
+                    base.est_time_s / t
+                } else {
+                    f64::INFINITY
+                },
+            });
+        };
+        let mut best_static: Option<&SimResult> = None;
+        for r in &group {
+            if let Policy::LazyPgStatSw { .. } = r.policy {
+                if best_static.is_none_or(|b| r.est_time_s < b.est_time_s) {
+                    best_static = Some(r);
+                }
+                continue;
+            }
+            push(r.policy.to_string(), r.est_time_s);
+        }
+        if let Some(b) = best_static {
+            push("LazyPgStatSW".to_string(), b.est_time_s);
+        }
+    }
+    rows
+}
+
+/// Geometric mean of positive finite values (the mean of ratios); None when there are none.
+pub fn geomean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
+    let (mut sum, mut n) = (0.0, 0u32);
+    for v in values {
+        if v.is_finite() && v > 0.0 {
+            sum += v.ln();
+            n += 1;
+        }
+    }
+    (n > 0).then(|| (sum / f64::from(n)).exp())
+}
