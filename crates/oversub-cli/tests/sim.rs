@@ -1,0 +1,226 @@
+//! `oversub sim` end to end: a small study with JSON, CSV and figures; trace files made, converted and described;
+//! clear refusals of unknown names and bad files.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+
+fn oversub() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_oversub"))
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn sim_subcommands_have_help() {
+    for args in [
+        &["sim", "--help"][..],
+        &["sim", "uvm", "--help"],
+        &["sim", "trace", "--help"],
+        &["sim", "trace", "gen", "--help"],
+    ] {
+        let out = oversub().args(args).output().unwrap();
+        assert!(out.status.success(), "{args:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("Usage"),
+            "{args:?}"
+        );
+    }
+}
+
+#[test]
+fn a_small_study_writes_json_csv_and_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("runs.json");
+    let out_dir = dir.path().join("out");
+    let out = oversub()
+        .args([
+            "sim",
+            "uvm",
+            "--workload",
+            "nw",
+            "--quick",
+            "--ratio",
+            "100,200",
+        ])
+        .args([
+            "--policy",
+            "lazy-grp-hw,dynamap,static-map:0.5,eager-wopref,oracle",
+        ])
+        .args(["--no-progress", "--json"])
+        .arg(&json)
+        .arg("--out")
+        .arg(&out_dir)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("DynaMap") && stdout.contains("At 200% oversubscription"),
+        "{stdout}"
+    );
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["runs"].as_array().unwrap();
+    assert_eq!(runs.len(), 10);
+    for key in [
+        "workload",
+        "ratio",
+        "policy",
+        "est_time_s",
+        "faults",
+        "migrations",
+        "evictions",
+        "evictions_per_page",
+        "remote_accesses",
+        "bytes_h2d",
+        "bytes_d2h",
+        "accesses",
+        "sim_seconds",
+    ] {
+        assert!(runs[0].get(key).is_some(), "missing {key}");
+    }
+    assert_eq!(runs[0]["workload"], "nw");
+    assert_eq!(runs[0]["ratio"], 100);
+    // The oracle never migrates more than demand migration on the same trace.
+    for ratio in [100, 200] {
+        let get = |p: &str| {
+            runs.iter()
+                .find(|r| r["ratio"] == ratio && r["policy"] == p)
+                .map(|r| r["migrations"].as_u64().unwrap())
+                .unwrap()
+        };
+        assert!(get("Oracle") <= get("Eager-woPref"));
+    }
+    for f in [
+        "results.json",
+        "results.csv",
+        "report.html",
+        "fig8.svg",
+        "fig11.svg",
+        "fig12.svg",
+    ] {
+        assert!(out_dir.join(f).exists(), "{f}");
+    }
+    let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
+    assert_eq!(csv.lines().count(), 11);
+}
+
+#[test]
+fn trace_files_are_made_converted_described_and_simulated() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("nw.ovtrace");
+    let out = oversub()
+        .args(["sim", "trace", "gen", "--workload", "nw", "--quick", "-o"])
+        .arg(&bin)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+
+    let nvbit = dir.path().join("app.txt");
+    let mut text = String::from(
+        "------------- NVBit (NVidia Binary Instrumentation Tool) Loaded --------------\n",
+    );
+    for warp in 0..4u64 {
+        let addrs: Vec<String> = (0..32u64)
+            .map(|lane| format!("0x{:x}", 0x7f00_0000_0000u64 + warp * 4096 + lane * 4))
+            .collect();
+        text.push_str(&format!(
+            "MEMTRACE: CTX 0x000055 - grid_launch_id 0 - CTA 0,0,0 - warp {warp} - LDG.E - {}\n",
+            addrs.join(" ")
+        ));
+    }
+    std::fs::write(&nvbit, text).unwrap();
+    let converted = dir.path().join("app.ovtrace");
+    let out = oversub()
+        .args(["sim", "trace", "convert"])
+        .arg(&nvbit)
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("4 accesses"));
+
+    let out = oversub()
+        .args(["sim", "trace", "info", "--json"])
+        .arg(&converted)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let info: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(info["accesses"], 4);
+    assert_eq!(info["footprint_pages"], 4);
+
+    let out = oversub()
+        .args([
+            "sim",
+            "uvm",
+            "--no-progress",
+            "--policy",
+            "dynamap,lazy-grp-hw",
+            "--ratio",
+            "100",
+            "--trace",
+        ])
+        .arg(&bin)
+        .arg("--trace")
+        .arg(&nvbit)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("nw.ovtrace") && stdout.contains("app.txt"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn unknown_names_and_bad_files_are_refused_clearly() {
+    let out = oversub()
+        .args(["sim", "uvm", "--workload", "bfss"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("unknown workload `bfss`") && e.contains("pagerank"),
+        "{e}"
+    );
+
+    let out = oversub()
+        .args(["sim", "uvm", "--workload", "bfs", "--policy", "dynamap2"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("unknown policy `dynamap2`") && e.contains("lazy-grp-hw"),
+        "{e}"
+    );
+
+    let out = oversub()
+        .args(["sim", "uvm", "--workload", "bfs", "--ratio", "lots"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("bad ratio `lots`"));
+
+    let dir = tempfile::tempdir().unwrap();
+    let junk = dir.path().join("junk.ovtrace");
+    std::fs::write(&junk, b"OVSTRACE\x01\x00\x00\x00garbage").unwrap();
+    let out = oversub()
+        .args(["sim", "uvm", "--no-progress", "--trace"])
+        .arg(&junk)
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(e.contains("junk.ovtrace") && e.contains("byte"), "{e}");
+
+    let out = oversub().args(["sim", "uvm"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(stderr(&out).contains("--workload NAME, --trace FILE or --suite"));
+}

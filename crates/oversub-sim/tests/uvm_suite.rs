@@ -1,0 +1,91 @@
+//! Whole runs on generated workloads: the same seed gives the same output, results come back in order, and the
+//! oracle bound holds on real access patterns.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use oversub_sim::uvm::policy::Policy;
+use oversub_sim::uvm::sim::{SimConfig, SimResult};
+use oversub_sim::uvm::suite::{run_suite, speedups, SuiteSpec, TraceSource};
+use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
+
+fn spec(seed: u64, threads: usize) -> SuiteSpec {
+    SuiteSpec {
+        sources: vec![
+            TraceSource::Workload(WorkloadKind::Nw),
+            TraceSource::Workload(WorkloadKind::Bst),
+        ],
+        ratios: vec![1.0, 3.0],
+        policies: vec![
+            Policy::LazyGrpHw { threshold: 256 },
+            Policy::DynaMap,
+            Policy::LazyPgStatSw { threshold: 8 },
+            Policy::LazyPgStatSw { threshold: 64 },
+            Policy::EagerNoPrefetch,
+            Policy::Oracle,
+        ],
+        params: WorkloadParams {
+            size: WorkloadSize::Quick,
+            seed,
+            graph: None,
+        },
+        template: SimConfig::new(Policy::DynaMap, 2.0),
+        threads,
+    }
+}
+
+/// Everything but the wall time.
+fn outcome(r: &SimResult) -> String {
+    format!(
+        "{} {} {} {:?} {}",
+        r.workload, r.ratio, r.policy, r.counters, r.est_time_s
+    )
+}
+
+#[test]
+fn same_seed_same_output_whatever_the_threads() {
+    let a = run_suite(&spec(7, 1), &|_| {}).unwrap();
+    let b = run_suite(&spec(7, 2), &|_| {}).unwrap();
+    assert_eq!(a.len(), 2 * 2 * 6);
+    assert_eq!(
+        a.iter().map(outcome).collect::<Vec<_>>(),
+        b.iter().map(outcome).collect::<Vec<_>>()
+    );
+    // Order: source, then ratio, then policy.
+    assert_eq!(a[0].workload, "nw");
+    assert_eq!(a[6].ratio, 3.0);
+    assert_eq!(a[12].workload, "bst");
+    let c = run_suite(&spec(8, 2), &|_| {}).unwrap();
+    assert_ne!(
+        outcome(&a[12]),
+        outcome(&c[12]),
+        "BST's keys depend on the seed"
+    );
+
+    for chunk in a.chunks(6) {
+        let demand = chunk
+            .iter()
+            .find(|r| r.policy == Policy::EagerNoPrefetch)
+            .unwrap();
+        let oracle = chunk.iter().find(|r| r.policy == Policy::Oracle).unwrap();
+        assert!(oracle.counters.migrations <= demand.counters.migrations);
+        for r in chunk {
+            assert!(r.peak_resident_pages <= r.capacity_pages);
+        }
+    }
+    // The figures keep LazyPgStatSW's best threshold and normalise to LazyGrpHW.
+    let rows = speedups(&a);
+    let base = rows.iter().find(|r| r.label == "LazyGrpHW").unwrap();
+    assert_eq!(base.speedup, 1.0);
+    assert_eq!(rows.iter().filter(|r| r.label == "LazyPgStatSW").count(), 4);
+    assert!(rows.iter().all(|r| !r.label.starts_with("LazyPgStatSW(")));
+}
+
+#[test]
+fn a_bad_trace_file_fails_the_suite_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("broken.ovtrace");
+    std::fs::write(&path, b"OVSTRACE\x01\x00").unwrap();
+    let mut s = spec(1, 2);
+    s.sources = vec![TraceSource::File(path)];
+    let e = run_suite(&s, &|_| {}).unwrap_err().to_string();
+    assert!(e.contains("broken.ovtrace"), "{e}");
+}
