@@ -139,6 +139,28 @@ fn lazy_page_counter_counts_only_accesses_that_reach_memory() {
     assert_eq!(r.counters.gpu_mem_accesses, 1);
 }
 
+#[test]
+fn lazy_dynamic_threshold_grows_with_occupancy_then_with_round_trips() {
+    // t_s = 8, two frames. Before the first eviction t = 8 * resident / capacity + 1: page 0 migrates at its 1st
+    // miss (t = 1), page 1 at its 5th (t = 5), page 2 at its 9th (t = 9), evicting page 0. From then on
+    // t = 8 * (round trips + 1) + 1: page 0, back once, needs 17 misses.
+    let mut refs: Vec<(u64, u64)> = vec![(0, 0)];
+    refs.extend((0..5).map(|l| (1, l)));
+    refs.extend((0..9).map(|l| (2, l)));
+    refs.extend((1..17).map(|l| (0, l)));
+    let policy = Policy::LazyPgDynSw { base_threshold: 8 };
+    let before = run(&[refs.clone(), vec![(3, 0)]].concat(), policy, 1.0);
+    assert_eq!(before.counters.migrations, 3, "16 misses are not enough");
+    refs.push((0, 17));
+    refs.push((3, 0));
+    let r = run(&refs, policy, 1.0);
+    assert_eq!(r.capacity_pages, 2);
+    assert_eq!(r.counters.migrations, 4);
+    assert_eq!(r.counters.evictions, 2);
+    assert_eq!(r.counters.faults, 4);
+    assert_eq!(r.counters.remote_accesses, 1 + 5 + 9 + 17 + 1);
+}
+
 /// Page 0 uses 20 of its 32 lines, page 1 one line; one frame.
 fn spatial_refs() -> Vec<(u64, u64)> {
     let mut refs: Vec<(u64, u64)> = (0..20).map(|l| (0, l)).collect();
