@@ -15,6 +15,7 @@ mod format;
 mod html;
 mod size;
 mod stats;
+mod svg;
 mod table;
 mod timeline;
 

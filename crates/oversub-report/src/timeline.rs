@@ -13,6 +13,7 @@ use serde_json::{json, Value};
 
 use crate::format::format_seconds;
 use crate::html::escape;
+use crate::svg::{decimals_for, n, truncate_label};
 
 /// What a [`Span`] shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -203,33 +204,6 @@ fn palette_index(label: &str) -> usize {
     (h.wrapping_add(7) % PALETTE.len() as u64) as usize
 }
 
-/// Shortens a label to at most `max` characters, ending with an ellipsis.
-fn truncate_label(s: &str, max: usize) -> String {
-    if s.chars().count() <= max {
-        s.to_string()
-    } else if max == 0 {
-        String::new()
-    } else {
-        let mut t: String = s.chars().take(max - 1).collect();
-        t.push('\u{2026}');
-        t
-    }
-}
-
-/// Compact number for SVG coordinates.
-fn n(x: f64) -> String {
-    if !x.is_finite() {
-        return "0".to_string();
-    }
-    let s = format!("{x:.2}");
-    let s = s.trim_end_matches('0').trim_end_matches('.');
-    if s == "-0" {
-        "0".to_string()
-    } else {
-        s.to_string()
-    }
-}
-
 /// Smallest "nice" step (1, 2, 2.5 or 5 times a power of ten) that cuts
 /// `span` (> 0) into at most `max_intervals` pieces.
 fn nice_step(span: f64, max_intervals: f64) -> f64 {
@@ -244,18 +218,6 @@ fn nice_step(span: f64, max_intervals: f64) -> f64 {
         }
     }
     span
-}
-
-/// Decimals needed to print multiples of `step` exactly (at most 9).
-fn decimals_for(step: f64) -> usize {
-    let mut scaled = step;
-    for d in 0..9 {
-        if (scaled - scaled.round()).abs() <= 1e-6 * scaled.abs().max(1.0) {
-            return d;
-        }
-        scaled *= 10.0;
-    }
-    9
 }
 
 /// Greedy interval partitioning of intervals sorted by start: the lane of

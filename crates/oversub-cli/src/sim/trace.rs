@@ -7,6 +7,7 @@ use clap::{Args, Subcommand};
 use oversub_report::{format_bytes, format_seconds, text_table};
 use oversub_sim::uvm::trace::{self, TraceWriter};
 use oversub_sim::uvm::workload::{self, WorkloadKind};
+use oversub_sim::uvm::PAGE_BYTES;
 
 use super::uvm::WorkloadOpts;
 use crate::bench::BoxError;
@@ -104,7 +105,7 @@ pub fn run(cmd: TraceCommand) -> Result<(), BoxError> {
             if json {
                 let v = serde_json::json!({
                     "name": t.name, "accesses": t.accesses.len(), "writes": writes,
-                    "warps": warps.len(), "footprint_pages": pages, "footprint_bytes": pages * 4096,
+                    "warps": warps.len(), "footprint_pages": pages, "footprint_bytes": pages * PAGE_BYTES,
                     "lowest_address": lo, "highest_address": hi,
                 });
                 println!("{}", serde_json::to_string_pretty(&v)?);
@@ -116,7 +117,7 @@ pub fn run(cmd: TraceCommand) -> Result<(), BoxError> {
                     vec!["warps".into(), warps.len().to_string()],
                     vec![
                         "footprint".into(),
-                        format!("{} ({pages} pages)", format_bytes(pages * 4096)),
+                        format!("{} ({pages} pages)", format_bytes(pages * PAGE_BYTES)),
                     ],
                     vec!["address range".into(), format!("{lo:#x}..={hi:#x}")],
                 ];

@@ -407,6 +407,11 @@ impl<'t> Engine<'t> {
             UNMAPPED
         };
         let oracle = config.policy == Policy::Oracle;
+        if oracle && trace.lines.len() >= NONE as usize {
+            return Err(SimError::InvalidParameter(
+                "the oracle handles traces of fewer than 2^32 accesses".into(),
+            ));
+        }
         let lpp_shift = trace.lines_per_page_shift;
         let (next_use, page_next) = if oracle {
             let mut next_use = vec![NONE; trace.lines.len()];
@@ -422,11 +427,6 @@ impl<'t> Engine<'t> {
         } else {
             (Vec::new(), Vec::new())
         };
-        if oracle && trace.lines.len() >= NONE as usize {
-            return Err(SimError::InvalidParameter(
-                "the oracle handles traces of fewer than 2^32 accesses".into(),
-            ));
-        }
         Ok(Self {
             trace,
             policy: config.policy,

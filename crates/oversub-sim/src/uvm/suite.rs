@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use serde::Serialize;
 
-use super::policy::Policy;
+use super::policy::{Policy, LAZY_GRP_HW_THRESHOLD};
 use super::sim::{simulate, PreparedTrace, PreparedTraceBuilder, SimConfig, SimResult};
 use super::workload::{self, WorkloadKind, WorkloadParams};
 use super::{trace, SimError};
@@ -293,10 +293,12 @@ pub fn speedups(results: &[SimResult]) -> Vec<SpeedupRow> {
             .iter()
             .filter(|r| r.workload == workload && ratio_percent(r.ratio) == ratio)
             .collect();
-        let Some(base) = group
-            .iter()
-            .find(|r| matches!(r.policy, Policy::LazyGrpHw { threshold: 256 }))
-        else {
+        let Some(base) = group.iter().find(|r| {
+            r.policy
+                == Policy::LazyGrpHw {
+                    threshold: LAZY_GRP_HW_THRESHOLD,
+                }
+        }) else {
             continue;
         };
         let mut push = |label: String, t: f64| {
