@@ -33,6 +33,7 @@
 //! ```
 
 mod error;
+mod gated;
 mod pool;
 mod space;
 

@@ -2,33 +2,55 @@ use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use oversub_accel::DeviceMemory;
+use oversub_arbiter::Gate;
 use oversub_io::SwapStore;
 
+use crate::gated::GatedIo;
 use crate::space::AddressSpace;
 use crate::PagerError;
 
 /// Options of a [`Pool`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub struct PoolConfig {
     /// Device memory the pool may hand out, in bytes (accounted in whole reservations).
     pub capacity_bytes: u64,
     /// Take a checksum of each buffer at page-out and verify it at page-in. It costs a pass over the bytes on each
     /// side (about 10 GB/s), so it is off by default and on in the tests.
     pub verify_checksums: bool,
+    /// Obey a memory arbiter: storage I/O and copies run in chunks of the gate's size, one at a time, and none
+    /// starts unless the arbiter's current grant covers it to its end.
+    pub gate: Option<Arc<Gate>>,
+    /// With a gate: measure its chunk time T(Q) on this pool's store and device at start-up, as the slowest of
+    /// this many one-chunk writes and reads. 0 keeps the gate's own chunk time.
+    pub gate_calibration_samples: usize,
 }
 
 impl PoolConfig {
-    /// A pool of `capacity_bytes` without checksums.
+    /// A pool of `capacity_bytes` without checksums or arbiter.
     pub fn new(capacity_bytes: u64) -> Self {
         PoolConfig {
             capacity_bytes,
             verify_checksums: false,
+            gate: None,
+            gate_calibration_samples: 16,
         }
     }
 
     /// The same options with checksums switched on or off.
     pub fn verify_checksums(mut self, on: bool) -> Self {
         self.verify_checksums = on;
+        self
+    }
+
+    /// The same options, obeying the arbiter behind `gate`.
+    pub fn gate(mut self, gate: Arc<Gate>) -> Self {
+        self.gate = Some(gate);
+        self
+    }
+
+    /// The same options with `samples` calibration runs of the gate's chunk time (0: keep the gate's).
+    pub fn gate_calibration_samples(mut self, samples: usize) -> Self {
+        self.gate_calibration_samples = samples;
         self
     }
 }
@@ -57,6 +79,8 @@ pub(crate) struct PoolShared {
     pub(crate) device: Arc<dyn DeviceMemory>,
     pub(crate) store: Arc<SwapStore>,
     pub(crate) verify_checksums: bool,
+    /// The arbitrated transfer path, when the pool obeys an arbiter.
+    pub(crate) gated: Option<GatedIo>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
 }
@@ -84,15 +108,31 @@ impl Pool {
                 store.alignment()
             )));
         }
+        let gated = match config.gate {
+            Some(gate) => {
+                let gated = GatedIo::start(gate, Arc::clone(&store))?;
+                if config.gate_calibration_samples > 0 {
+                    gated.calibrate(device.as_ref(), config.gate_calibration_samples)?;
+                }
+                Some(gated)
+            }
+            None => None,
+        };
         Ok(Pool {
             shared: Arc::new(PoolShared {
                 device,
                 store,
                 verify_checksums: config.verify_checksums,
+                gated,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
             }),
         })
+    }
+
+    /// The arbiter gate the pool obeys, if any.
+    pub fn gate(&self) -> Option<&Arc<Gate>> {
+        self.shared.gated.as_ref().map(GatedIo::gate)
     }
 
     /// A new, empty address space of this pool.
@@ -123,6 +163,47 @@ impl Pool {
 }
 
 impl PoolShared {
+    /// Submits a whole-slot transfer: straight to the store, or chunk by chunk under the arbiter's gate.
+    ///
+    /// # Safety
+    /// As [`SwapStore::submit`]: `mem` stays valid (for reads, otherwise untouched) until `on_done` has run.
+    pub(crate) unsafe fn submit_io(
+        &self,
+        direction: oversub_io::Direction,
+        slot: &oversub_io::Slot,
+        mem: oversub_io::IoVec,
+        on_done: oversub_io::IoCallback,
+    ) -> Result<(), oversub_io::IoError> {
+        match &self.gated {
+            // SAFETY: forwarded from our caller.
+            Some(g) => unsafe { g.submit(direction, slot, mem, on_done) },
+            // SAFETY: forwarded from our caller.
+            None => unsafe { self.store.submit(direction, slot, &[mem], on_done) },
+        }
+    }
+
+    /// Runs `copy(offset, len)` over `len` bytes: at once, or in admitted chunks under the arbiter's gate.
+    pub(crate) fn copy_chunked<E>(
+        &self,
+        len: usize,
+        mut copy: impl FnMut(usize, usize) -> Result<(), E>,
+    ) -> Result<(), E> {
+        match &self.gated {
+            None => copy(0, len),
+            Some(g) => {
+                let chunk = usize::try_from(g.chunk_bytes()).unwrap_or(usize::MAX);
+                let mut off = 0;
+                while off < len {
+                    let n = chunk.min(len - off);
+                    g.gate().admit();
+                    copy(off, n)?;
+                    off += n;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// Takes `bytes` of capacity, or says how much is left.
     pub(crate) fn charge(&self, bytes: u64) -> Result<(), PagerError> {
         self.used_bytes

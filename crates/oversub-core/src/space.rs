@@ -414,9 +414,12 @@ impl AddressSpace {
             return Err(PagerError::ReadOnly(buffer));
         }
         let dst = e.reservation.addr.offset(offset);
-        // SAFETY: the span was checked to lie inside the buffer, which is resident (committed); the space lock keeps
-        // paging calls on it out until the copy is done.
-        unsafe { self.shared.pool.device.copy_from_host(dst, data)? };
+        let device = &self.shared.pool.device;
+        self.shared.pool.copy_chunked(data.len(), |off, n| {
+            // SAFETY: the span was checked to lie inside the buffer, which is resident (committed); the space lock
+            // keeps paging calls on it out until the copy is done.
+            unsafe { device.copy_from_host(dst.offset(off as u64), &data[off..off + n]) }
+        })?;
         Ok(())
     }
 
@@ -427,8 +430,11 @@ impl AddressSpace {
             .shared
             .accessible(&mut st, buffer, offset, out.len() as u64)?;
         let src = e.reservation.addr.offset(offset);
-        // SAFETY: as in `write`.
-        unsafe { self.shared.pool.device.copy_to_host(src, out)? };
+        let device = &self.shared.pool.device;
+        self.shared.pool.copy_chunked(out.len(), |off, n| {
+            // SAFETY: as in `write`.
+            unsafe { device.copy_to_host(src.offset(off as u64), &mut out[off..off + n]) }
+        })?;
         Ok(())
     }
 
@@ -488,10 +494,10 @@ impl AddressSpace {
             );
             let slot = pool.store.allocate(e.io_bytes)?;
             let checksum_before = pool.verify_checksums.then(|| checksum(ptr, e.size_bytes));
-            let mem = [IoVec {
+            let mem = IoVec {
                 ptr: ptr.0,
                 len: e.io_bytes as usize,
-            }];
+            };
             let on_done = {
                 let device = Arc::clone(&pool.device);
                 let op = Arc::clone(&op);
@@ -509,7 +515,7 @@ impl AddressSpace {
             // SAFETY: the memory stays committed until on_done has run: the buffer is marked PagingOut below (under
             // the same lock), `free` refuses buffers with an operation in flight, and the address space is kept
             // alive by the ticket, whose finish waits for on_done.
-            if let Err(err) = unsafe { pool.store.submit(Direction::Write, &slot, &mem, on_done) } {
+            if let Err(err) = unsafe { pool.submit_io(Direction::Write, &slot, mem, on_done) } {
                 pool.store.release(slot);
                 return Err(err.into());
             }
@@ -597,13 +603,13 @@ impl AddressSpace {
                 }));
             })
         };
-        let mem = [IoVec {
+        let mem = IoVec {
             ptr: ptr.0,
             len: e.io_bytes as usize,
-        }];
+        };
         // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its ticket's
         // finish has waited for on_done, and nothing else touches the memory meanwhile.
-        unsafe { pool.store.submit(Direction::Read, slot, &mem, on_done) }
+        unsafe { pool.submit_io(Direction::Read, slot, mem, on_done) }
             .map_err(|err| undo(err.into()))?;
         e.state = BufferState::PagingIn;
         e.charged = true;

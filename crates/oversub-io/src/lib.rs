@@ -18,4 +18,4 @@ pub use engine::{
     IoCountersSnapshot, IoDone, IoEngine, IoRequest, IoVec, PsyncEngine, UringEngine,
 };
 pub use error::IoError;
-pub use store::{Slot, StoreBuilder, SwapStore};
+pub use store::{Slot, SlotView, StoreBuilder, SwapStore};

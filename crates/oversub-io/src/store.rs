@@ -387,6 +387,64 @@ impl Slot {
     pub fn extents(&self) -> &[Extent] {
         &self.extents
     }
+
+    /// A view of `len` bytes of the slot from `offset` (both multiples of the store's alignment when it is
+    /// direct; the store checks): a transfer of part of a buffer, such as one chunk under the arbiter. A view
+    /// owns no space and cannot be released; it is valid while its slot is.
+    pub fn view(&self, offset: u64, len: u64) -> Result<SlotView, IoError> {
+        let end = offset
+            .checked_add(len)
+            .filter(|end| *end <= self.len && len > 0)
+            .ok_or_else(|| {
+                IoError::InvalidArgument(format!(
+                    "view {offset}+{len} lies outside the slot of {} bytes",
+                    self.len
+                ))
+            })?;
+        let mut extents = Vec::new();
+        let mut pos = 0u64;
+        for e in &self.extents {
+            let (e_start, e_end) = (pos, pos + e.len);
+            pos = e_end;
+            let (s, t) = (offset.max(e_start), end.min(e_end));
+            if s < t {
+                extents.push(Extent {
+                    offset: e.offset + (s - e_start),
+                    len: t - s,
+                });
+            }
+        }
+        Ok(SlotView {
+            extents,
+            len,
+            store_id: self.store_id,
+        })
+    }
+}
+
+/// Part of a [`Slot`], from [`Slot::view`]. Cloneable and never released.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SlotView {
+    extents: Vec<Extent>,
+    len: u64,
+    store_id: u64,
+}
+
+impl SlotView {
+    /// Length in bytes.
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Always false (views are never empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// The file ranges, in data order.
+    pub fn extents(&self) -> &[Extent] {
+        &self.extents
+    }
 }
 
 impl SwapStore {
@@ -541,13 +599,40 @@ impl SwapStore {
         unsafe { submit_wait(self.engine.as_ref(), requests) }
     }
 
+    /// Blocking transfer of part of a slot (see [`Slot::view`]); otherwise as [`SwapStore::transfer`].
+    ///
+    /// # Safety
+    /// As [`SwapStore::transfer`]; the view's slot must still be allocated.
+    pub unsafe fn transfer_view(
+        &self,
+        direction: Direction,
+        view: &SlotView,
+        mem: &[IoVec],
+    ) -> Result<IoDone, IoError> {
+        let requests =
+            self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
+        // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
+        unsafe { submit_wait(self.engine.as_ref(), requests) }
+    }
+
     fn build_requests(
         &self,
         direction: Direction,
         slot: &Slot,
         mem: &[IoVec],
     ) -> Result<Vec<IoRequest>, IoError> {
-        if slot.store_id != self.id {
+        self.build_requests_for(direction, &slot.extents, slot.len, slot.store_id, mem)
+    }
+
+    fn build_requests_for(
+        &self,
+        direction: Direction,
+        extents: &[Extent],
+        slot_len: u64,
+        store_id: u64,
+        mem: &[IoVec],
+    ) -> Result<Vec<IoRequest>, IoError> {
+        if store_id != self.id {
             return Err(IoError::InvalidArgument(
                 "slot belongs to another store".into(),
             ));
@@ -578,18 +663,31 @@ impl SwapStore {
                 .checked_add(v.len as u64)
                 .ok_or_else(|| IoError::InvalidArgument("memory length overflows".into()))?;
         }
-        if total != slot.len {
+        if total != slot_len {
             return Err(IoError::InvalidArgument(format!(
-                "memory is {total} bytes but the slot is {} bytes",
-                slot.len
+                "memory is {total} bytes but the slot is {slot_len} bytes"
             )));
+        }
+        if self.direct
+            && extents
+                .iter()
+                .any(|e| e.offset % align != 0 || e.len % align != 0)
+        {
+            return Err(IoError::Misaligned {
+                what: "slot range",
+                value: extents
+                    .iter()
+                    .find(|e| e.offset % align != 0 || e.len % align != 0)
+                    .map_or(0, |e| e.offset),
+                alignment: align,
+            });
         }
         let max = self.max_io_bytes as u64;
         let fd = self.fd.as_raw_fd();
         let mut requests = Vec::new();
         let mut mem_iter = mem.iter().filter(|v| v.len > 0);
         let mut cur: Option<IoVec> = None;
-        for ext in &slot.extents {
+        for ext in extents {
             let mut pos = 0;
             while pos < ext.len {
                 let chunk = max.min(ext.len - pos);

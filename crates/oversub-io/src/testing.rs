@@ -214,3 +214,95 @@ unsafe impl IoEngine for CountingEngine {
         self.inner.counters()
     }
 }
+
+/// One request as a [`RecordingEngine`] saw it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordedRequest {
+    /// Read or write.
+    pub direction: Direction,
+    /// File offset.
+    pub offset: u64,
+    /// Bytes.
+    pub len: u64,
+    /// Batch number (from 0), so requests submitted together can be grouped.
+    pub batch: u64,
+}
+
+/// Called with each request before it is forwarded (for example to read a clock).
+pub type RequestObserver = Box<dyn Fn(&RecordedRequest) + Send + Sync>;
+
+/// Records every request (and calls an optional observer) before forwarding it to the inner engine.
+pub struct RecordingEngine {
+    inner: Arc<dyn IoEngine>,
+    log: std::sync::Mutex<Vec<RecordedRequest>>,
+    batches: AtomicU64,
+    observer: Option<RequestObserver>,
+}
+
+impl std::fmt::Debug for RecordingEngine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RecordingEngine")
+            .field("inner", &self.inner)
+            .field("batches", &self.batches)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RecordingEngine {
+    /// Wraps `inner`.
+    pub fn new(inner: Arc<dyn IoEngine>) -> Self {
+        RecordingEngine {
+            inner,
+            log: std::sync::Mutex::new(Vec::new()),
+            batches: AtomicU64::new(0),
+            observer: None,
+        }
+    }
+
+    /// Wraps `inner`, calling `observer` with every request just before it is submitted.
+    pub fn with_observer(inner: Arc<dyn IoEngine>, observer: RequestObserver) -> Self {
+        RecordingEngine {
+            observer: Some(observer),
+            ..Self::new(inner)
+        }
+    }
+
+    /// Every request so far, in submission order.
+    pub fn requests(&self) -> Vec<RecordedRequest> {
+        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+}
+
+// SAFETY: forwards every call unchanged to the inner engine.
+unsafe impl IoEngine for RecordingEngine {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+
+    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        crate::engine::validate_requests(&requests)?;
+        let batch = self.batches.fetch_add(1, Ordering::Relaxed);
+        for r in &requests {
+            let rec = RecordedRequest {
+                direction: r.direction,
+                offset: r.offset,
+                len: r.total_len(),
+                batch,
+            };
+            if let Some(obs) = &self.observer {
+                obs(&rec);
+            }
+            self.log.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
+        }
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.submit(requests, on_done) }
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.inner.counters()
+    }
+}

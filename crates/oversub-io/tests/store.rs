@@ -150,6 +150,54 @@ fn fragmented(engine: Arc<dyn IoEngine>) {
     assert_eq!(s.largest_free(), s.capacity_bytes());
 }
 
+/// Chunks of a fragmented slot, read through views, give back the bytes written whole; bad views are refused.
+fn views(engine: Arc<dyn IoEngine>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(&engine, dir.path(), 4 * MIB, 64 << 10);
+    let align = s.alignment() as u64;
+    let a = s.allocate(MIB).unwrap();
+    let b = s.allocate(MIB).unwrap();
+    let _c = s.allocate(MIB).unwrap();
+    s.release(a);
+    let len = MIB + MIB / 2;
+    let d = s.allocate(len).unwrap();
+    assert!(d.extents().len() >= 2);
+    let mut whole = AlignedBuf::new(len as usize, align as usize).unwrap();
+    fill(whole.as_mut_slice(), 31);
+    // SAFETY: whole outlives the blocking transfer.
+    unsafe { s.transfer(Direction::Write, &d, &[whole.iovec()]) }.unwrap();
+    let chunk = 256 * 1024;
+    let mut back = AlignedBuf::new(len as usize, align as usize).unwrap();
+    let mut off = 0;
+    while off < len {
+        let n = chunk.min(len - off);
+        let view = d.view(off, n).unwrap();
+        assert_eq!(view.len(), n);
+        let iov = IoVec {
+            ptr: back.as_mut_slice()[off as usize..].as_mut_ptr(),
+            len: n as usize,
+        };
+        // SAFETY: back outlives the blocking transfer; the slot is allocated.
+        unsafe { s.transfer_view(Direction::Read, &view, &[iov]) }.unwrap();
+        off += n;
+    }
+    check(back.as_slice(), 31);
+    assert!(matches!(
+        d.view(len - 4096, 8192),
+        Err(IoError::InvalidArgument(_))
+    ));
+    assert!(matches!(d.view(0, 0), Err(IoError::InvalidArgument(_))));
+    if s.is_direct() && align > 512 {
+        let v = d.view(512, align).unwrap();
+        let mut m = AlignedBuf::new(align as usize, align as usize).unwrap();
+        // SAFETY: m outlives the call (which is refused before any I/O).
+        let r = unsafe { s.transfer_view(Direction::Read, &v, &[m.iovec()]) };
+        assert!(matches!(r, Err(IoError::Misaligned { .. })), "{r:?}");
+    }
+    s.release(b);
+    s.release(d);
+}
+
 fn concurrent(engine: Arc<dyn IoEngine>) {
     let dir = tempfile::tempdir().unwrap();
     let s = Arc::new(store(&engine, dir.path(), 64 * MIB, 128 << 10));
@@ -553,6 +601,10 @@ macro_rules! engine_tests {
             #[test]
             fn concurrent() {
                 super::concurrent(engine());
+            }
+            #[test]
+            fn views() {
+                super::views(engine());
             }
             #[test]
             fn store_full_and_misaligned() {

@@ -1,0 +1,192 @@
+//! The arbitrated transfer path: one worker thread runs every storage transfer of the pool in chunks, asking the
+//! arbiter's gate before each one, like a copy engine that is only allowed on the bus during compute phases.
+//! A page-out or page-in waiting for a grant never blocks the caller: the ticket completes when the last chunk
+//! has.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use oversub_accel::{DeviceMemory, Reservation};
+use oversub_arbiter::Gate;
+use oversub_io::{Direction, IoCallback, IoDone, IoError, IoVec, Slot, SlotView, SwapStore};
+
+use crate::PagerError;
+
+struct Job {
+    direction: Direction,
+    chunks: Vec<(SlotView, IoVec)>,
+    on_done: IoCallback,
+}
+
+// SAFETY: the iovecs point at memory that the submitter keeps valid and untouched until on_done has run (the
+// contract of `GatedIo::submit`); the worker only hands them to the store.
+unsafe impl Send for Job {}
+
+#[derive(Debug)]
+pub(crate) struct GatedIo {
+    gate: Arc<Gate>,
+    store: Arc<SwapStore>,
+    chunk_bytes: u64,
+    tx: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+}
+
+impl GatedIo {
+    pub(crate) fn start(gate: Arc<Gate>, store: Arc<SwapStore>) -> Result<GatedIo, PagerError> {
+        let align = store.alignment() as u64;
+        let chunk_bytes = gate.chunk_bytes().max(1).next_multiple_of(align);
+        let (tx, rx) = channel::<Job>();
+        let worker = {
+            let gate = Arc::clone(&gate);
+            let store = Arc::clone(&store);
+            std::thread::Builder::new()
+                .name("oversub-gated-io".into())
+                .spawn(move || {
+                    for job in rx {
+                        let mut bytes = 0;
+                        let mut result = Ok(());
+                        for (view, iov) in &job.chunks {
+                            gate.admit();
+                            // SAFETY: the submitter keeps the memory valid and the slot allocated until on_done.
+                            match unsafe { store.transfer_view(job.direction, view, &[*iov]) } {
+                                Ok(done) => bytes += done.bytes,
+                                Err(e) => {
+                                    result = Err(e);
+                                    break;
+                                }
+                            }
+                        }
+                        (job.on_done)(result.map(|()| IoDone { bytes }));
+                    }
+                })
+                .map_err(|source| {
+                    PagerError::Store(IoError::Io {
+                        op: "spawning the gated I/O thread",
+                        source,
+                    })
+                })?
+        };
+        Ok(GatedIo {
+            gate,
+            store,
+            chunk_bytes,
+            tx: Some(tx),
+            worker: Some(worker),
+        })
+    }
+
+    pub(crate) fn gate(&self) -> &Arc<Gate> {
+        &self.gate
+    }
+
+    /// Bytes per chunk (the gate's chunk size rounded up to the store's alignment).
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes
+    }
+
+    /// Queues a transfer of `mem` (contiguous, `slot.len()` bytes) to or from `slot`, chunk by chunk.
+    ///
+    /// # Safety
+    /// As [`SwapStore::submit`]: `mem` stays valid (and, for reads, otherwise untouched) and the slot allocated
+    /// until `on_done` has run.
+    pub(crate) unsafe fn submit(
+        &self,
+        direction: Direction,
+        slot: &Slot,
+        mem: IoVec,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        if mem.len as u64 != slot.len() {
+            return Err(IoError::InvalidArgument(format!(
+                "memory is {} bytes but the slot is {} bytes",
+                mem.len,
+                slot.len()
+            )));
+        }
+        let mut chunks = Vec::new();
+        let mut off = 0u64;
+        while off < slot.len() {
+            let n = self.chunk_bytes.min(slot.len() - off);
+            chunks.push((
+                slot.view(off, n)?,
+                IoVec {
+                    ptr: mem.ptr.wrapping_add(off as usize),
+                    len: n as usize,
+                },
+            ));
+            off += n;
+        }
+        let tx = self.tx.as_ref().ok_or(IoError::Shutdown)?;
+        tx.send(Job {
+            direction,
+            chunks,
+            on_done,
+        })
+        .map_err(|_| IoError::Shutdown)
+    }
+
+    /// Measures T(Q) as the slowest one-chunk write or read through this store into device memory.
+    pub(crate) fn calibrate(
+        &self,
+        device: &dyn DeviceMemory,
+        samples: usize,
+    ) -> Result<(), PagerError> {
+        let len = usize::try_from(self.chunk_bytes)
+            .map_err(|_| PagerError::InvalidSize("chunk size overflows".into()))?;
+        let range = device.reserve(len)?;
+        let result = self.calibrate_on(device, &range, samples);
+        // SAFETY: the blocking transfers above are over; nothing else knows this range.
+        let released = unsafe { device.unreserve(range) };
+        let t = result?;
+        released?;
+        tracing::info!(
+            chunk_bytes = self.chunk_bytes,
+            chunk_time_us = t.as_secs_f64() * 1e6,
+            "arbiter chunk time T(Q) measured on the store"
+        );
+        Ok(())
+    }
+
+    fn calibrate_on(
+        &self,
+        device: &dyn DeviceMemory,
+        range: &Reservation,
+        samples: usize,
+    ) -> Result<std::time::Duration, PagerError> {
+        device.commit(range)?;
+        let ptr = device.host_ptr(range).ok_or_else(|| {
+            PagerError::Unsupported("device memory is not host-addressable".into())
+        })?;
+        let slot = self.store.allocate(self.chunk_bytes)?;
+        let iov = IoVec {
+            ptr,
+            len: self.chunk_bytes as usize,
+        };
+        let mut write = true;
+        let result = self.gate.calibrate(samples.saturating_mul(2), || {
+            let dir = if write {
+                Direction::Write
+            } else {
+                Direction::Read
+            };
+            write = !write;
+            // SAFETY: the range is committed for the whole call and the slot allocated; the transfer blocks.
+            unsafe { self.store.transfer(dir, &slot, &[iov]) }.map(|_| ())
+        });
+        self.store.release(slot);
+        Ok(result?)
+    }
+}
+
+impl Drop for GatedIo {
+    fn drop(&mut self) {
+        // Closing the channel lets the worker finish queued jobs and stop.
+        drop(self.tx.take());
+        if let Some(worker) = self.worker.take() {
+            if worker.thread().id() != std::thread::current().id() {
+                let _ = worker.join();
+            }
+        }
+    }
+}

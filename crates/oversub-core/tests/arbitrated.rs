@@ -1,0 +1,231 @@
+//! The pager under a memory arbiter: every storage request is one admitted chunk, and no chunk runs into a CPU
+//! task's memory phase. Time is a fake clock that the recording store advances by one chunk time per request, so
+//! the check is exact and no wall-clock time is asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::{engines, pattern, MIB};
+use oversub_accel::{DeviceMemory, HostMemory};
+use oversub_arbiter::{Arbiter, ArbiterConfig, Clock, FakeClock, Gate};
+use oversub_core::{BufferFlags, BufferState, Pool, PoolConfig};
+use oversub_io::testing::{FailingEngine, RecordingEngine};
+use oversub_io::{IoEngine, SwapStore};
+
+const US: u64 = 1_000;
+const T0: u64 = 1_000_000_000;
+const CHUNK_NS: u64 = 100 * US;
+const CHUNK_BYTES: u64 = 256 << 10;
+
+struct Setup {
+    clock: Arc<FakeClock>,
+    gate: Arc<Gate>,
+    recorder: Arc<RecordingEngine>,
+    starts: Arc<Mutex<Vec<(u64, u64)>>>,
+    pool: Pool,
+    mem_phases: Vec<(u64, u64)>,
+}
+
+/// A PREM task (load 300 µs, compute 1 ms, unload 200 µs, repeated) scripted on a fake clock, and a pool whose
+/// store's engine records each request's start and advances the clock by one chunk time.
+fn setup(engine: Arc<dyn IoEngine>, wrap_failing: Option<u64>) -> Setup {
+    let clock = Arc::new(FakeClock::new(T0));
+    let arbiter = Arbiter::in_process_with_clock(
+        ArbiterConfig {
+            chunk_bytes: CHUNK_BYTES,
+            chunk_time: Some(Duration::from_nanos(CHUNK_NS)),
+            ..ArbiterConfig::default()
+        },
+        clock.clone(),
+    )
+    .unwrap();
+    let task = Arc::new(arbiter.register_task().unwrap());
+    let mut mem_phases = Vec::new();
+    let mut t = T0;
+    for _ in 0..400 {
+        for (is_mem, len) in [(true, 300 * US), (false, 1_000 * US), (true, 200 * US)] {
+            let task = Arc::clone(&task);
+            clock.at(t, move || {
+                let d = Duration::from_nanos(len);
+                if is_mem { task.mem(d) } else { task.com(d) }.unwrap();
+            });
+            if is_mem {
+                mem_phases.push((t, t + len));
+            }
+            t += len;
+        }
+    }
+    clock.advance(0);
+    let starts = Arc::new(Mutex::new(Vec::new()));
+    let observer = {
+        let (clock, starts) = (clock.clone(), starts.clone());
+        Box::new(move |r: &oversub_io::testing::RecordedRequest| {
+            let now = clock.now_ns();
+            starts.lock().unwrap().push((now, r.len));
+            clock.advance(CHUNK_NS);
+        })
+    };
+    let inner: Arc<dyn IoEngine> = match wrap_failing {
+        Some(nth) => Arc::new(FailingEngine::new(engine, nth)),
+        None => engine,
+    };
+    let recorder = Arc::new(RecordingEngine::with_observer(inner, observer));
+    let store = Arc::new(
+        SwapStore::builder()
+            .capacity_bytes(64 * MIB)
+            .max_io_bytes(4 << 20)
+            .engine(recorder.clone())
+            .create_temp(&std::env::temp_dir())
+            .unwrap(),
+    );
+    let gate = Arc::new(Gate::new(arbiter));
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    let pool = Pool::new(
+        PoolConfig::new(32 * MIB)
+            .verify_checksums(true)
+            .gate(gate.clone())
+            .gate_calibration_samples(0),
+        device,
+        store,
+    )
+    .unwrap();
+    Setup {
+        clock,
+        gate,
+        recorder,
+        starts,
+        pool,
+        mem_phases,
+    }
+}
+
+fn assert_no_chunk_in_a_memory_phase(s: &Setup) {
+    let starts = s.starts.lock().unwrap().clone();
+    assert!(!starts.is_empty());
+    for &(start, len) in &starts {
+        assert!(
+            len <= CHUNK_BYTES,
+            "request of {len} bytes is larger than a chunk"
+        );
+        let end = start + CHUNK_NS;
+        for &(m0, m1) in &s.mem_phases {
+            assert!(
+                !(start < m1 && m0 < end),
+                "chunk [{start}, {end}) runs into memory phase [{m0}, {m1})"
+            );
+        }
+    }
+}
+
+#[test]
+fn paging_under_the_arbiter_keeps_out_of_memory_phases_and_keeps_every_byte() {
+    for (name, engine) in engines() {
+        let s = setup(engine, None);
+        let space = s.pool.address_space();
+        let sizes = [3 * MIB + 4096, MIB, 5 * MIB / 2];
+        let bufs: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let b = space.alloc(n, BufferFlags::DEFAULT).unwrap();
+                space.write(b, 0, &pattern(i as u64, n as usize)).unwrap();
+                b
+            })
+            .collect();
+        let copies = s.gate.stats().chunks;
+        assert!(
+            copies >= 3 + 4 + 10,
+            "{name}: writes were chunked too ({copies} chunks)"
+        );
+        // Two rounds, async page-outs of all, then page-ins one by one.
+        for _ in 0..2 {
+            let tickets = space.page_out_all_async().unwrap();
+            for t in tickets {
+                t.finish().unwrap();
+            }
+            for &b in &bufs {
+                assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
+                space.page_in(b).unwrap();
+            }
+        }
+        for (i, (&b, &n)) in bufs.iter().zip(&sizes).enumerate() {
+            let mut back = vec![0u8; n as usize];
+            space.read(b, 0, &mut back).unwrap();
+            assert!(
+                back == pattern(i as u64, n as usize),
+                "{name}: buffer {i} changed"
+            );
+        }
+        assert_no_chunk_in_a_memory_phase(&s);
+        let requests = s.recorder.requests();
+        let io_bytes: u64 = requests.iter().map(|r| r.len).sum();
+        let expected: u64 = sizes.iter().map(|n| n.next_multiple_of(4096)).sum::<u64>() * 4;
+        assert_eq!(io_bytes, expected, "{name}");
+        // One request per batch: the gate admits chunks one at a time.
+        assert!(
+            requests.windows(2).all(|w| w[0].batch != w[1].batch),
+            "{name}"
+        );
+        let stats = s.gate.stats();
+        assert!(
+            stats.waits > 0,
+            "{name}: the gate never had to wait: {stats:?}"
+        );
+        assert!(s.clock.now_ns() > T0, "{name}");
+    }
+}
+
+#[test]
+fn a_failed_chunk_fails_the_operation_and_loses_nothing() {
+    for (name, engine) in engines() {
+        // The 6th request fails, part-way through the 4 MiB buffer's first page-out (16 chunks).
+        let s = setup(engine, Some(6));
+        let space = s.pool.address_space();
+        let b = space.alloc(4 * MIB, BufferFlags::DEFAULT).unwrap();
+        let data = pattern(9, 4 * MIB as usize);
+        space.write(b, 0, &data).unwrap();
+        let free_before = s.pool.store().free_bytes();
+        let err = space.page_out(b).unwrap_err();
+        assert!(err.to_string().contains("injected"), "{name}: {err}");
+        assert_eq!(space.info(b).unwrap().state, BufferState::Resident);
+        assert_eq!(
+            s.pool.store().free_bytes(),
+            free_before,
+            "{name}: slot given back"
+        );
+        let mut back = vec![0u8; data.len()];
+        space.read(b, 0, &mut back).unwrap();
+        assert!(back == data, "{name}: bytes intact");
+        space.page_out(b).unwrap();
+        space.page_in(b).unwrap();
+        space.read(b, 0, &mut back).unwrap();
+        assert!(back == data, "{name}");
+        assert_no_chunk_in_a_memory_phase(&s);
+    }
+}
+
+#[test]
+fn a_pool_calibrates_its_chunk_time_on_the_store() {
+    let arbiter = Arbiter::in_process(ArbiterConfig {
+        chunk_time: Some(Duration::from_secs(1)),
+        ..ArbiterConfig::default()
+    })
+    .unwrap();
+    let gate = Arc::new(Gate::new(arbiter));
+    let store = common::store_with(engines().remove(0).1, 16 * MIB, 1 << 20);
+    let pool = Pool::new(
+        PoolConfig::new(8 * MIB)
+            .gate(gate.clone())
+            .gate_calibration_samples(4),
+        Arc::new(HostMemory::default()),
+        store,
+    )
+    .unwrap();
+    let t = gate.chunk_time();
+    assert!(t > Duration::ZERO && t < Duration::from_secs(1), "{t:?}");
+    assert_eq!(pool.store().free_bytes(), pool.store().capacity_bytes());
+    assert!(pool.gate().is_some());
+}
