@@ -11,8 +11,12 @@ use crate::ArbiterError;
 pub struct PremPhases {
     /// T(ML): the memory-loading phase.
     pub load_s: f64,
-    /// T(C): the compute phase.
+    /// T(C): the compute phase as announced, which is the usable window (its shortest length, so that no grant
+    /// outlives the real phase).
     pub compute_s: f64,
+    /// The compute phase's longest length: between the announced end and the real end the server sees an
+    /// overdue phase and grants nothing. Equal to `compute_s` in the paper's model.
+    pub compute_worst_s: f64,
     /// T(MU): the memory-unloading phase.
     pub unload_s: f64,
     /// T(ML^worst), for the spin-kernel case (Eq. 4); equal to `load_s` when phases are WCETs.
@@ -27,6 +31,7 @@ impl PremPhases {
         PremPhases {
             load_s,
             compute_s,
+            compute_worst_s: compute_s,
             unload_s,
             load_worst_s: load_s,
             unload_worst_s: unload_s,
@@ -39,6 +44,7 @@ impl PremPhases {
         check("T(ML worst)", self.load_worst_s)?;
         check("T(MU worst)", self.unload_worst_s)?;
         check("T(C)", self.compute_s)?;
+        check("T(C worst)", self.compute_worst_s)?;
         if self.compute_s == 0.0 {
             return Err(ArbiterError::InvalidDuration {
                 value: "0".into(),
@@ -90,9 +96,12 @@ pub fn transfer_bound(
     check("epsilon", epsilon_s)?;
     check("T(Q)", chunk_s)?;
     let (ml, c, mu) = (phases.load_s, phases.compute_s, phases.unload_s);
+    // Time lost to an overdue compute phase (announced shorter than it may run); zero in the paper's model.
+    let overdue = (phases.compute_worst_s - c).max(0.0);
     let eps_m = epsilon_s + chunk_s;
-    let cycle = 3.0 * epsilon_s + mu + ml + c;
-    let paper = eps_m + mu + ml + (transfer_s / c).floor() * cycle + epsilon_s + transfer_s % c;
+    let cycle = 3.0 * epsilon_s + mu + ml + c + overdue;
+    let paper =
+        eps_m + overdue + mu + ml + (transfer_s / c).floor() * cycle + epsilon_s + transfer_s % c;
     let (chunked, windows) = if chunk_s > 0.0 {
         let per_window = ((c - epsilon_s).max(0.0) / chunk_s).floor() * chunk_s;
         if per_window <= 0.0 {
@@ -102,14 +111,14 @@ pub fn transfer_bound(
             let work = chunks * chunk_s;
             let full = (work / per_window).floor();
             let rest = work - full * per_window;
-            let cycle_w = 3.0 * epsilon_s + mu + ml + c;
+            let cycle_w = cycle;
             // A transfer that fills whole windows exactly ends inside the last one, not after another cycle.
             let (full, rest) = if rest <= 0.0 && full >= 1.0 {
                 (full - 1.0, per_window)
             } else {
                 (full, rest)
             };
-            let end = eps_m + mu + ml + full * cycle_w + epsilon_s + rest;
+            let end = eps_m + overdue + mu + ml + full * cycle_w + epsilon_s + rest;
             (Some(end), Some(full as u64 + 1))
         }
     } else {
@@ -241,6 +250,28 @@ mod tests {
             1.0 + 2.0 + 12.0 + 10.0
         ));
         assert_eq!(b.windows, Some(2));
+    }
+
+    #[test]
+    fn an_overdue_compute_phase_adds_its_slack_to_every_gap() {
+        let exact = PremPhases::wcet(1.0, 10.0, 1.0);
+        let slack = PremPhases {
+            compute_worst_s: 12.0,
+            ..exact
+        };
+        let a = transfer_bound(25.0, &exact, 0.0, 1.0).unwrap_or_else(|e| panic!("{e}"));
+        let b = transfer_bound(25.0, &slack, 0.0, 1.0).unwrap_or_else(|e| panic!("{e}"));
+        // One initial wait and two window crossings, each 2 s longer.
+        assert!(
+            close(b.paper_s - a.paper_s, 6.0),
+            "{} {}",
+            a.paper_s,
+            b.paper_s
+        );
+        assert!(close(
+            b.chunked_s.unwrap_or(0.0) - a.chunked_s.unwrap_or(0.0),
+            6.0
+        ));
     }
 
     #[test]

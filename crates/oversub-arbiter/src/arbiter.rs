@@ -522,19 +522,29 @@ fn process_alive(pid: u32) -> bool {
     rc == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::ESRCH)
 }
 
-/// The slowest of 16 host copies of `bytes` (after one warm-up): T(Q_CE) for a memcpy copy engine.
+/// The slowest of 16 host copies of `bytes` between distinct parts of two 64 MiB buffers (after one warm-up), so
+/// that each copy goes to DRAM as a copy engine's would: T(Q_CE) for a memcpy copy engine.
 pub fn measure_copy_time(bytes: u64) -> Duration {
-    let n = usize::try_from(bytes).unwrap_or(usize::MAX).min(256 << 20);
-    let src = vec![0x5au8; n];
-    let mut dst = vec![0u8; n];
+    let n = usize::try_from(bytes)
+        .unwrap_or(usize::MAX)
+        .clamp(1, 256 << 20);
+    let span = n.max(64 << 20);
+    let src = vec![0x5au8; span];
+    // Written once first, so the timed copies do not include first-touch page faults.
+    let mut dst = vec![1u8; span];
     let mut worst = Duration::ZERO;
+    let mut off = 0;
     for i in 0..17 {
+        if off + n > span {
+            off = 0;
+        }
         let t = std::time::Instant::now();
-        dst.copy_from_slice(std::hint::black_box(&src));
+        dst[off..off + n].copy_from_slice(std::hint::black_box(&src[off..off + n]));
         std::hint::black_box(&mut dst);
         if i > 0 {
             worst = worst.max(t.elapsed());
         }
+        off += n;
     }
     worst.max(Duration::from_nanos(1))
 }

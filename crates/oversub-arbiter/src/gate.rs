@@ -29,10 +29,12 @@ struct Held {
     generation: u64,
 }
 
-/// One admitted chunk.
+/// Admitted chunks.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
-    /// When it was admitted (clock nanoseconds).
+    /// How many chunks may start now (at least 1): run one after the other, or together when that is no slower.
+    pub chunks: u64,
+    /// When they were admitted (clock nanoseconds).
     pub start_ns: u64,
     /// End of the grant it runs under; `None` when no task restricts memory.
     pub grant_until_ns: Option<u64>,
@@ -117,6 +119,14 @@ impl Gate {
 
     /// Blocks until one chunk may start now and end within the grant, asking the server as often as needed.
     pub fn admit(&self) -> Admission {
+        self.admit_up_to(1)
+    }
+
+    /// Blocks until at least one chunk may start, and admits as many as `max_chunks` whose total time
+    /// (n × T(Q)) still ends within the grant: a transfer side that submits them as one batch keeps the promise
+    /// as long as a batch is no slower than the same chunks one after another.
+    pub fn admit_up_to(&self, max_chunks: u64) -> Admission {
+        let max_chunks = max_chunks.max(1);
         let clock = self.arbiter.clock();
         let chunk_ns = self.chunk_time_ns.load(Ordering::Relaxed);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
@@ -124,12 +134,13 @@ impl Gate {
             let now = clock.now_ns();
             let generation = self.arbiter.generation();
             if let Some(h) = *held {
-                let fits = h
-                    .until_ns
-                    .is_none_or(|until| now.saturating_add(chunk_ns) <= until);
-                if h.generation == generation && fits {
-                    self.chunks.fetch_add(1, Ordering::Relaxed);
+                let fit = h.until_ns.map_or(max_chunks, |until| {
+                    (until.saturating_sub(now) / chunk_ns).min(max_chunks)
+                });
+                if h.generation == generation && fit >= 1 {
+                    self.chunks.fetch_add(fit, Ordering::Relaxed);
                     return Admission {
+                        chunks: fit,
                         start_ns: now,
                         grant_until_ns: h.until_ns,
                     };

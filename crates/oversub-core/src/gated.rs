@@ -13,6 +13,10 @@ use oversub_io::{Direction, IoCallback, IoDone, IoError, IoVec, Slot, SlotView, 
 
 use crate::PagerError;
 
+/// Most chunks submitted together when the grant has room for them all (their worst case counted one after
+/// another): enough queue depth to keep a storage device busy, few enough to stop soon at a window's end.
+const MAX_BATCH_CHUNKS: usize = 32;
+
 struct Job {
     direction: Direction,
     chunks: Vec<(SlotView, IoVec)>,
@@ -46,10 +50,14 @@ impl GatedIo {
                     for job in rx {
                         let mut bytes = 0;
                         let mut result = Ok(());
-                        for (view, iov) in &job.chunks {
-                            gate.admit();
+                        let mut next = 0;
+                        while next < job.chunks.len() {
+                            let want = (job.chunks.len() - next).min(MAX_BATCH_CHUNKS) as u64;
+                            let n = gate.admit_up_to(want).chunks.min(want) as usize;
+                            let batch = &job.chunks[next..next + n];
+                            next += n;
                             // SAFETY: the submitter keeps the memory valid and the slot allocated until on_done.
-                            match unsafe { store.transfer_view(job.direction, view, &[*iov]) } {
+                            match unsafe { store.transfer_views(job.direction, batch) } {
                                 Ok(done) => bytes += done.bytes,
                                 Err(e) => {
                                     result = Err(e);

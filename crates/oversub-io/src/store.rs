@@ -615,6 +615,30 @@ impl SwapStore {
         unsafe { submit_wait(self.engine.as_ref(), requests) }
     }
 
+    /// Blocking transfer of several slot views (each with its memory) as one batch, so they run at the engine's
+    /// queue depth.
+    ///
+    /// # Safety
+    /// As [`SwapStore::transfer_view`] for every pair.
+    pub unsafe fn transfer_views(
+        &self,
+        direction: Direction,
+        parts: &[(SlotView, IoVec)],
+    ) -> Result<IoDone, IoError> {
+        let mut requests = Vec::new();
+        for (view, mem) in parts {
+            requests.extend(self.build_requests_for(
+                direction,
+                &view.extents,
+                view.len,
+                view.store_id,
+                std::slice::from_ref(mem),
+            )?);
+        }
+        // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
+        unsafe { submit_wait(self.engine.as_ref(), requests) }
+    }
+
     fn build_requests(
         &self,
         direction: Direction,
