@@ -18,7 +18,8 @@ pub struct GateStats {
     pub waits: u64,
     /// Total time spent waiting, in nanoseconds of the arbiter's clock.
     pub wait_ns: u64,
-    /// Grants cut short by an announcement before their end (work stopped at a chunk boundary).
+    /// Grants cut short by an announcement before their end that left the transfer side waiting (work stopped at
+    /// a chunk boundary).
     pub preemptions: u64,
 }
 
@@ -130,6 +131,7 @@ impl Gate {
         let clock = self.arbiter.clock();
         let chunk_ns = self.chunk_time_ns.load(Ordering::Relaxed);
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cut_short = false;
         loop {
             let now = clock.now_ns();
             let generation = self.arbiter.generation();
@@ -145,12 +147,17 @@ impl Gate {
                         grant_until_ns: h.until_ns,
                     };
                 }
-                if h.generation != generation && h.until_ns.is_none_or(|until| until > now) {
-                    self.preemptions.fetch_add(1, Ordering::Relaxed);
-                }
+                cut_short =
+                    h.generation != generation && h.until_ns.is_none_or(|until| until > now);
                 *held = None;
             }
-            match self.arbiter.request(Duration::from_nanos(chunk_ns)) {
+            let decision = self.arbiter.request(Duration::from_nanos(chunk_ns));
+            if cut_short && matches!(decision, Decision::Wait { .. }) {
+                // An announcement ended the grant early (a re-announced compute phase that extends it is not).
+                self.preemptions.fetch_add(1, Ordering::Relaxed);
+            }
+            cut_short = false;
+            match decision {
                 Decision::Grant { until_ns, .. } => {
                     self.grants.fetch_add(1, Ordering::Relaxed);
                     *held = Some(Held {

@@ -1,10 +1,11 @@
-//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench, sim; probe as its issue
-//! lands). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
+//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench, sim, arbiter; probe as its
+//! issue lands). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
+mod arbiter;
 mod bench;
 mod mem;
 mod sched;
@@ -30,6 +31,9 @@ enum Command {
     /// Benchmarks that compare oversub against baselines in the same run and report ratios.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// The SiΓ memory arbiter: worst-case bounds from phase lengths, a shared server, phases from scripts, status.
+    #[command(subcommand)]
+    Arbiter(arbiter::ArbiterCommand),
     /// Trace-driven simulators: page-migration policies for unified memory under oversubscription.
     #[command(subcommand)]
     Sim(sim::SimCommand),
@@ -39,6 +43,7 @@ fn main() -> ExitCode {
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Arbiter(cmd) => arbiter::run(cmd),
         Command::Bench(cmd) => bench::run(cmd),
         Command::Demo(args) => sched::demo_cmd(args),
         Command::Plan(args) => sched::plan_cmd(args),

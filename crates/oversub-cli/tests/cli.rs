@@ -14,6 +14,12 @@ fn every_subcommand_has_help() {
         &["--help"][..],
         &["bench", "--help"],
         &["bench", "paging", "--help"],
+        &["bench", "interference", "--help"],
+        &["arbiter", "--help"],
+        &["arbiter", "bound", "--help"],
+        &["arbiter", "serve", "--help"],
+        &["arbiter", "phase", "--help"],
+        &["arbiter", "status", "--help"],
     ] {
         let out = oversub().args(args).output().unwrap();
         assert!(out.status.success(), "{args:?}");

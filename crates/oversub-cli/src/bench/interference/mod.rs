@@ -61,9 +61,12 @@ pub struct InterferenceArgs {
     /// Last-level cache size (default: read from sysfs).
     #[arg(long, value_parser = parse_size_arg)]
     llc: Option<u64>,
-    /// Passes of the PREM task over its 256 MB of data per condition (default 8, 1 with --quick).
+    /// Passes of the PREM task over its data per condition (default 8, 1 with --quick).
     #[arg(long)]
     passes: Option<usize>,
+    /// Pixel data the PREM task walks per pass (the paper's 256 MB).
+    #[arg(long, default_value = "256MB", value_parser = parse_size_arg)]
+    data: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -96,6 +99,9 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     };
     if args.paging_buffer < 4096 {
         return Err("--paging-buffer must be at least 4KiB".into());
+    }
+    if args.data < (1 << 20) {
+        return Err("--data must be at least 1MiB".into());
     }
     if args.passes == Some(0) {
         return Err("--passes must be at least 1".into());
@@ -130,7 +136,7 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     };
     let prem_opts = PremOptions {
         llc_bytes: llc,
-        data_bytes: 256_000_000,
+        data_bytes: args.data,
         passes: args.passes.unwrap_or(if args.quick { 1 } else { 8 }),
         paging_buffer_bytes: args.paging_buffer,
         copy_bytes: if args.quick { 32 << 20 } else { 100_000_000 },

@@ -263,16 +263,20 @@ impl PremTask {
 
     fn compute(&mut self) {
         for _ in 0..self.compute_reps {
-            for (y, px) in self
-                .local_out
-                .iter_mut()
-                .zip(std::hint::black_box(&self.local_in).chunks_exact(3))
-            {
-                let v = 77 * px[0] as u32 + 150 * px[1] as u32 + 29 * px[2] as u32;
-                *y = (v >> 8) as u8;
-            }
-            std::hint::black_box(&mut self.local_out);
+            self.compute_once();
         }
+    }
+
+    fn compute_once(&mut self) {
+        for (y, px) in self
+            .local_out
+            .iter_mut()
+            .zip(std::hint::black_box(&self.local_in).chunks_exact(3))
+        {
+            let v = 77 * px[0] as u32 + 150 * px[1] as u32 + 29 * px[2] as u32;
+            *y = (v >> 8) as u8;
+        }
+        std::hint::black_box(&mut self.local_out);
     }
 
     fn unload(&mut self, i: usize) {
@@ -298,11 +302,23 @@ impl PremTask {
             let t0 = Instant::now();
             self.load(i);
             let t1 = Instant::now();
-            if let Some((t, a)) = task {
-                t.com(a.compute)?;
-            }
             let t2 = Instant::now();
-            self.compute();
+            match task {
+                // A long compute phase is re-announced as it progresses: before each repetition, the shortest time
+                // the rest can take. The window then never ends long before the real phase does, even when the
+                // phase runs slow.
+                Some((t, a)) => {
+                    let per_rep = a.compute / self.compute_reps.max(1) as u32;
+                    for r in 0..self.compute_reps {
+                        t.com(
+                            (per_rep * (self.compute_reps - r) as u32)
+                                .max(Duration::from_micros(1)),
+                        )?;
+                        self.compute_once();
+                    }
+                }
+                None => self.compute(),
+            }
             let t3 = Instant::now();
             if let Some((t, a)) = task {
                 t.mem(a.unload)?;

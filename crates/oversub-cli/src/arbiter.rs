@@ -1,0 +1,373 @@
+//! `oversub arbiter`: the SiΓ memory server from the shell. Analyse phase lengths (Eqs. 2-4), serve a shared
+//! arbiter, announce phases from scripts, and look at a running one.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use clap::{Args, Subcommand};
+use oversub_arbiter::analysis::{kernel_bound, transfer_bound, KernelCase, PremPhases};
+use oversub_arbiter::{parse_duration, Arbiter, ArbiterConfig, ArbiterError, Phase, PhaseKind};
+use oversub_report::{format_seconds, text_table};
+use serde::Serialize;
+
+use crate::bench::BoxError;
+
+fn dur(s: &str) -> Result<Duration, String> {
+    parse_duration(s).map_err(|e| e.to_string())
+}
+
+/// A duration that may be zero (ε, preemption time).
+fn dur0(s: &str) -> Result<Duration, String> {
+    match parse_duration(s) {
+        Ok(d) => Ok(d),
+        Err(ArbiterError::InvalidDuration {
+            reason: "a phase must last longer than zero",
+            ..
+        }) => Ok(Duration::ZERO),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ArbiterCommand {
+    /// Worst-case completion of a transfer (Eq. 2) and of a kernel (Eqs. 3-4) under arbitration, from a PREM
+    /// task's phase lengths.
+    Bound(BoundArgs),
+    /// Create a shared arbiter under /dev/shm and keep it for a while (CPU tasks and pools in other processes
+    /// open it by name).
+    Serve(ServeArgs),
+    /// Announce one phase to a shared arbiter from a script (the slot expires with the phase's deadline).
+    Phase(PhaseArgs),
+    /// Show the tasks, phases and counters of a shared arbiter.
+    Status(StatusArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BoundArgs {
+    /// T(ML): memory-loading phase (e.g. 444us).
+    #[arg(long, value_parser = dur)]
+    load: Duration,
+    /// T(C): compute phase as announced (the usable window).
+    #[arg(long, value_parser = dur)]
+    compute: Duration,
+    /// T(MU): memory-unloading phase.
+    #[arg(long, value_parser = dur)]
+    unload: Duration,
+    /// Longest compute phase, when it can run past the announced one (default: as --compute).
+    #[arg(long, value_parser = dur)]
+    compute_worst: Option<Duration>,
+    /// Worst memory-loading phase, for the spin-kernel case (default: as --load).
+    #[arg(long, value_parser = dur)]
+    load_worst: Option<Duration>,
+    /// Worst memory-unloading phase (default: as --unload).
+    #[arg(long, value_parser = dur)]
+    unload_worst: Option<Duration>,
+    /// ε: one server round trip.
+    #[arg(long, default_value = "1us", value_parser = dur0)]
+    epsilon: Duration,
+    /// T(Q): one chunk's transfer time (the paper's TX1: 122us).
+    #[arg(long, default_value = "122us", value_parser = dur)]
+    chunk_time: Duration,
+    /// T(MG): length of the transfer alone.
+    #[arg(long, value_parser = dur)]
+    transfer: Option<Duration>,
+    /// T(K): length of a kernel.
+    #[arg(long, value_parser = dur)]
+    kernel: Option<Duration>,
+    /// The kernel can be preempted by a spin kernel.
+    #[arg(long)]
+    preemptible: bool,
+    /// Preemption latency of the spin kernel (the paper measured 120-170us).
+    #[arg(long, default_value = "170us", value_parser = dur0)]
+    preempt_time: Duration,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ServeArgs {
+    /// Name of the arbiter (the file is /dev/shm/oversub-arbiter-NAME).
+    #[arg(long)]
+    name: String,
+    /// Keep it this long, then remove it.
+    #[arg(long = "for", value_parser = dur, default_value = "3600s")]
+    duration: Duration,
+    /// How long past its deadline a phase still blocks transfers (a crashed task's worst cost).
+    #[arg(long, value_parser = dur, default_value = "50ms")]
+    stale_after: Duration,
+    /// T(Q) for a memcpy copy engine (default: measured now).
+    #[arg(long, value_parser = dur)]
+    chunk_time: Option<Duration>,
+    /// Remove a leftover file of that name first (from a server that was killed).
+    #[arg(long)]
+    replace: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct PhaseArgs {
+    /// Name of the arbiter.
+    #[arg(long)]
+    name: String,
+    /// CPU_MEM, CPU_COM or NO_OPER.
+    phase: String,
+    /// Its length (e.g. 850us); not for NO_OPER.
+    duration: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct StatusArgs {
+    /// Name of the arbiter.
+    #[arg(long)]
+    name: String,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+pub fn run(cmd: ArbiterCommand) -> Result<(), BoxError> {
+    match cmd {
+        ArbiterCommand::Bound(a) => bound(a),
+        ArbiterCommand::Serve(a) => serve(a),
+        ArbiterCommand::Phase(a) => phase(a),
+        ArbiterCommand::Status(a) => status(a),
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct BoundReport {
+    phases: PremPhases,
+    epsilon_s: f64,
+    chunk_time_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    transfer: Option<TransferReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kernel: Option<KernelReport>,
+}
+
+#[derive(Debug, Serialize)]
+struct TransferReport {
+    transfer_s: f64,
+    bound_paper_s: f64,
+    bound_chunked_s: Option<f64>,
+    windows: Option<u64>,
+}
+
+#[derive(Debug, Serialize)]
+struct KernelReport {
+    kernel_s: f64,
+    case: KernelCase,
+    preemptible: bool,
+    bound_s: Option<f64>,
+}
+
+fn bound(a: BoundArgs) -> Result<(), BoxError> {
+    if a.transfer.is_none() && a.kernel.is_none() {
+        return Err("give --transfer and/or --kernel".into());
+    }
+    let s = |d: Duration| d.as_secs_f64();
+    let phases = PremPhases {
+        load_s: s(a.load),
+        compute_s: s(a.compute),
+        compute_worst_s: s(a.compute_worst.unwrap_or(a.compute)),
+        unload_s: s(a.unload),
+        load_worst_s: s(a.load_worst.unwrap_or(a.load)),
+        unload_worst_s: s(a.unload_worst.unwrap_or(a.unload)),
+    };
+    let transfer = match a.transfer {
+        Some(t) => {
+            let b = transfer_bound(s(t), &phases, s(a.epsilon), s(a.chunk_time))?;
+            Some(TransferReport {
+                transfer_s: s(t),
+                bound_paper_s: b.paper_s,
+                bound_chunked_s: b.chunked_s,
+                windows: b.windows,
+            })
+        }
+        None => None,
+    };
+    let kernel = match a.kernel {
+        Some(k) => {
+            let b = kernel_bound(
+                s(k),
+                a.preemptible,
+                s(a.preempt_time),
+                &phases,
+                s(a.epsilon),
+            )?;
+            Some(KernelReport {
+                kernel_s: s(k),
+                case: b.case,
+                preemptible: a.preemptible,
+                bound_s: b.end_s,
+            })
+        }
+        None => None,
+    };
+    let report = BoundReport {
+        phases,
+        epsilon_s: s(a.epsilon),
+        chunk_time_s: s(a.chunk_time),
+        transfer,
+        kernel,
+    };
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+        return Ok(());
+    }
+    let f = |x: f64| format_seconds(x);
+    let mut rows = Vec::new();
+    if let Some(t) = &report.transfer {
+        rows.push(vec![
+            "transfer (Eq. 2, as printed)".to_string(),
+            f(t.transfer_s),
+            f(t.bound_paper_s),
+            format!("{:.2}x", t.bound_paper_s / t.transfer_s.max(1e-12)),
+        ]);
+        rows.push(vec![
+            "transfer (Eq. 2, whole chunks)".to_string(),
+            f(t.transfer_s),
+            t.bound_chunked_s
+                .map_or("starves (no chunk fits a window)".into(), f),
+            t.bound_chunked_s.map_or("-".into(), |b| {
+                format!(
+                    "{:.2}x, {} window(s)",
+                    b / t.transfer_s.max(1e-12),
+                    t.windows.unwrap_or(0)
+                )
+            }),
+        ]);
+    }
+    if let Some(k) = &report.kernel {
+        let case = match k.case {
+            KernelCase::Short => "kernel, case A: shorter than T(C) (Eq. 3)",
+            KernelCase::Preemptible => "kernel, case B: preemptible (Eq. 4)",
+            KernelCase::NonPreemptible => "kernel, case C: not preemptible",
+        };
+        rows.push(vec![
+            case.to_string(),
+            f(k.kernel_s),
+            k.bound_s.map_or("waits for NO_OPER (starves)".into(), f),
+            k.bound_s
+                .map_or("-".into(), |b| format!("{:.2}x", b / k.kernel_s.max(1e-12))),
+        ]);
+    }
+    println!(
+        "PREM phases: load {}, compute {} (worst {}), unload {}; epsilon {}, T(Q) {}",
+        f(phases.load_s),
+        f(phases.compute_s),
+        f(phases.compute_worst_s),
+        f(phases.unload_s),
+        f(report.epsilon_s),
+        f(report.chunk_time_s)
+    );
+    print!(
+        "{}",
+        text_table(&["work", "alone", "worst-case end", "inflation"], &rows)
+    );
+    Ok(())
+}
+
+fn serve(a: ServeArgs) -> Result<(), BoxError> {
+    let path = Arbiter::shared_path(&a.name)?;
+    if a.replace && path.exists() {
+        std::fs::remove_file(&path)?;
+    }
+    let arbiter = Arbiter::create_shared(
+        &a.name,
+        ArbiterConfig {
+            stale_after: a.stale_after,
+            chunk_time: a.chunk_time,
+            ..ArbiterConfig::default()
+        },
+    )?;
+    println!(
+        "arbiter {:?} at {} (T(Q) {}, stale after {}); serving for {}",
+        a.name,
+        path.display(),
+        format_seconds(arbiter.chunk_time().as_secs_f64()),
+        format_seconds(a.stale_after.as_secs_f64()),
+        format_seconds(a.duration.as_secs_f64())
+    );
+    std::thread::sleep(a.duration);
+    let st = arbiter.stats();
+    println!(
+        "done: {} requests, {} grants, {} waits, {} announcements",
+        st.requests, st.grants, st.waits, st.generation
+    );
+    Ok(())
+}
+
+fn phase(a: PhaseArgs) -> Result<(), BoxError> {
+    let kind = PhaseKind::parse(&a.phase)?;
+    let phase = match (kind, &a.duration) {
+        (PhaseKind::NoOper, _) => Phase::NoOper,
+        (_, None) => return Err(format!("{} needs a duration (e.g. 850us)", kind.name()).into()),
+        (PhaseKind::Mem, Some(d)) => Phase::Mem(parse_duration(d)?),
+        (PhaseKind::Com, Some(d)) => Phase::Com(parse_duration(d)?),
+    };
+    let arbiter = Arbiter::open_shared(&a.name)?;
+    let task = arbiter.register_task()?;
+    task.announce(phase)?;
+    println!("slot {}: {phase}", task.slot());
+    // The phase outlives this process; its deadline (plus the stale time) frees the slot.
+    task.detach();
+    Ok(())
+}
+
+fn status(a: StatusArgs) -> Result<(), BoxError> {
+    let arbiter = Arbiter::open_shared(&a.name)?;
+    let tasks = arbiter.tasks();
+    let stats = arbiter.stats();
+    if a.json {
+        #[derive(Serialize)]
+        struct Status<'a> {
+            path: Option<PathBuf>,
+            chunk_time_s: f64,
+            stale_after_s: f64,
+            tasks: &'a [oversub_arbiter::TaskStatus],
+            stats: oversub_arbiter::ArbiterStats,
+        }
+        let s = Status {
+            path: arbiter.path().map(|p| p.to_path_buf()),
+            chunk_time_s: arbiter.chunk_time().as_secs_f64(),
+            stale_after_s: arbiter.stale_after().as_secs_f64(),
+            tasks: &tasks,
+            stats,
+        };
+        println!("{}", serde_json::to_string_pretty(&s)?);
+        return Ok(());
+    }
+    println!(
+        "arbiter {:?}: T(Q) {}, stale after {}; {} requests ({} grants, {} waits), {} announcements",
+        a.name,
+        format_seconds(arbiter.chunk_time().as_secs_f64()),
+        format_seconds(arbiter.stale_after().as_secs_f64()),
+        stats.requests,
+        stats.grants,
+        stats.waits,
+        stats.generation
+    );
+    let rows: Vec<Vec<String>> = tasks
+        .iter()
+        .map(|t| {
+            vec![
+                t.slot.to_string(),
+                t.pid.to_string(),
+                t.phase.name().to_string(),
+                t.remaining_ns
+                    .map_or("-".into(), |r| format!("{:.3} ms", r as f64 / 1e6)),
+                if t.stale { "stale" } else { "" }.to_string(),
+                t.announcements.to_string(),
+            ]
+        })
+        .collect();
+    print!(
+        "{}",
+        text_table(
+            &["slot", "pid", "phase", "remaining", "", "announcements"],
+            &rows
+        )
+    );
+    Ok(())
+}

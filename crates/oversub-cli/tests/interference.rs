@@ -1,0 +1,296 @@
+//! `oversub bench interference` and `oversub arbiter` end to end, at tiny sizes: the JSON has the documented
+//! shape, figures are written, a phase announced by one process is seen by another, and bad input is refused
+//! clearly. No timing is asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+use std::time::Duration;
+
+fn oversub() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
+    c.env("OVERSUB_NO_PROGRESS", "1");
+    c
+}
+
+fn positive(v: &serde_json::Value, what: &str) -> f64 {
+    let x = v
+        .as_f64()
+        .unwrap_or_else(|| panic!("{what} is not a number: {v}"));
+    assert!(x.is_finite() && x > 0.0, "{what} = {x}");
+    x
+}
+
+#[test]
+fn interference_benchmark_writes_the_documented_json_and_figures() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let plots = dir.path().join("plots");
+    let out = oversub()
+        .args([
+            "bench",
+            "interference",
+            "--quick",
+            "--measure",
+            "100ms",
+            "--llc",
+            "2MiB",
+        ])
+        .args(["--paging-buffer", "2MiB", "--data", "8MiB", "--passes", "1"])
+        .arg("--store")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("PREM task vs transfers"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+
+    let thrashing = v["thrashing"].as_array().unwrap();
+    assert_eq!(
+        thrashing.len(),
+        2,
+        "one row per kind on a 2-CPU machine or more rows: {thrashing:?}"
+    );
+    for row in thrashing {
+        assert!(["sequential", "random"].contains(&row["kind"].as_str().unwrap()));
+        assert!(row["tasks"].as_u64().unwrap() >= 1);
+        for k in [
+            "bw_alone_mbs",
+            "bw_with_paging_mbs",
+            "paging_mean_s_alone",
+            "paging_mean_s_with",
+        ] {
+            positive(&row[k], k);
+        }
+    }
+    let prem = &v["prem"];
+    for cond in ["alone", "interfered", "arbitrated"] {
+        for phase in ["mem_load_us", "compute_us", "mem_unload_us"] {
+            let st = &prem[cond][phase];
+            let (min, mean, max) = (
+                positive(&st["min"], "min"),
+                positive(&st["mean"], "mean"),
+                positive(&st["max"], "max"),
+            );
+            assert!(min <= mean && mean <= max, "{cond} {phase}: {st}");
+        }
+    }
+    // At these sizes a run may end before the interferer completes one operation: only check the shape.
+    for k in ["interfered", "arbitrated"] {
+        let x = prem["interferer_mbs"][k].as_f64().unwrap();
+        assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
+    }
+    let starvation = v["starvation"].as_array().unwrap();
+    assert_eq!(starvation.len(), 8);
+    for row in starvation {
+        positive(&row["gc_ratio"], "gc_ratio");
+        assert!(row["iterations"].is_u64());
+    }
+    for f in [
+        "thrash-sequential-bandwidth.svg",
+        "thrash-random-paging.svg",
+        "prem-load.svg",
+        "prem-unload.svg",
+        "prem-interferer.svg",
+        "starvation.svg",
+    ] {
+        let text = std::fs::read_to_string(plots.join(f)).unwrap();
+        assert!(text.starts_with("<svg") || text.starts_with("<?xml"), "{f}");
+    }
+}
+
+#[test]
+fn bounds_from_phase_lengths() {
+    let out = oversub()
+        .args([
+            "arbiter",
+            "bound",
+            "--load",
+            "444us",
+            "--compute",
+            "8784us",
+            "--unload",
+            "716us",
+        ])
+        .args([
+            "--transfer",
+            "20ms",
+            "--kernel",
+            "12.3ms",
+            "--preemptible",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let paper = positive(&v["transfer"]["bound_paper_s"], "bound");
+    assert!(paper > 0.020 && paper < 0.030, "{paper}");
+    assert_eq!(v["kernel"]["case"], "Preemptible");
+    let out = oversub()
+        .args([
+            "arbiter",
+            "bound",
+            "--load",
+            "444us",
+            "--compute",
+            "8784us",
+            "--unload",
+            "716us",
+        ])
+        .args(["--kernel", "12ms"])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success());
+    assert!(text.contains("waits for NO_OPER"), "{text}");
+}
+
+#[test]
+fn bad_arguments_are_refused_clearly() {
+    for (args, needle) in [
+        (
+            &[
+                "arbiter",
+                "bound",
+                "--load=-5us",
+                "--compute",
+                "1ms",
+                "--unload",
+                "1ms",
+                "--transfer",
+                "1ms",
+            ][..],
+            "negative",
+        ),
+        (
+            &[
+                "arbiter",
+                "bound",
+                "--load",
+                "5",
+                "--compute",
+                "1ms",
+                "--unload",
+                "1ms",
+                "--transfer",
+                "1ms",
+            ],
+            "unit",
+        ),
+        (
+            &[
+                "arbiter",
+                "bound",
+                "--load",
+                "1ms",
+                "--compute",
+                "1ms",
+                "--unload",
+                "1ms",
+            ],
+            "--transfer",
+        ),
+        (
+            &[
+                "arbiter",
+                "phase",
+                "--name",
+                "nobody-here",
+                "CPU_NAP",
+                "1ms",
+            ],
+            "unknown phase",
+        ),
+        (
+            &["arbiter", "phase", "--name", "nobody-here", "CPU_MEM"],
+            "needs a duration",
+        ),
+        (
+            &[
+                "arbiter",
+                "phase",
+                "--name",
+                "nobody-here",
+                "--",
+                "CPU_MEM",
+                "-1ms",
+            ],
+            "negative",
+        ),
+        (
+            &["arbiter", "status", "--name", "a/b"],
+            "invalid arbiter name",
+        ),
+        (&["bench", "interference", "--passes", "0"], "--passes"),
+    ] {
+        let out = oversub().args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} succeeded");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
+
+#[test]
+fn a_phase_announced_from_the_shell_is_seen_by_status() {
+    let name = format!("clitest-{}", std::process::id());
+    let path = std::path::PathBuf::from(format!("/dev/shm/oversub-arbiter-{name}"));
+    let mut server = oversub()
+        .args([
+            "arbiter",
+            "serve",
+            "--name",
+            &name,
+            "--for",
+            "20s",
+            "--chunk-time",
+            "100us",
+        ])
+        .stdout(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    for _ in 0..200 {
+        if path.exists() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let out = oversub()
+        .args(["arbiter", "phase", "--name", &name, "CPU_MEM", "10s"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = oversub()
+        .args(["arbiter", "status", "--name", &name, "--json"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let tasks = v["tasks"].as_array().unwrap();
+    assert_eq!(tasks.len(), 1, "{v}");
+    assert_eq!(tasks[0]["phase"], "Mem");
+    assert!(tasks[0]["remaining_ns"].as_i64().unwrap() > 0);
+    let _ = server.kill();
+    let _ = server.wait();
+    let _ = std::fs::remove_file(&path);
+}
