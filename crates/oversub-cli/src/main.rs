@@ -64,6 +64,11 @@ fn main() -> ExitCode {
     }
 }
 
+/// Parses a size argument (`256MiB`, `1GiB`, `100MB`) for clap.
+fn parse_size_arg(s: &str) -> Result<u64, String> {
+    oversub_report::parse_size(s).map_err(|e| e.to_string())
+}
+
 fn init_logging() {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_default_env()

@@ -103,12 +103,8 @@ pub struct DemoArgs {
     #[arg(long)]
     store: Option<PathBuf>,
     /// Largest memory unit the demo may use per component.
-    #[arg(long, default_value = "512MiB", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "512MiB", value_parser = crate::parse_size_arg)]
     max_unit: u64,
-}
-
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    oversub_report::parse_size(s).map_err(|e| e.to_string())
 }
 
 /// Bandwidths from a profile file.

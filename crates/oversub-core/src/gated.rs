@@ -88,11 +88,6 @@ impl GatedIo {
         &self.gate
     }
 
-    /// Bytes per chunk (the gate's chunk size rounded up to the store's alignment).
-    pub(crate) fn chunk_bytes(&self) -> u64 {
-        self.chunk_bytes
-    }
-
     /// Queues a transfer of `mem` (contiguous, `slot.len()` bytes) to or from `slot`, chunk by chunk.
     ///
     /// # Safety

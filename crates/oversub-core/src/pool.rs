@@ -190,17 +190,10 @@ impl PoolShared {
     ) -> Result<(), E> {
         match &self.gated {
             None => copy(0, len),
-            Some(g) => {
-                let chunk = usize::try_from(g.chunk_bytes()).unwrap_or(usize::MAX);
-                let mut off = 0;
-                while off < len {
-                    let n = chunk.min(len - off);
-                    g.gate().admit();
-                    copy(off, n)?;
-                    off += n;
-                }
-                Ok(())
-            }
+            // Offsets and lengths stay below `len`, so they fit in usize.
+            Some(g) => g
+                .gate()
+                .run_chunked(len as u64, |off, n| copy(off as usize, n as usize)),
         }
     }
 

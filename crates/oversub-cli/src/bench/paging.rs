@@ -52,14 +52,10 @@ impl From<EngineArg> for EngineChoice {
     }
 }
 
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    oversub_report::parse_size(s).map_err(|e| e.to_string())
-}
-
 #[derive(Debug, Args)]
 pub struct PagingArgs {
     /// Size of the paged buffer (e.g. 256MiB, 1GiB).
-    #[arg(long, default_value = "1GiB", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "1GiB", value_parser = crate::parse_size_arg)]
     size: u64,
     /// Samples per measurement.
     #[arg(long, default_value_t = 20)]
@@ -75,7 +71,7 @@ pub struct PagingArgs {
     #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
     engine: EngineArg,
     /// Largest single I/O request of the pager; a buffer's transfer is split only at this size.
-    #[arg(long, default_value = "4MiB", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "4MiB", value_parser = crate::parse_size_arg)]
     max_io: u64,
     /// Requests the pager keeps in flight.
     #[arg(long, default_value_t = 32)]

@@ -17,10 +17,6 @@ use super::BoxError;
 use prem::{Condition, PremOptions, PremResult, StarvationRow};
 use thrash::{ThrashKind, ThrashOptions, ThrashRow};
 
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    oversub_report::parse_size(s).map_err(|e| e.to_string())
-}
-
 fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     oversub_arbiter::parse_duration(s).map_err(|e| e.to_string())
 }
@@ -56,16 +52,16 @@ pub struct InterferenceArgs {
     #[arg(long, value_parser = parse_duration_arg)]
     measure: Option<Duration>,
     /// Size of the buffers the paging loops page out and in.
-    #[arg(long, default_value = "64MiB", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "64MiB", value_parser = crate::parse_size_arg)]
     paging_buffer: u64,
     /// Last-level cache size (default: read from sysfs).
-    #[arg(long, value_parser = parse_size_arg)]
+    #[arg(long, value_parser = crate::parse_size_arg)]
     llc: Option<u64>,
     /// Passes of the PREM task over its data per condition (default 8, 1 with --quick).
     #[arg(long)]
     passes: Option<usize>,
     /// Pixel data the PREM task walks per pass (the paper's 256 MB).
-    #[arg(long, default_value = "256MB", value_parser = parse_size_arg)]
+    #[arg(long, default_value = "256MB", value_parser = crate::parse_size_arg)]
     data: u64,
 }
 

@@ -229,13 +229,7 @@ impl PremTask {
         let total_pixels = (data_bytes / 3) as usize / pixels * pixels;
         let total_pixels = total_pixels.max(pixels);
         let mut input = vec![0u8; total_pixels * 3];
-        let mut x = 0x2545_F491_4F6C_DD1Du64;
-        for b in input.iter_mut() {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            *b = x as u8;
-        }
+        crate::mem::fill_random(&mut input, 0x2545_F491_4F6C_DD1D);
         // Every buffer is written once here, so no phase pays for first-touch page faults.
         PremTask {
             input,
@@ -667,9 +661,8 @@ pub fn run(
         )?;
         progress.inc(1);
         let gate = Arc::new(Gate::new(arbiter.clone()));
-        if kind == InterfererKind::Paging {
-            // The pool measures T(Q) on the store when it starts; nothing to set here.
-        } else {
+        // The paging interferer's pool measures T(Q) on its store when it starts; the copy loop's is a memcpy's.
+        if kind == InterfererKind::Copy {
             gate.set_chunk_time(arbiter.chunk_time())?;
         }
         let task = arbiter.register_task()?;
