@@ -1,5 +1,5 @@
-//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench, sim, arbiter; probe as its
-//! issue lands). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
+//! The `oversub` command: front end of the oversub libraries (demo, plan, run, bench, sim, arbiter, tasks; probe
+//! as its issue lands). Logs go to stderr through `tracing`, filtered by `RUST_LOG`.
 
 use std::process::ExitCode;
 
@@ -10,6 +10,7 @@ mod bench;
 mod mem;
 mod sched;
 mod sim;
+mod tasks;
 
 /// GPU memory oversubscription runtime: page whole accelerator buffers to host memory and NVMe storage.
 #[derive(Debug, Parser)]
@@ -37,6 +38,9 @@ enum Command {
     /// Trace-driven simulators: page-migration policies for unified memory under oversubscription.
     #[command(subcommand)]
     Sim(sim::SimCommand),
+    /// Run several real commands under memory cgroup limits planned by contention-aware swap space management,
+    /// and compare their response times against the same commands without the limits.
+    Tasks(tasks::TasksArgs),
 }
 
 fn main() -> ExitCode {
@@ -49,6 +53,7 @@ fn main() -> ExitCode {
         Command::Plan(args) => sched::plan_cmd(args),
         Command::Run(args) => sched::run_cmd(args),
         Command::Sim(cmd) => sim::run(cmd),
+        Command::Tasks(args) => tasks::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,4 +8,5 @@
 //! Nothing here prints; the `oversub sim` command formats the results.
 
 pub mod rng;
+pub mod swap;
 pub mod uvm;

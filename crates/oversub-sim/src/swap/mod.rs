@@ -1,0 +1,1 @@
+//! Contention-aware swap space management simulator (being written).
