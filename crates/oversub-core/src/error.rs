@@ -52,6 +52,24 @@ pub enum PagerError {
         /// The pool's capacity.
         capacity_bytes: u64,
     },
+    /// The address space is a victim tenant at its resident quota (see [`crate::Pool::tenant_space`]): the
+    /// buffer cannot become resident now; read and write it on the store with `read_direct`/`write_direct`.
+    #[error("{} space as{space} is at its resident quota: {charged_bytes} of {limit_bytes} bytes held, {needed_bytes} more needed; use read_direct/write_direct", buffer.map(|b| format!("buffer {b}:")).unwrap_or_default())]
+    QuotaExceeded {
+        /// The space.
+        space: u32,
+        /// The buffer, when a page-in was refused.
+        buffer: Option<Buffer>,
+        /// Bytes the operation needs.
+        needed_bytes: u64,
+        /// Bytes the space holds now.
+        charged_bytes: u64,
+        /// Its quota.
+        limit_bytes: u64,
+    },
+    /// A tenant the plan cannot take, or a planner input that cannot work.
+    #[error(transparent)]
+    Tenant(#[from] oversub_tenants::TenantError),
     /// An access outside the buffer.
     #[error("range {offset}+{len} lies outside buffer {buffer} of {size} bytes")]
     OutOfBounds {
@@ -91,4 +109,26 @@ pub enum PagerError {
     /// Internal bookkeeping broke an invariant; reported instead of panicking.
     #[error("internal error: {0}")]
     Internal(&'static str),
+}
+
+impl PagerError {
+    /// Names the buffer in a quota refusal.
+    pub(crate) fn with_buffer(self, b: Buffer) -> Self {
+        match self {
+            PagerError::QuotaExceeded {
+                space,
+                needed_bytes,
+                charged_bytes,
+                limit_bytes,
+                ..
+            } => PagerError::QuotaExceeded {
+                space,
+                buffer: Some(b),
+                needed_bytes,
+                charged_bytes,
+                limit_bytes,
+            },
+            other => other,
+        }
+    }
 }

@@ -36,7 +36,10 @@ mod error;
 mod gated;
 mod pool;
 mod space;
+mod tenant;
 
 pub use error::PagerError;
+pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use space::{AddressSpace, Buffer, BufferFlags, BufferInfo, BufferState, OpKind, Ticket};
+pub use tenant::{TenantConfig, TenantQuota};

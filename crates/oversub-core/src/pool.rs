@@ -1,5 +1,7 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+
+use oversub_tenants::swap::AlphaRule;
 
 use oversub_accel::DeviceMemory;
 use oversub_arbiter::Gate;
@@ -7,6 +9,7 @@ use oversub_io::SwapStore;
 
 use crate::gated::GatedIo;
 use crate::space::AddressSpace;
+use crate::tenant::{TenantConfig, TenantQuota, Tenants};
 use crate::PagerError;
 
 /// Options of a [`Pool`].
@@ -23,6 +26,8 @@ pub struct PoolConfig {
     /// With a gate: measure its chunk time T(Q) on this pool's store and device at start-up, as the slowest of
     /// this many one-chunk writes and reads. 0 keeps the gate's own chunk time.
     pub gate_calibration_samples: usize,
+    /// How the tenant planner sizes the last victim's share on the store (see [`crate::Pool::tenant_space`]).
+    pub swap_rule: AlphaRule,
 }
 
 impl PoolConfig {
@@ -33,7 +38,14 @@ impl PoolConfig {
             verify_checksums: false,
             gate: None,
             gate_calibration_samples: 16,
+            swap_rule: AlphaRule::Fraction,
         }
+    }
+
+    /// The same options with `rule` for the tenant planner's swap ratios.
+    pub fn swap_rule(mut self, rule: AlphaRule) -> Self {
+        self.swap_rule = rule;
+        self
     }
 
     /// The same options with checksums switched on or off.
@@ -83,6 +95,8 @@ pub(crate) struct PoolShared {
     pub(crate) gated: Option<GatedIo>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
+    /// Address spaces registered as tenants, and the plan over them.
+    pub(crate) tenants: Mutex<Tenants>,
 }
 
 /// Space ids are unique in the process, so a handle from another pool's space is never mistaken for one of ours.
@@ -126,6 +140,7 @@ impl Pool {
                 gated,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
+                tenants: Mutex::new(Tenants::new(config.swap_rule)),
             }),
         })
     }
@@ -138,7 +153,36 @@ impl Pool {
     /// A new, empty address space of this pool.
     pub fn address_space(&self) -> AddressSpace {
         let id = NEXT_SPACE_ID.fetch_add(1, Ordering::Relaxed);
-        AddressSpace::new(id, Arc::clone(&self.shared))
+        AddressSpace::new(id, Arc::clone(&self.shared), false)
+    }
+
+    /// A new address space for a tenant that declares its demand and priority.
+    ///
+    /// The pool keeps a plan over its tenants (Yang & Chen's Alg. 2): while their demands add up to more than the
+    /// capacity, the lowest-priority tenants become victims and each may keep at most (1 − α_i) of its demand
+    /// resident; the rest of its buffers live on the store and are reached with
+    /// [`AddressSpace::read_direct`]/[`write_direct`](AddressSpace::write_direct), so it never evicts the others.
+    /// Every tenant is held to its resident limit (its demand, for those that are not victims). The plan is
+    /// recomputed when a tenant arrives (here; tenants over their new limit have their least recently used
+    /// buffers paged out before this returns) and when one leaves (its last handle is dropped).
+    pub fn tenant_space(&self, config: TenantConfig) -> Result<AddressSpace, PagerError> {
+        let store_bytes = self.shared.store.capacity_bytes();
+        config.validate(store_bytes)?;
+        let id = NEXT_SPACE_ID.fetch_add(1, Ordering::Relaxed);
+        let space = AddressSpace::new(id, Arc::clone(&self.shared), true);
+        let granularity = self.shared.device.granularity() as u64;
+        let over_quota = {
+            let mut tenants = crate::space::lock(&self.shared.tenants);
+            tenants.add(config, space.shared());
+            tenants.replan(self.shared.capacity_bytes, granularity)?
+        };
+        crate::tenant::shrink_to_quota(over_quota)?;
+        Ok(space)
+    }
+
+    /// The tenant plan now: one entry per tenant, from the highest priority to the lowest.
+    pub fn tenant_quotas(&self) -> Vec<TenantQuota> {
+        crate::space::lock(&self.shared.tenants).quotas()
     }
 
     /// The pool's occupancy now.
@@ -163,6 +207,21 @@ impl Pool {
 }
 
 impl PoolShared {
+    /// A tenant's space is gone: plan again without it (the others' limits can only grow).
+    pub(crate) fn tenant_left(&self, id: u32) {
+        let granularity = self.device.granularity() as u64;
+        let replanned = {
+            let mut tenants = crate::space::lock(&self.tenants);
+            tenants.remove(id);
+            tenants.replan(self.capacity_bytes, granularity)
+        };
+        // Dropped here, outside the lock: a space handle dropped last re-enters this function.
+        match replanned {
+            Ok(over) => drop(over),
+            Err(e) => tracing::warn!("replanning after tenant as{id} left: {e}"),
+        }
+    }
+
     /// Submits a whole-slot transfer: straight to the store, or chunk by chunk under the arbiter's gate.
     ///
     /// # Safety

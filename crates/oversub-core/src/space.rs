@@ -1,4 +1,5 @@
 use std::collections::BTreeMap;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use oversub_accel::{round_up, AccelError, DevicePtr, Reservation};
@@ -6,6 +7,9 @@ use oversub_io::{Direction, IoError, IoVec, Slot};
 
 use crate::pool::PoolShared;
 use crate::PagerError;
+
+/// The most bytes one direct store transfer moves (and the size of its bounce buffer).
+const DIRECT_PIECE_BYTES: usize = 8 << 20;
 
 /// A stable handle to a buffer of an address space. Handles are never reused, so a stale one is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -217,7 +221,7 @@ impl OpState {
 
 /// Our critical sections leave the state consistent at every step, so a panic elsewhere while holding the lock is
 /// no reason to stop paging: recover the guard.
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
@@ -237,6 +241,8 @@ struct Entry {
     /// The reservation's memory counts against the pool: from alloc or page-in start until the memory is known to
     /// be released (a decommit that failed leaves it charged, so the accounting never undercounts).
     charged: bool,
+    /// The space's access clock at the buffer's last use (alloc, access, page-in).
+    last_use: u64,
 }
 
 #[derive(Debug, Default)]
@@ -246,10 +252,34 @@ struct SpaceState {
 }
 
 #[derive(Debug)]
-struct SpaceShared {
+pub(crate) struct SpaceShared {
     id: u32,
     pool: Arc<PoolShared>,
     state: Mutex<SpaceState>,
+    /// Bytes of device memory this space's buffers are charged for, and the most it may hold: its resident quota
+    /// when it is a tenant the planner made a victim, otherwise unlimited.
+    pub(crate) usage: Arc<SpaceUsage>,
+    /// Set for spaces made by [`crate::Pool::tenant_space`]: they leave the tenant plan when dropped.
+    pub(crate) tenant: bool,
+}
+
+/// A space's charged bytes and its limit, shared with the pool's tenant registry.
+#[derive(Debug)]
+pub(crate) struct SpaceUsage {
+    pub(crate) charged_bytes: std::sync::atomic::AtomicU64,
+    pub(crate) limit_bytes: std::sync::atomic::AtomicU64,
+    /// A clock of accesses, for choosing which buffers a shrinking quota pages out first.
+    pub(crate) clock: std::sync::atomic::AtomicU64,
+}
+
+impl Default for SpaceUsage {
+    fn default() -> Self {
+        SpaceUsage {
+            charged_bytes: std::sync::atomic::AtomicU64::new(0),
+            limit_bytes: std::sync::atomic::AtomicU64::new(u64::MAX),
+            clock: std::sync::atomic::AtomicU64::new(0),
+        }
+    }
 }
 
 /// A set of buffers paged together (one per accelerator context), guarded by its own lock.
@@ -272,13 +302,39 @@ fn checksum(ptr: SendPtr, len: u64) -> u64 {
 }
 
 impl AddressSpace {
-    pub(crate) fn new(id: u32, pool: Arc<PoolShared>) -> Self {
+    pub(crate) fn new(id: u32, pool: Arc<PoolShared>, tenant: bool) -> Self {
         AddressSpace {
             shared: Arc::new(SpaceShared {
                 id,
                 pool,
                 state: Mutex::new(SpaceState::default()),
+                usage: Arc::new(SpaceUsage::default()),
+                tenant,
             }),
+        }
+    }
+
+    pub(crate) fn from_shared(shared: Arc<SpaceShared>) -> Self {
+        AddressSpace { shared }
+    }
+
+    pub(crate) fn shared(&self) -> &Arc<SpaceShared> {
+        &self.shared
+    }
+
+    /// Device memory this space's buffers hold now (resident buffers and operations in flight), in bytes.
+    pub fn charged_bytes(&self) -> u64 {
+        self.shared.usage.charged_bytes.load(Ordering::Acquire)
+    }
+
+    /// The most device memory this space may hold: its resident quota when the tenant planner made it a victim,
+    /// `None` when unlimited. Allocations past it are placed on the store, and page-ins past it are refused
+    /// ([`PagerError::QuotaExceeded`]); reach such buffers with [`read_direct`](Self::read_direct) and
+    /// [`write_direct`](Self::write_direct).
+    pub fn resident_limit(&self) -> Option<u64> {
+        match self.shared.usage.limit_bytes.load(Ordering::Acquire) {
+            u64::MAX => None,
+            limit => Some(limit),
         }
     }
 
@@ -303,52 +359,88 @@ impl AddressSpace {
         let granularity = pool.device.granularity() as u64;
         let charged = round_up(io_bytes, granularity)
             .ok_or_else(|| PagerError::InvalidSize(format!("{size_bytes} bytes overflows")))?;
-        pool.charge(charged)?;
+        match self.shared.charge(charged) {
+            Ok(()) => {}
+            // A victim tenant past its quota: the buffer lives on the store from the start.
+            Err(PagerError::QuotaExceeded { .. }) if !flags.unpageable => {
+                return self.alloc_on_store(size_bytes, io_bytes, reserve_len, flags)
+            }
+            Err(e) => return Err(e),
+        }
         let reservation = match pool.device.reserve(reserve_len) {
             Ok(r) => r,
             Err(e) => {
-                pool.refund(charged);
+                self.shared.refund(charged);
                 return Err(e.into());
             }
         };
         if reservation.len as u64 != charged {
             // Keep the accounting exact even if a backend rounds differently than its granularity says.
-            pool.refund(charged);
-            if let Err(e) = pool.charge(reservation.len as u64) {
+            self.shared.refund(charged);
+            if let Err(e) = self.shared.charge(reservation.len as u64) {
                 // SAFETY: the range was reserved just now and nobody has seen it.
                 let _ = unsafe { pool.device.unreserve(reservation) };
                 return Err(e);
             }
         }
         if let Err(e) = pool.device.commit(&reservation) {
-            pool.refund(reservation.len as u64);
+            self.shared.refund(reservation.len as u64);
             // SAFETY: as above.
             let _ = unsafe { pool.device.unreserve(reservation) };
             return Err(e.into());
         }
-        let mut st = lock(&self.shared.state);
-        let index = st.next_index;
-        st.next_index += 1;
-        st.buffers.insert(
-            index,
-            Entry {
-                reservation,
-                size_bytes,
-                io_bytes,
-                flags,
-                state: BufferState::Resident,
-                slot: None,
-                stored: false,
-                checksum: None,
-                op: None,
-                charged: true,
-            },
-        );
-        let buffer = Buffer {
-            space: self.shared.id,
-            index,
-        };
+        let buffer = self.shared.insert(Entry {
+            reservation,
+            size_bytes,
+            io_bytes,
+            flags,
+            state: BufferState::Resident,
+            slot: None,
+            stored: false,
+            checksum: None,
+            op: None,
+            charged: true,
+            last_use: 0,
+        });
         tracing::debug!(%buffer, size_bytes, addr = %reservation.addr, "alloc");
+        Ok(buffer)
+    }
+
+    /// Allocates a buffer that starts paged out: an address, and a zero-filled store slot instead of memory.
+    fn alloc_on_store(
+        &self,
+        size_bytes: u64,
+        io_bytes: u64,
+        reserve_len: usize,
+        flags: BufferFlags,
+    ) -> Result<Buffer, PagerError> {
+        let pool = &self.shared.pool;
+        let slot = pool.store.allocate(io_bytes)?;
+        if let Err(e) = self.shared.zero_slot(&slot) {
+            pool.store.release(slot);
+            return Err(e);
+        }
+        let reservation = match pool.device.reserve(reserve_len) {
+            Ok(r) => r,
+            Err(e) => {
+                pool.store.release(slot);
+                return Err(e.into());
+            }
+        };
+        let buffer = self.shared.insert(Entry {
+            reservation,
+            size_bytes,
+            io_bytes,
+            flags,
+            state: BufferState::PagedOut,
+            slot: Some(slot),
+            stored: true,
+            checksum: None,
+            op: None,
+            charged: false,
+            last_use: 0,
+        });
+        tracing::debug!(%buffer, size_bytes, addr = %reservation.addr, "alloc on the store (past the space's quota)");
         Ok(buffer)
     }
 
@@ -436,6 +528,77 @@ impl AddressSpace {
             unsafe { device.copy_to_host(src.offset(off as u64), &mut out[off..off + n]) }
         })?;
         Ok(())
+    }
+
+    /// Copies bytes of a buffer from `offset` into `out` without making it resident: from memory when it is
+    /// resident, otherwise straight from its copy on the store (rounded out to the store's alignment and trimmed).
+    /// This is how a victim tenant reads the part of its data the planner keeps on the store.
+    pub fn read_direct(
+        &self,
+        buffer: Buffer,
+        offset: u64,
+        out: &mut [u8],
+    ) -> Result<(), PagerError> {
+        let mut st = lock(&self.shared.state);
+        let e = self
+            .shared
+            .in_bounds(&mut st, buffer, offset, out.len() as u64)?;
+        match e.state {
+            BufferState::Resident => {
+                let src = e.reservation.addr.offset(offset);
+                let device = &self.shared.pool.device;
+                self.shared.pool.copy_chunked(out.len(), |off, n| {
+                    // SAFETY: as in `read`.
+                    unsafe { device.copy_to_host(src.offset(off as u64), &mut out[off..off + n]) }
+                })?;
+                Ok(())
+            }
+            BufferState::PagedOut => {
+                let slot = e
+                    .slot
+                    .as_ref()
+                    .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
+                self.shared
+                    .store_range(slot, offset, StoreAccess::Read(out))
+            }
+            state => Err(PagerError::OperationInFlight { buffer, state }),
+        }
+    }
+
+    /// Copies `data` into a buffer at `offset` without making it resident: into memory when it is resident,
+    /// otherwise straight into its copy on the store (partial blocks at either end are read, patched and written
+    /// back). The counterpart of [`read_direct`](Self::read_direct).
+    pub fn write_direct(&self, buffer: Buffer, offset: u64, data: &[u8]) -> Result<(), PagerError> {
+        let mut st = lock(&self.shared.state);
+        let e = self
+            .shared
+            .in_bounds(&mut st, buffer, offset, data.len() as u64)?;
+        if e.flags.read_only && e.stored {
+            return Err(PagerError::ReadOnly(buffer));
+        }
+        match e.state {
+            BufferState::Resident => {
+                let dst = e.reservation.addr.offset(offset);
+                let device = &self.shared.pool.device;
+                self.shared.pool.copy_chunked(data.len(), |off, n| {
+                    // SAFETY: as in `write`.
+                    unsafe { device.copy_from_host(dst.offset(off as u64), &data[off..off + n]) }
+                })?;
+                Ok(())
+            }
+            BufferState::PagedOut => {
+                let slot = e
+                    .slot
+                    .as_ref()
+                    .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
+                // The checksum taken at page-out no longer describes the stored bytes (even if this write fails
+                // half-way, so drop it first).
+                e.checksum = None;
+                self.shared
+                    .store_range(slot, offset, StoreAccess::Write(data))
+            }
+            state => Err(PagerError::OperationInFlight { buffer, state }),
+        }
     }
 
     /// The host address of a resident buffer, for backends whose memory the host can address (the host backend).
@@ -557,12 +720,14 @@ impl AddressSpace {
         // A buffer whose last release failed is still charged; never count it twice.
         let newly_charged = !e.charged;
         if newly_charged {
-            pool.charge(charge_bytes)?;
+            shared
+                .charge(charge_bytes)
+                .map_err(|err| err.with_buffer(buffer))?;
         }
         let undo = |err: PagerError| {
             // SAFETY: the read was not submitted, so nothing uses the memory just committed.
             if unsafe { pool.device.decommit(&e.reservation) }.is_ok() && newly_charged {
-                pool.refund(charge_bytes);
+                shared.refund(charge_bytes);
             }
             err
         };
@@ -613,6 +778,7 @@ impl AddressSpace {
             .map_err(|err| undo(err.into()))?;
         e.state = BufferState::PagingIn;
         e.charged = true;
+        e.last_use = shared.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
         e.op = Some(Arc::clone(&op));
         tracing::debug!(%buffer, "page-in started");
         Ok(Ticket {
@@ -691,6 +857,21 @@ impl AddressSpace {
     }
 }
 
+/// The two directions of a direct store access, with the caller's bytes.
+enum StoreAccess<'a> {
+    Read(&'a mut [u8]),
+    Write(&'a [u8]),
+}
+
+impl StoreAccess<'_> {
+    fn len(&self) -> usize {
+        match self {
+            StoreAccess::Read(b) => b.len(),
+            StoreAccess::Write(b) => b.len(),
+        }
+    }
+}
+
 /// Finishes every ticket and returns the first error, if any.
 pub(crate) fn finish_all(tickets: Vec<Ticket>) -> Result<(), PagerError> {
     let mut first = None;
@@ -703,6 +884,104 @@ pub(crate) fn finish_all(tickets: Vec<Ticket>) -> Result<(), PagerError> {
 }
 
 impl SpaceShared {
+    pub(crate) fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Takes `bytes` of this space's quota and of the pool's capacity, or neither.
+    fn charge(&self, bytes: u64) -> Result<(), PagerError> {
+        let usage = &self.usage;
+        let limit = usage.limit_bytes.load(Ordering::Acquire);
+        usage
+            .charged_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                used.checked_add(bytes).filter(|total| *total <= limit)
+            })
+            .map_err(|used| PagerError::QuotaExceeded {
+                space: self.id,
+                buffer: None,
+                needed_bytes: bytes,
+                charged_bytes: used,
+                limit_bytes: limit,
+            })?;
+        if let Err(e) = self.pool.charge(bytes) {
+            Self::release_usage(usage, bytes);
+            return Err(e);
+        }
+        Ok(())
+    }
+
+    /// Gives `bytes` back to this space's quota and to the pool.
+    fn refund(&self, bytes: u64) {
+        Self::release_usage(&self.usage, bytes);
+        self.pool.refund(bytes);
+    }
+
+    fn release_usage(usage: &SpaceUsage, bytes: u64) {
+        let _ = usage
+            .charged_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                Some(used.saturating_sub(bytes))
+            });
+    }
+
+    /// Adds an entry under a fresh handle.
+    fn insert(&self, mut entry: Entry) -> Buffer {
+        entry.last_use = self.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        let mut st = lock(&self.state);
+        let index = st.next_index;
+        st.next_index += 1;
+        st.buffers.insert(index, entry);
+        Buffer {
+            space: self.id,
+            index,
+        }
+    }
+
+    /// Writes zeros over a new slot, so a buffer allocated on the store reads back as zeros like one in memory.
+    fn zero_slot(&self, slot: &Slot) -> Result<(), PagerError> {
+        let store = &self.pool.store;
+        let piece = DIRECT_PIECE_BYTES.min(slot.len() as usize);
+        let mut zeros = oversub_io::AlignedBuf::new(piece, store.alignment())?;
+        let mut offset = 0u64;
+        while offset < slot.len() {
+            let n = (slot.len() - offset).min(piece as u64);
+            let view = slot.view(offset, n)?;
+            let mem = IoVec {
+                ptr: zeros.iovec().ptr,
+                len: n as usize,
+            };
+            // SAFETY: `zeros` outlives the blocking transfer and is only read by it.
+            unsafe { store.transfer_view(Direction::Write, &view, &[mem]) }?;
+            offset += n;
+        }
+        Ok(())
+    }
+
+    /// Resident buffers a shrinking quota may page out, least recently used first, with their charged bytes.
+    pub(crate) fn eviction_candidates(&self) -> Vec<(Buffer, u64)> {
+        let st = lock(&self.state);
+        let mut found: Vec<(u64, Buffer, u64)> = st
+            .buffers
+            .iter()
+            .filter(|(_, e)| {
+                e.state == BufferState::Resident && !e.flags.unpageable && e.op.is_none()
+            })
+            .map(|(&index, e)| {
+                (
+                    e.last_use,
+                    Buffer {
+                        space: self.id,
+                        index,
+                    },
+                    e.reservation.len as u64,
+                )
+            })
+            .collect();
+        found.sort_unstable_by_key(|(last_use, ..)| *last_use);
+        found.into_iter().map(|(_, b, bytes)| (b, bytes)).collect()
+    }
+
     fn entry_mut<'a>(
         &self,
         st: &'a mut SpaceState,
@@ -716,14 +995,103 @@ impl SpaceShared {
             .ok_or(PagerError::UnknownBuffer(buffer))
     }
 
+    /// The entry, if `offset..offset + len` lies inside it (in any state); counts as a use.
+    fn in_bounds<'a>(
+        &self,
+        st: &'a mut SpaceState,
+        buffer: Buffer,
+        offset: u64,
+        len: u64,
+    ) -> Result<&'a mut Entry, PagerError> {
+        let e = self.entry_mut(st, buffer)?;
+        if offset.checked_add(len).is_none_or(|end| end > e.size_bytes) {
+            return Err(PagerError::OutOfBounds {
+                buffer,
+                offset,
+                len,
+                size: e.size_bytes,
+            });
+        }
+        e.last_use = self.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        Ok(e)
+    }
+
+    /// Reads or writes `offset..` of a slot through an aligned bounce buffer, in pieces of at most
+    /// [`DIRECT_PIECE_BYTES`] (and, under an arbiter, in admitted chunks).
+    fn store_range(
+        &self,
+        slot: &Slot,
+        offset: u64,
+        mut access: StoreAccess<'_>,
+    ) -> Result<(), PagerError> {
+        let len = access.len() as u64;
+        if len == 0 {
+            return Ok(());
+        }
+        let store = &self.pool.store;
+        let align = store.alignment() as u64;
+        let start = offset / align * align;
+        let end = round_up(offset + len, align)
+            .ok_or_else(|| PagerError::InvalidSize(format!("range {offset}+{len} overflows")))?
+            .min(slot.len());
+        let piece_cap = DIRECT_PIECE_BYTES.min((end - start) as usize);
+        let mut bounce = oversub_io::AlignedBuf::new(piece_cap, store.alignment())?;
+        let mut one_piece = |piece_start: u64, piece_len: u64| -> Result<(), PagerError> {
+            let view = slot.view(piece_start, piece_len)?;
+            let mem = IoVec {
+                ptr: bounce.as_ptr(),
+                len: piece_len as usize,
+            };
+            // The overlap of this piece with the caller's range, in both coordinates.
+            let lo = piece_start.max(offset);
+            let hi = (piece_start + piece_len).min(offset + len);
+            let (in_piece, in_user, n) = (
+                (lo - piece_start) as usize,
+                (lo - offset) as usize,
+                (hi - lo) as usize,
+            );
+            match &mut access {
+                StoreAccess::Read(out) => {
+                    // SAFETY: the bounce buffer outlives the blocking transfer and nothing else uses it.
+                    unsafe { store.transfer_view(Direction::Read, &view, &[mem]) }?;
+                    out[in_user..in_user + n]
+                        .copy_from_slice(&bounce.as_slice()[in_piece..in_piece + n]);
+                }
+                StoreAccess::Write(data) => {
+                    if n as u64 != piece_len {
+                        // A partial block: keep the bytes around the caller's range.
+                        // SAFETY: as above.
+                        unsafe { store.transfer_view(Direction::Read, &view, &[mem]) }?;
+                    }
+                    bounce.as_mut_slice()[in_piece..in_piece + n]
+                        .copy_from_slice(&data[in_user..in_user + n]);
+                    // SAFETY: as above; the write only reads the bounce buffer.
+                    unsafe { store.transfer_view(Direction::Write, &view, &[mem]) }?;
+                }
+            }
+            Ok(())
+        };
+        self.pool.copy_chunked((end - start) as usize, |off, n| {
+            let mut pos = start + off as u64;
+            let stop = pos + n as u64;
+            while pos < stop {
+                let piece = (stop - pos).min(piece_cap as u64);
+                one_piece(pos, piece)?;
+                pos += piece;
+            }
+            Ok::<(), PagerError>(())
+        })
+    }
+
     fn accessible<'a>(
         &self,
         st: &'a mut SpaceState,
         buffer: Buffer,
         offset: u64,
         len: u64,
-    ) -> Result<&'a Entry, PagerError> {
+    ) -> Result<&'a mut Entry, PagerError> {
         let e = self.entry_mut(st, buffer)?;
+        e.last_use = self.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
         if e.state != BufferState::Resident {
             return Err(PagerError::NotResident {
                 buffer,
@@ -760,7 +1128,7 @@ impl SpaceShared {
         let bytes = e.reservation.len as u64;
         let uncharge = |e: &mut Entry| {
             if e.charged {
-                pool.refund(bytes);
+                self.refund(bytes);
                 e.charged = false;
             }
         };
@@ -826,7 +1194,7 @@ impl SpaceShared {
             self.pool.store.release(slot);
         }
         if e.charged {
-            self.pool.refund(e.reservation.len as u64);
+            self.refund(e.reservation.len as u64);
         }
         // SAFETY: the entry is out of the table with no operation in flight, so nothing of ours uses the range.
         unsafe { self.pool.device.unreserve(e.reservation) }?;
@@ -848,6 +1216,9 @@ fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError {
 
 impl Drop for SpaceShared {
     fn drop(&mut self) {
+        if self.tenant {
+            self.pool.tenant_left(self.id);
+        }
         // Tickets hold the space alive, so no operation is in flight here: every buffer can be released.
         let st = std::mem::take(self.state.get_mut().unwrap_or_else(|p| p.into_inner()));
         for (_, e) in st.buffers {

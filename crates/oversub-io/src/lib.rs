@@ -18,4 +18,5 @@ pub use engine::{
     IoCountersSnapshot, IoDone, IoEngine, IoRequest, IoVec, PsyncEngine, UringEngine,
 };
 pub use error::IoError;
+pub use mem::AlignedBuf;
 pub use store::{Slot, SlotView, StoreBuilder, SwapStore};

@@ -107,7 +107,9 @@ pub fn plan(
     let total = demands_by_priority
         .iter()
         .try_fold(0u64, |acc, &d| acc.checked_add(d))
-        .ok_or_else(|| TenantError::InvalidInput("the demands add up to more than 2^64 bytes".into()))?;
+        .ok_or_else(|| {
+            TenantError::InvalidInput("the demands add up to more than 2^64 bytes".into())
+        })?;
     let required = total.saturating_sub(capacity_bytes);
     let mut tenants: Vec<Quota> = demands_by_priority
         .iter()
@@ -196,7 +198,10 @@ mod tests {
         let p = plan(&demands, 240 * mb, &ceil).unwrap();
         assert_eq!(p.tenants[3].alpha, 1.0);
         assert_eq!(p.tenants[3].resident_limit_bytes, 0);
-        assert!(!p.tenants[2].victim, "the ceiling overshoots, and the walk stops there");
+        assert!(
+            !p.tenants[2].victim,
+            "the ceiling overshoots, and the walk stops there"
+        );
     }
 
     #[test]
@@ -221,7 +226,10 @@ mod tests {
         assert!(plan(&[1], 1, &zero_page).is_err());
         assert!(plan(&[u64::MAX, 1], 1, &Options::default()).is_err());
         assert!("whatever".parse::<AlphaRule>().is_err());
-        assert_eq!("printed-ceil".parse::<AlphaRule>().unwrap(), AlphaRule::PrintedCeil);
+        assert_eq!(
+            "printed-ceil".parse::<AlphaRule>().unwrap(),
+            AlphaRule::PrintedCeil
+        );
     }
 
     proptest! {

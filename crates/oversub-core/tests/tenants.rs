@@ -1,0 +1,242 @@
+//! Several tenants in one pool: the contention-aware plan (quotas), buffers past a victim's quota living on the
+//! store, and direct range reads and writes that return the same bytes as resident access. Every test runs on
+//! each I/O engine.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use common::{engines, pattern, pool_with, MIB};
+use oversub_core::{BufferFlags, BufferState, PagerError, TenantConfig};
+use proptest::prelude::*;
+
+#[test]
+fn plan_keeps_high_priority_tenants_whole_and_fits_the_capacity() {
+    for (name, engine) in engines() {
+        // Three tenants of 32 MiB in 72 MiB (1.33x oversubscribed): the lowest-priority one keeps 8 MiB.
+        let pool = pool_with(engine, 72 * MIB, 256 * MIB);
+        let a = pool
+            .tenant_space(TenantConfig::new("a", 32 * MIB, 3.0))
+            .unwrap();
+        let b = pool
+            .tenant_space(TenantConfig::new("b", 32 * MIB, 2.0))
+            .unwrap();
+        let c = pool
+            .tenant_space(TenantConfig::new("c", 32 * MIB, 1.0))
+            .unwrap();
+        let q = pool.tenant_quotas();
+        assert_eq!(
+            q.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+            ["a", "b", "c"],
+            "{name}"
+        );
+        assert!(!q[0].victim && !q[1].victim && q[2].victim);
+        assert_eq!(q[2].resident_limit_bytes, 8 * MIB);
+        assert_eq!(q[2].alpha, 0.75);
+        assert!(q.iter().map(|t| t.resident_limit_bytes).sum::<u64>() <= 72 * MIB);
+        assert_eq!(a.resident_limit(), Some(32 * MIB));
+        assert_eq!(c.resident_limit(), Some(8 * MIB));
+
+        // Everyone allocates their whole demand in 4 MiB buffers: the victim's beyond 8 MiB start on the store.
+        for space in [&a, &b, &c] {
+            for i in 0..8u64 {
+                let buf = space.alloc(4 * MIB, BufferFlags::DEFAULT).unwrap();
+                let data = pattern(u64::from(space.id()) * 100 + i, 4096);
+                space.write_direct(buf, 4 * MIB - 4096, &data).unwrap();
+            }
+        }
+        let states: Vec<BufferState> = c
+            .buffers()
+            .iter()
+            .map(|&b| c.info(b).unwrap().state)
+            .collect();
+        assert_eq!(
+            states
+                .iter()
+                .filter(|s| **s == BufferState::Resident)
+                .count(),
+            2,
+            "{name}"
+        );
+        assert_eq!(pool.stats().used_bytes, 72 * MIB);
+        assert_eq!(c.charged_bytes(), 8 * MIB);
+
+        // A page-in past the victim's quota is refused and changes nothing; the bytes are there directly.
+        let on_store = c.buffers()[5];
+        match c.page_in(on_store) {
+            Err(PagerError::QuotaExceeded {
+                buffer,
+                limit_bytes,
+                ..
+            }) => {
+                assert_eq!(buffer, Some(on_store));
+                assert_eq!(limit_bytes, 8 * MIB);
+            }
+            other => panic!("{name}: expected QuotaExceeded, got {other:?}"),
+        }
+        assert_eq!(c.info(on_store).unwrap().state, BufferState::PagedOut);
+        let mut back = vec![0u8; 4096];
+        c.read_direct(on_store, 4 * MIB - 4096, &mut back).unwrap();
+        assert_eq!(back, pattern(u64::from(c.id()) * 100 + 5, 4096));
+        // ...and the rest of a store-allocated buffer reads as zeros, like one allocated in memory.
+        c.read_direct(on_store, 0, &mut back).unwrap();
+        assert!(back.iter().all(|&x| x == 0));
+
+        // Paging one of its resident buffers out makes room for another.
+        c.page_out(c.buffers()[0]).unwrap();
+        c.page_in(on_store).unwrap();
+        let mut tail = vec![0u8; 4096];
+        c.read(on_store, 4 * MIB - 4096, &mut tail).unwrap();
+        assert_eq!(tail, pattern(u64::from(c.id()) * 100 + 5, 4096));
+    }
+}
+
+#[test]
+fn arrivals_shrink_quotas_and_departures_restore_them() {
+    for (name, engine) in engines() {
+        let pool = pool_with(engine, 16 * MIB, 128 * MIB);
+        let low = pool
+            .tenant_space(TenantConfig::new("low", 16 * MIB, 1.0))
+            .unwrap();
+        let bufs: Vec<_> = (0..4u64)
+            .map(|i| {
+                let b = low.alloc(4 * MIB, BufferFlags::DEFAULT).unwrap();
+                low.write(b, 0, &pattern(i, 4 * MIB as usize)).unwrap();
+                b
+            })
+            .collect();
+        // Touch buffer 0 last, so it is the most recently used and stays.
+        let mut probe = [0u8; 1];
+        low.read(bufs[0], 0, &mut probe).unwrap();
+        assert_eq!(low.resident_limit(), Some(16 * MIB));
+
+        // A higher-priority tenant of 8 MiB arrives: the low one may keep 8 MiB and gives up its LRU buffers.
+        let high = pool
+            .tenant_space(TenantConfig::new("high", 8 * MIB, 5.0))
+            .unwrap();
+        assert_eq!(low.resident_limit(), Some(8 * MIB), "{name}");
+        assert_eq!(low.charged_bytes(), 8 * MIB);
+        assert_eq!(low.info(bufs[0]).unwrap().state, BufferState::Resident);
+        assert_eq!(low.info(bufs[1]).unwrap().state, BufferState::PagedOut);
+        let hb = high.alloc(8 * MIB, BufferFlags::DEFAULT).unwrap();
+        assert_eq!(high.info(hb).unwrap().state, BufferState::Resident);
+
+        // Nothing was lost: every buffer reads back, directly or resident.
+        for (i, &b) in bufs.iter().enumerate() {
+            let mut out = vec![0u8; 4 * MIB as usize];
+            low.read_direct(b, 0, &mut out).unwrap();
+            assert!(
+                out == pattern(i as u64, 4 * MIB as usize),
+                "{name}: buffer {i}"
+            );
+        }
+
+        // The high-priority tenant leaves: the low one may hold its whole demand again.
+        drop(high);
+        assert_eq!(low.resident_limit(), Some(16 * MIB), "{name}");
+        assert_eq!(pool.tenant_quotas().len(), 1);
+        low.page_in_all().unwrap();
+        assert_eq!(low.charged_bytes(), 16 * MIB);
+    }
+}
+
+#[test]
+fn impossible_tenants_are_refused() {
+    let (_, engine) = engines().remove(0);
+    let pool = pool_with(engine, 16 * MIB, 64 * MIB);
+    let e = pool
+        .tenant_space(TenantConfig::new("huge", 65 * MIB, 1.0))
+        .unwrap_err();
+    assert!(e.to_string().contains("swap store"), "{e}");
+    let e = pool
+        .tenant_space(TenantConfig::new("empty", 0, 1.0))
+        .unwrap_err();
+    assert!(matches!(e, PagerError::InvalidSize(_)), "{e}");
+    let e = pool
+        .tenant_space(TenantConfig::new("nan", MIB, f64::NAN))
+        .unwrap_err();
+    assert!(e.to_string().contains("finite"), "{e}");
+    assert!(
+        pool.tenant_quotas().is_empty(),
+        "refused tenants leave no trace"
+    );
+}
+
+#[test]
+fn direct_access_edges() {
+    for (name, engine) in engines() {
+        let pool = pool_with(engine, 16 * MIB, 64 * MIB);
+        let s = pool.address_space();
+        let b = s.alloc(10_000, BufferFlags::DEFAULT).unwrap();
+        s.write(b, 0, &pattern(7, 10_000)).unwrap();
+        s.page_out(b).unwrap();
+        let mut out = vec![0u8; 10];
+        let e = s.read_direct(b, 9_995, &mut out).unwrap_err();
+        assert!(matches!(e, PagerError::OutOfBounds { .. }), "{name}: {e}");
+        s.read_direct(b, 9_990, &mut out).unwrap();
+        assert_eq!(out, pattern(7, 10_000)[9_990..]);
+        s.read_direct(b, 0, &mut []).unwrap();
+        // With checksums on, a direct write must not make the next page-in fail verification.
+        s.write_direct(b, 1, b"xyz").unwrap();
+        s.page_in(b).unwrap();
+        let mut head = [0u8; 5];
+        s.read(b, 0, &mut head).unwrap();
+        let p = pattern(7, 5);
+        assert_eq!(head, [p[0], b'x', b'y', b'z', p[4]]);
+        // Read-only buffers on the store cannot change.
+        let ro = s.alloc(4096, BufferFlags::READ_ONLY).unwrap();
+        s.page_out(ro).unwrap();
+        assert!(matches!(
+            s.write_direct(ro, 0, b"a"),
+            Err(PagerError::ReadOnly(_))
+        ));
+        // In flight: refused.
+        let t = s.page_out_async(b).unwrap();
+        let r = s.read_direct(b, 0, &mut head);
+        assert!(
+            r.is_ok() || matches!(r, Err(PagerError::OperationInFlight { .. })),
+            "{r:?}"
+        );
+        t.finish().unwrap();
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+    /// Random unaligned ranges: direct reads of a paged-out buffer return what resident reads return, and
+    /// direct writes land exactly where resident writes would.
+    #[test]
+    fn direct_ranges_match_resident_access(
+        size in 1usize..(3 << 20),
+        ops in proptest::collection::vec((any::<bool>(), 0.0f64..1.0, 0.0f64..1.0, any::<u64>()), 1..6),
+    ) {
+        for (name, engine) in engines() {
+            let pool = pool_with(engine, 8 * MIB, 32 * MIB);
+            let s = pool.address_space();
+            let b = s.alloc(size as u64, BufferFlags::DEFAULT).unwrap();
+            let mut model = pattern(size as u64, size);
+            s.write(b, 0, &model).unwrap();
+            s.page_out(b).unwrap();
+            for &(write, x, y, seed) in &ops {
+                let start = ((x * size as f64) as usize).min(size - 1);
+                let len = (((y * (size - start) as f64) as usize).max(1)).min(size - start);
+                if write {
+                    let data = pattern(seed, len);
+                    s.write_direct(b, start as u64, &data).unwrap();
+                    model[start..start + len].copy_from_slice(&data);
+                } else {
+                    let mut out = vec![0u8; len];
+                    s.read_direct(b, start as u64, &mut out).unwrap();
+                    prop_assert!(out[..] == model[start..start + len], "{}: read {}+{}", name, start, len);
+                }
+            }
+            s.page_in(b).unwrap();
+            let mut all = vec![0u8; size];
+            s.read(b, 0, &mut all).unwrap();
+            prop_assert!(all == model, "{}: contents after page-in", name);
+            // Resident direct access is plain access.
+            let mut again = vec![0u8; size];
+            s.read_direct(b, 0, &mut again).unwrap();
+            prop_assert!(again == model);
+        }
+    }
+}
