@@ -4,6 +4,7 @@ use clap::Subcommand;
 
 pub mod interference;
 pub mod paging;
+pub mod tenants;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
@@ -15,11 +16,15 @@ pub enum BenchCommand {
     /// How paging and copies slow DRAM-bound CPU tasks (Figs. 14-15), and how the SiΓ memory arbiter removes that
     /// interference for PREM tasks (alone / interfered / arbitrated, starvation curve).
     Interference(interference::InterferenceArgs),
+    /// Several tenants oversubscribing one pool: alone, together under LRU swapping, and together under the
+    /// contention-aware plan (priorities, victims, direct store access); slowdown per tenant.
+    Tenants(tenants::TenantsArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
     match cmd {
         BenchCommand::Paging(args) => paging::run(args),
         BenchCommand::Interference(args) => interference::run(args),
+        BenchCommand::Tenants(args) => tenants::run(args),
     }
 }

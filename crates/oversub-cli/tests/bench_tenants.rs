@@ -1,0 +1,88 @@
+//! `oversub bench tenants` end to end at tiny sizes: the JSON has the documented shape, the plan made the
+//! lowest-ranked tenant the victim, the chart is written, and bad input is refused clearly. No timing is asserted.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+
+fn oversub() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
+    c.env("OVERSUB_NO_PROGRESS", "1");
+    c
+}
+
+#[test]
+fn tenants_benchmark_writes_json_and_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("r.json");
+    let out = oversub()
+        .args([
+            "bench",
+            "tenants",
+            "--demand",
+            "8MiB",
+            "--buffer",
+            "1MiB",
+            "--compute",
+            "1ms,2ms",
+        ])
+        .args(["--rounds", "1", "--samples", "1", "--priorities", "given"])
+        .arg("--store-dir")
+        .arg(dir.path())
+        .arg("--json")
+        .arg(&json)
+        .arg("--plot")
+        .arg(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("highest-priority tenant"), "{stdout}");
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), 3);
+    for r in rows {
+        for key in [
+            "alone_s",
+            "lru_s",
+            "planned_s",
+            "slowdown_lru",
+            "slowdown_planned",
+        ] {
+            let x = r[key].as_f64().unwrap();
+            assert!(x.is_finite() && x > 0.0, "{key} = {x}");
+        }
+    }
+    // Given priorities: t0 first, t2 last and the only victim.
+    let t2 = rows.iter().find(|r| r["tenant"] == "t2").unwrap();
+    assert_eq!(t2["rank"], 2);
+    assert!(t2["alpha"].as_f64().unwrap() > 0.0);
+    assert!(t2["planned_direct_bytes"].as_u64().unwrap() > 0);
+    let t0 = rows.iter().find(|r| r["tenant"] == "t0").unwrap();
+    assert_eq!(t0["alpha"].as_f64().unwrap(), 0.0);
+    assert_eq!(v["target_highest_priority_slowdown"], 1.1);
+    assert!(dir.path().join("tenants-slowdown.svg").exists());
+}
+
+#[test]
+fn tenants_benchmark_refuses_bad_input() {
+    for (args, needle) in [
+        (vec!["--tenants", "1"], "at least 2 tenants"),
+        (vec!["--oversubscription", "0.5"], "--oversubscription"),
+        (vec!["--buffer", "1GiB"], "no larger than --demand"),
+        (vec!["--alpha-rule", "round"], "unknown swap-ratio rule"),
+        (vec!["--demand=-5MiB"], "-5MiB"),
+    ] {
+        let out = oversub()
+            .args(["bench", "tenants"])
+            .args(&args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{args:?} was accepted");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(needle), "{args:?}: {err}");
+    }
+}
