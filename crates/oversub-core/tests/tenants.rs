@@ -240,3 +240,89 @@ proptest! {
         }
     }
 }
+
+#[derive(Debug, Clone)]
+enum Op {
+    Arrive { demand_mib: u64, priority: u8 },
+    Leave(usize),
+    Alloc(usize),
+    PageIn(usize),
+    Touch(usize),
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        (1u64..12, 0u8..4).prop_map(|(demand_mib, priority)| Op::Arrive {
+            demand_mib,
+            priority
+        }),
+        (0usize..4).prop_map(Op::Leave),
+        (0usize..4).prop_map(Op::Alloc),
+        (0usize..4).prop_map(Op::PageIn),
+        (0usize..4).prop_map(Op::Touch),
+    ]
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 40, ..ProptestConfig::default() })]
+    /// Tenants arriving, leaving, allocating and paging in random order: after every step no tenant holds more
+    /// than its limit, the limits fit the pool, and every buffer still holds its bytes.
+    #[test]
+    fn tenants_state_machine(ops in proptest::collection::vec(op(), 1..30)) {
+        let (_, engine) = engines().remove(0);
+        let pool = pool_with(engine, 12 * MIB, 256 * MIB);
+        // (space, its buffers with their seeds)
+        let mut live: Vec<(oversub_core::AddressSpace, Vec<(oversub_core::Buffer, u64)>)> = Vec::new();
+        let mut seed = 0u64;
+        for op in ops {
+            match op {
+                Op::Arrive { demand_mib, priority } => {
+                    let n = live.len();
+                    let s = pool
+                        .tenant_space(TenantConfig::new(format!("t{n}"), demand_mib * MIB, f64::from(priority)))
+                        .unwrap();
+                    live.push((s, Vec::new()));
+                }
+                Op::Leave(i) if i < live.len() => {
+                    live.remove(i);
+                }
+                Op::Alloc(i) if i < live.len() => {
+                    seed += 1;
+                    let (s, bufs) = &mut live[i];
+                    let b = s.alloc(MIB, BufferFlags::DEFAULT).unwrap();
+                    s.write_direct(b, 0, &pattern(seed, 4096)).unwrap();
+                    bufs.push((b, seed));
+                }
+                Op::PageIn(i) if i < live.len() => {
+                    let (s, bufs) = &live[i];
+                    if let Some(&(b, _)) = bufs.first() {
+                        match s.page_in(b) {
+                            Ok(())
+                            | Err(PagerError::AlreadyResident(_))
+                            | Err(PagerError::QuotaExceeded { .. })
+                            | Err(PagerError::OutOfMemory { .. }) => {}
+                            Err(e) => panic!("page-in: {e}"),
+                        }
+                    }
+                }
+                Op::Touch(i) if i < live.len() => {
+                    let (s, bufs) = &live[i];
+                    for &(b, sd) in bufs {
+                        let mut out = vec![0u8; 4096];
+                        s.read_direct(b, 0, &mut out).unwrap();
+                        prop_assert!(out == pattern(sd, 4096));
+                    }
+                }
+                _ => {}
+            }
+            let quotas = pool.tenant_quotas();
+            prop_assert_eq!(quotas.len(), live.len());
+            prop_assert!(quotas.iter().map(|q| q.resident_limit_bytes).sum::<u64>() <= 12 * MIB);
+            for (s, _) in &live {
+                let limit = s.resident_limit().unwrap();
+                prop_assert!(s.charged_bytes() <= limit, "as{} holds {} > {}", s.id(), s.charged_bytes(), limit);
+            }
+            prop_assert!(pool.stats().used_bytes <= 12 * MIB);
+        }
+    }
+}
