@@ -1,12 +1,646 @@
-//! `oversub sim swap` (being written).
+//! `oversub sim swap`: the paper's Figs. 4-6 (or a scenario file) under Baseline, MaT and the proposed swap space
+//! management; lengthened latency per task as tables, JSON and bar charts.
 
-use clap::Args;
+use std::path::{Path, PathBuf};
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
+use oversub_sim::swap::scenarios::{self, BUILTIN};
+use oversub_sim::swap::{
+    run_study, Policy, PrioritySource, Scenario, Study, StudyOptions, Summary,
+};
+use oversub_tenants::swap::AlphaRule;
+use serde::Serialize;
 
 use crate::bench::BoxError;
 
-#[derive(Debug, Args)]
-pub struct SwapArgs {}
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum PriorityArg {
+    /// Alg. 1 on simulated response times alone and together under Baseline, swapping included.
+    Measured,
+    /// Alg. 1 with C_i(N) measured together in a memory that holds every task: memory contention only (the
+    /// default; Alg. 1 is the paper's memory-contention-aware assignment).
+    Contention,
+    /// The scenario file's `priority` weights, or the order the tasks are listed in.
+    Given,
+}
 
-pub fn run(_args: SwapArgs) -> Result<(), BoxError> {
-    Err("oversub sim swap is not built yet".into())
+/// Simulate contention-aware swap space management (Yang & Chen): Baseline, MaT and the proposed policy on the
+/// paper's scenarios; lengthened latency per task.
+///
+/// Examples:
+///   oversub sim swap                                      # Figs. 4(a)-6, every policy
+///   oversub sim swap --scenario fig6 --alpha-rule fraction,printed-ceil
+///   oversub sim swap --scenario-file mine.toml --json out.json --plot figs
+#[derive(Debug, Args)]
+#[command(verbatim_doc_comment)]
+pub struct SwapArgs {
+    /// Scenarios, comma separated, or `all` (the default unless --scenario-file is given): fig4a, fig4b, fig5a,
+    /// fig5b, fig6.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    scenario: Vec<String>,
+    /// A scenario of your own, as TOML (see docs/sim-swap.md); may repeat.
+    #[arg(long, value_name = "FILE")]
+    scenario_file: Vec<PathBuf>,
+    /// Policies, comma separated, or `all` (the default): baseline, mat, proposed, proposed-printed-ceil.
+    #[arg(long, value_delimiter = ',')]
+    policy: Vec<String>,
+    /// Alg. 2's swap ratio for the last victim: fraction (default) or printed-ceil (the paper's ⌈SWAP_req/MEM⌉);
+    /// both, comma separated, run the proposed policy once with each.
+    #[arg(long, value_delimiter = ',', value_name = "RULE")]
+    alpha_rule: Vec<String>,
+    /// Memory capacity for every scenario (default: each scenario's, 18GB or 240MiB in the paper).
+    #[arg(long, value_name = "SIZE", value_parser = crate::parse_size_arg)]
+    capacity: Option<u64>,
+    /// Streaming multiprocessors (default: the number of tasks).
+    #[arg(long, value_name = "N")]
+    sms: Option<u32>,
+    /// Which tasks Baseline and MaT may swap out: `not-transferring` (default: any task not moving data, also
+    /// while it executes) or `between-subtasks` (only in the allocate step between two subtasks).
+    #[arg(long, value_name = "RULE")]
+    evictable: Option<oversub_sim::swap::Evictable>,
+    /// When the proposed policy's victims access their share on the SSD: `overlapped` (default: while the subtask
+    /// executes, as direct execution on storage) or `serial` (in the read and write-back steps).
+    #[arg(long, value_name = "TIMING")]
+    direct_access: Option<oversub_sim::swap::DirectAccess>,
+    /// Seed of the synthetic compute times; the same seed gives the same figures.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Where priorities come from.
+    #[arg(long, value_enum, default_value = "contention")]
+    priorities: PriorityArg,
+    /// Every built-in scenario, every policy, both swap-ratio rules.
+    #[arg(long)]
+    suite: bool,
+    /// Write the lengthened latencies as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write one SVG bar chart per scenario (like the paper's Figs. 4-6) into this folder.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Run the conservation checks on every simulation and say so (always on in debug builds).
+    #[arg(long)]
+    check: bool,
+    /// No progress bar (also OVERSUB_NO_PROGRESS=1).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+fn parse_rules(args: &SwapArgs) -> Result<Vec<AlphaRule>, BoxError> {
+    if args.suite && args.alpha_rule.is_empty() {
+        return Ok(vec![AlphaRule::Fraction, AlphaRule::PrintedCeil]);
+    }
+    let mut rules = Vec::new();
+    for r in &args.alpha_rule {
+        let rule: AlphaRule = r.trim().parse().map_err(|e| format!("--alpha-rule: {e}"))?;
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+    }
+    if rules.is_empty() {
+        rules.push(AlphaRule::Fraction);
+    }
+    Ok(rules)
+}
+
+fn parse_policies(args: &SwapArgs, rules: &[AlphaRule]) -> Result<Vec<Policy>, BoxError> {
+    let mut out: Vec<Policy> = Vec::new();
+    let mut push = |p: Policy| {
+        if !out.contains(&p) {
+            out.push(p);
+        }
+    };
+    let all = args.suite
+        || args.policy.is_empty()
+        || args
+            .policy
+            .iter()
+            .any(|p| p.trim().eq_ignore_ascii_case("all"));
+    if all {
+        push(Policy::Baseline);
+        push(Policy::Mat);
+        for &r in rules {
+            push(Policy::Proposed(r));
+        }
+    }
+    for name in &args.policy {
+        if name.trim().eq_ignore_ascii_case("all") {
+            continue;
+        }
+        if name.trim().eq_ignore_ascii_case("proposed") {
+            for &r in rules {
+                push(Policy::Proposed(r));
+            }
+        } else {
+            push(Policy::parse(name, AlphaRule::Fraction)?);
+        }
+    }
+    Ok(out)
+}
+
+fn load_scenarios(args: &SwapArgs) -> Result<Vec<Scenario>, BoxError> {
+    let mut names: Vec<String> = Vec::new();
+    let all = args.suite
+        || (args.scenario.is_empty() && args.scenario_file.is_empty())
+        || args
+            .scenario
+            .iter()
+            .any(|s| s.trim().eq_ignore_ascii_case("all"));
+    if all {
+        names.extend(BUILTIN.iter().map(|s| s.to_string()));
+    }
+    for s in &args.scenario {
+        let s = s.trim().to_ascii_lowercase();
+        if s != "all" && !names.contains(&s) {
+            names.push(s);
+        }
+    }
+    let mut out = Vec::new();
+    for n in &names {
+        out.push(scenarios::builtin(n, args.seed)?);
+    }
+    for f in &args.scenario_file {
+        out.push(scenarios::from_file(f, args.seed)?);
+    }
+    for s in &mut out {
+        if let Some(c) = args.capacity {
+            s.system.capacity_bytes = c;
+        }
+        if let Some(n) = args.sms {
+            s.system.sms = n;
+        }
+        if let Some(e) = args.evictable {
+            s.system.evictable = e;
+        }
+        if let Some(d) = args.direct_access {
+            s.system.direct_access = d;
+        }
+        s.validate()?;
+    }
+    Ok(out)
+}
+
+pub fn run(args: SwapArgs) -> Result<(), BoxError> {
+    let rules = parse_rules(&args)?;
+    let policies = parse_policies(&args, &rules)?;
+    if args.sms == Some(0) {
+        return Err("--sms must be at least 1 (the GPU needs an SM)".into());
+    }
+    let scenarios = load_scenarios(&args)?;
+    let options = StudyOptions {
+        policies: policies.clone(),
+        priorities: match args.priorities {
+            PriorityArg::Measured => PrioritySource::Measured,
+            PriorityArg::Contention => PrioritySource::Contention,
+            PriorityArg::Given => PrioritySource::Given,
+        },
+        page_bytes: 4096,
+        check: args.check || cfg!(debug_assertions),
+    };
+    let bar = if args.no_progress || std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(scenarios.len() as u64).with_style(
+            ProgressStyle::with_template("{spinner} sim swap [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    };
+    let mut studies = Vec::new();
+    for s in &scenarios {
+        bar.set_message(s.name.clone());
+        studies.push(run_study(s, &options).map_err(|e| format!("{}: {e}", s.name))?);
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+
+    for study in &studies {
+        println!("{}", scenario_report(study));
+    }
+    if studies.len() > 1 || studies.iter().any(|s| s.scenario.paper.is_some()) {
+        println!("{}", summary_table(&studies));
+    }
+    if options.check {
+        let runs: usize = studies.iter().map(|s| s.runs.len() + s.tasks.len()).sum();
+        println!("conservation checks passed on {runs} simulations");
+    }
+    if let Some(path) = &args.json {
+        let doc = JsonDoc::new(&studies, args.seed);
+        write_file(path, &serde_json::to_string_pretty(&doc)?)?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for study in &studies {
+            let path = dir.join(format!("{}.svg", file_stem(&study.scenario.name)));
+            write_file(&path, &chart(study).to_svg())?;
+        }
+        println!("wrote {} figure(s) to {}", studies.len(), dir.display());
+    }
+    Ok(())
+}
+
+fn file_stem(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' || c == '_' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
+}
+
+fn write_file(path: &Path, text: &str) -> Result<(), BoxError> {
+    std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()).into())
+}
+
+fn secs(s: f64) -> String {
+    // Fig. 6 is in milliseconds, the synthetic figures in tens of seconds: four significant decimals cover both.
+    if s.abs() < 10.0 {
+        format!("{s:.4}")
+    } else {
+        format!("{s:.2}")
+    }
+}
+
+/// Sizes as the paper writes them: decimal units for the synthetic tasks (6 GB), binary for the Polybench arrays
+/// (64 MiB), whichever divides exactly; otherwise binary with decimals.
+fn size(bytes: u64) -> String {
+    const UNITS: [(u64, &str); 6] = [
+        (1 << 30, "GiB"),
+        (1_000_000_000, "GB"),
+        (1 << 20, "MiB"),
+        (1_000_000, "MB"),
+        (1 << 10, "KiB"),
+        (1_000, "KB"),
+    ];
+    UNITS
+        .iter()
+        .find(|(u, _)| bytes >= *u && bytes % u == 0)
+        .map_or_else(
+            || format_bytes(bytes),
+            |(u, name)| format!("{} {name}", bytes / u),
+        )
+}
+
+fn pct(p: Option<f64>) -> String {
+    p.map_or_else(|| "n/a".into(), |p| format!("{p:.0}%"))
+}
+
+/// Per task, in priority order: size, subtasks, time alone, W_i, priority, α per proposed rule, lengthened latency
+/// per policy; then swaps and the headline numbers.
+fn scenario_report(study: &Study) -> String {
+    let s = &study.scenario;
+    let sys = &s.system;
+    let mut out = format!(
+        "{}{}: {}\n",
+        s.name,
+        s.paper
+            .map(|p| format!(" ({})", p.figure))
+            .unwrap_or_default(),
+        s.description
+    );
+    out.push_str(&format!(
+        "memory {}, demand {}, memory controller {} MB/s, SSD read {} / write {} MB/s, {} SMs, tick {} ms\n",
+        size(sys.capacity_bytes),
+        size(s.total_demand_bytes()),
+        sys.memory_bytes_per_s / 1_000_000,
+        sys.ssd_read_bytes_per_s / 1_000_000,
+        sys.ssd_write_bytes_per_s / 1_000_000,
+        sys.sms,
+        sys.tick_ns as f64 / 1e6,
+    ));
+    let proposed: Vec<_> = study
+        .runs
+        .iter()
+        .filter(|r| r.policy.by_priority())
+        .collect();
+    let mut header: Vec<String> = ["task", "MEM", "n", "alone (s)", "W_i", "prio"]
+        .iter()
+        .map(|h| h.to_string())
+        .collect();
+    for r in &proposed {
+        header.push(if proposed.len() > 1 {
+            format!("α {}", rule_name(r.policy))
+        } else {
+            "α".into()
+        });
+    }
+    for r in &study.runs {
+        header.push(format!("{} (s)", r.policy));
+    }
+    let body: Vec<Vec<String>> = study
+        .ranking
+        .order
+        .iter()
+        .map(|&i| {
+            let t = &study.tasks[i];
+            let mut row = vec![
+                t.name.clone(),
+                size(t.memory_bytes),
+                t.subtasks.to_string(),
+                secs(t.alone_s),
+                format!("{:.4}", t.degree),
+                (t.rank + 1).to_string(),
+            ];
+            row.extend(proposed.iter().map(|r| format!("{:.3}", r.alpha[i])));
+            row.extend(study.runs.iter().map(|r| secs(r.lengthened_s[i])));
+            row
+        })
+        .collect();
+    let header_refs: Vec<&str> = header.iter().map(String::as_str).collect();
+    out.push_str(&text_table(&header_refs, &body));
+    let swaps: Vec<String> = study
+        .runs
+        .iter()
+        .map(|r| {
+            let n: u32 = r.outcome.swap_outs.iter().sum();
+            let extra = if r.outcome.sm_suspensions > 0 {
+                format!(
+                    ", SM suspended {}x for {}",
+                    r.outcome.sm_suspensions,
+                    secs(r.outcome.sm_suspended_ns as f64 / 1e9)
+                ) + " s"
+            } else {
+                String::new()
+            };
+            format!("{} {n}{extra}", r.policy)
+        })
+        .collect();
+    out.push_str(&format!("swap-outs: {}\n", swaps.join("; ")));
+    let sum = study.summary(None);
+    let name = |i: usize| study.tasks[i].name.as_str();
+    if let Some(h) = sum.highest_proposed_s {
+        out.push_str(&format!(
+            "highest priority {}: lengthened latency under Proposed {} s (paper: none)\n",
+            name(sum.highest),
+            secs(h)
+        ));
+    }
+    if let Some(p) = sum.lowest_proposed_s {
+        let paper = s.paper;
+        let mut line = format!(
+            "lowest priority {}: lengthened latency under Proposed {} s",
+            name(sum.lowest),
+            secs(p)
+        );
+        for (label, value, cut, paper_cut) in [
+            (
+                "Baseline",
+                sum.lowest_baseline_s,
+                sum.vs_baseline_pct,
+                paper.map(|p| p.vs_baseline_pct),
+            ),
+            (
+                "MaT",
+                sum.lowest_mat_s,
+                sum.vs_mat_pct,
+                paper.map(|p| p.vs_mat_pct),
+            ),
+        ] {
+            if let Some(v) = value {
+                line.push_str(&format!(
+                    "; {label} {} s, cut {}{}",
+                    secs(v),
+                    pct(cut),
+                    paper_cut
+                        .map(|c| format!(" (paper {c:.0}%)"))
+                        .unwrap_or_default()
+                ));
+            }
+        }
+        out.push_str(&line);
+        out.push('\n');
+    }
+    out
+}
+
+fn rule_name(p: Policy) -> &'static str {
+    match p {
+        Policy::Proposed(AlphaRule::PrintedCeil) => "ceil",
+        _ => "frac",
+    }
+}
+
+/// One line per scenario: the paper's two claims (no lengthened latency for the top task, the bottom task's cut).
+fn summary_table(studies: &[Study]) -> String {
+    let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), secs);
+    let body: Vec<Vec<String>> = studies
+        .iter()
+        .map(|st| {
+            let s: Summary = st.summary(None);
+            let paper = st.scenario.paper;
+            vec![
+                st.scenario.name.clone(),
+                st.tasks[s.highest].name.clone(),
+                opt(s.highest_proposed_s),
+                st.tasks[s.lowest].name.clone(),
+                opt(s.lowest_baseline_s),
+                opt(s.lowest_mat_s),
+                opt(s.lowest_proposed_s),
+                pct(s.vs_baseline_pct),
+                paper.map_or_else(|| "-".into(), |p| format!("{:.0}%", p.vs_baseline_pct)),
+                pct(s.vs_mat_pct),
+                paper.map_or_else(|| "-".into(), |p| format!("{:.0}%", p.vs_mat_pct)),
+            ]
+        })
+        .collect();
+    format!(
+        "Summary (lengthened latency in s; highest = the top-priority task under Proposed; for the lowest-priority\n\
+         task under each policy, and how much Proposed cuts it: negative means it lengthens it)\n{}",
+        text_table(
+            &[
+                "scenario",
+                "highest",
+                "Proposed",
+                "lowest",
+                "Baseline",
+                "MaT",
+                "Proposed",
+                "cut vs Baseline",
+                "paper",
+                "cut vs MaT",
+                "paper",
+            ],
+            &body,
+        )
+    )
+}
+
+/// The paper's figure for one scenario: tasks in priority order, one bar per policy.
+fn chart(study: &Study) -> BarChart {
+    let s = &study.scenario;
+    let title = match s.paper {
+        Some(p) => format!("{} ({}): lengthened latency per task", s.name, p.figure),
+        None => format!("{}: lengthened latency per task", s.name),
+    };
+    let mut c = BarChart::new(title, "lengthened latency (s)");
+    c.categories = study
+        .ranking
+        .order
+        .iter()
+        .map(|&i| format!("{} (p{})", study.tasks[i].name, study.tasks[i].rank + 1))
+        .collect();
+    c.series = study
+        .runs
+        .iter()
+        .map(|r| {
+            BarSeries::new(
+                r.policy.to_string(),
+                study
+                    .ranking
+                    .order
+                    .iter()
+                    .map(|&i| Some(r.lengthened_s[i]))
+                    .collect(),
+            )
+        })
+        .collect();
+    c
+}
+
+#[derive(Serialize)]
+struct JsonTask {
+    task: String,
+    /// 1 is the highest priority.
+    priority: usize,
+    lengthened_latency_s: f64,
+    response_s: f64,
+    alone_s: f64,
+    degree: f64,
+    alpha: f64,
+    swap_outs: u32,
+}
+
+#[derive(Serialize)]
+struct JsonRun {
+    name: String,
+    policy: &'static str,
+    policy_label: String,
+    tasks: Vec<JsonTask>,
+    makespan_s: f64,
+    swap_outs: u32,
+    memory_peak_bytes: u64,
+}
+
+#[derive(Serialize)]
+struct JsonSummary {
+    name: String,
+    figure: Option<&'static str>,
+    highest: String,
+    highest_proposed_lengthened_s: Option<f64>,
+    lowest: String,
+    lowest_cut_vs_baseline_pct: Option<f64>,
+    lowest_cut_vs_mat_pct: Option<f64>,
+    paper_cut_vs_baseline_pct: Option<f64>,
+    paper_cut_vs_mat_pct: Option<f64>,
+}
+
+#[derive(Serialize)]
+struct JsonDoc {
+    scenarios: Vec<JsonRun>,
+    summaries: Vec<JsonSummary>,
+    seed: u64,
+}
+
+impl JsonDoc {
+    fn new(studies: &[Study], seed: u64) -> Self {
+        let mut scenarios = Vec::new();
+        let mut summaries = Vec::new();
+        for st in studies {
+            for r in &st.runs {
+                scenarios.push(JsonRun {
+                    name: st.scenario.name.clone(),
+                    policy: r.policy.key(),
+                    policy_label: r.policy.to_string(),
+                    tasks: st
+                        .tasks
+                        .iter()
+                        .enumerate()
+                        .map(|(i, t)| JsonTask {
+                            task: t.name.clone(),
+                            priority: t.rank + 1,
+                            lengthened_latency_s: r.lengthened_s[i],
+                            response_s: r.response_s[i],
+                            alone_s: t.alone_s,
+                            degree: t.degree,
+                            alpha: r.alpha[i],
+                            swap_outs: r.outcome.swap_outs[i],
+                        })
+                        .collect(),
+                    makespan_s: r.outcome.makespan_ns as f64 / 1e9,
+                    swap_outs: r.outcome.swap_outs.iter().sum(),
+                    memory_peak_bytes: r.outcome.memory_peak_bytes,
+                });
+            }
+            let s = st.summary(None);
+            summaries.push(JsonSummary {
+                name: st.scenario.name.clone(),
+                figure: st.scenario.paper.map(|p| p.figure),
+                highest: st.tasks[s.highest].name.clone(),
+                highest_proposed_lengthened_s: s.highest_proposed_s,
+                lowest: st.tasks[s.lowest].name.clone(),
+                lowest_cut_vs_baseline_pct: s.vs_baseline_pct,
+                lowest_cut_vs_mat_pct: s.vs_mat_pct,
+                paper_cut_vs_baseline_pct: st.scenario.paper.map(|p| p.vs_baseline_pct),
+                paper_cut_vs_mat_pct: st.scenario.paper.map(|p| p.vs_mat_pct),
+            });
+        }
+        JsonDoc {
+            scenarios,
+            summaries,
+            seed,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        args: SwapArgs,
+    }
+
+    fn args(a: &[&str]) -> SwapArgs {
+        Cli::try_parse_from(std::iter::once("x").chain(a.iter().copied()))
+            .unwrap()
+            .args
+    }
+
+    #[test]
+    fn policies_and_rules_expand() {
+        let a = args(&[]);
+        let r = parse_rules(&a).unwrap();
+        assert_eq!(
+            parse_policies(&a, &r).unwrap(),
+            Policy::all(AlphaRule::Fraction)
+        );
+        let a = args(&[
+            "--policy",
+            "proposed",
+            "--alpha-rule",
+            "fraction,printed-ceil",
+        ]);
+        let r = parse_rules(&a).unwrap();
+        assert_eq!(
+            parse_policies(&a, &r).unwrap(),
+            vec![
+                Policy::Proposed(AlphaRule::Fraction),
+                Policy::Proposed(AlphaRule::PrintedCeil)
+            ]
+        );
+        let a = args(&["--suite"]);
+        let r = parse_rules(&a).unwrap();
+        assert_eq!(parse_policies(&a, &r).unwrap().len(), 4);
+        assert_eq!(load_scenarios(&a).unwrap().len(), 5);
+        let a = args(&["--alpha-rule", "round"]);
+        assert!(parse_rules(&a).is_err());
+        let a = args(&["--policy", "lru"]);
+        assert!(parse_policies(&a, &[AlphaRule::Fraction]).is_err());
+    }
 }

@@ -1,0 +1,166 @@
+//! `oversub sim swap` end to end: Fig. 6 with JSON and a figure, a scenario file, clear refusals of bad arguments
+//! and impossible scenarios.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::process::Command;
+
+fn oversub() -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
+    c.env("OVERSUB_NO_PROGRESS", "1");
+    c
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+#[test]
+fn fig6_writes_json_and_a_figure() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("swap.json");
+    let plots = dir.path().join("plots");
+    let out = oversub()
+        .args(["sim", "swap", "--scenario", "fig6", "--check", "--json"])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "GESUMMV",
+        "Baseline (s)",
+        "MaT (s)",
+        "Proposed (s)",
+        "paper 70%",
+        "conservation checks passed",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle}: {stdout}");
+    }
+
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let runs = doc["scenarios"].as_array().unwrap();
+    assert_eq!(runs.len(), 3, "one entry per scenario × policy");
+    let mut policies = Vec::new();
+    for run in runs {
+        assert_eq!(run["name"], "fig6");
+        policies.push(run["policy"].as_str().unwrap().to_string());
+        let tasks = run["tasks"].as_array().unwrap();
+        assert_eq!(tasks.len(), 4);
+        let mut priorities: Vec<u64> = tasks
+            .iter()
+            .map(|t| t["priority"].as_u64().unwrap())
+            .collect();
+        priorities.sort_unstable();
+        assert_eq!(priorities, vec![1, 2, 3, 4]);
+        for t in tasks {
+            assert!(t["task"].is_string());
+            let l = t["lengthened_latency_s"].as_f64().unwrap();
+            assert!(l.is_finite() && l >= 0.0, "{t}");
+        }
+    }
+    assert_eq!(policies, vec!["baseline", "mat", "proposed"]);
+    // The top task runs as if alone under the proposed policy.
+    let proposed = &runs[2]["tasks"].as_array().unwrap();
+    let top = proposed.iter().find(|t| t["priority"] == 1).unwrap();
+    assert_eq!(top["lengthened_latency_s"].as_f64().unwrap(), 0.0);
+
+    let svg = std::fs::read_to_string(plots.join("fig6.svg")).unwrap();
+    assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+    assert!(svg.contains("GESUMMV") && svg.contains("Proposed"));
+}
+
+#[test]
+fn both_alpha_rules_in_one_run_and_the_same_seed_gives_the_same_figures() {
+    let run = || {
+        oversub()
+            .args([
+                "sim",
+                "swap",
+                "--scenario",
+                "fig4a,fig6",
+                "--alpha-rule",
+                "fraction,printed-ceil",
+            ])
+            .args(["--seed", "3"])
+            .output()
+            .unwrap()
+    };
+    let a = run();
+    assert!(a.status.success(), "{}", stderr(&a));
+    let stdout = String::from_utf8_lossy(&a.stdout);
+    assert!(
+        stdout.contains("α frac") && stdout.contains("α ceil"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("Proposed (printed ceil)"), "{stdout}");
+    assert_eq!(run().stdout, a.stdout);
+}
+
+#[test]
+fn a_scenario_file_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("pair.toml");
+    std::fs::write(
+        &file,
+        "name = \"pair\"\ncapacity = \"1GB\"\n\
+         [[task]]\nname = \"a\"\nmemory = \"600MB\"\ncompute_s = [0.5, 0.5]\npriority = 2\n\
+         [[task]]\nname = \"b\"\nmemory = \"600MB\"\nsubtasks = 3\ncompute = \"low\"\npriority = 1\n",
+    )
+    .unwrap();
+    let out = oversub()
+        .args(["sim", "swap", "--priorities", "given", "--scenario-file"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.starts_with("pair:"),
+        "only the file's scenario: {stdout}"
+    );
+    assert!(stdout.contains("highest priority a"), "{stdout}");
+}
+
+#[test]
+fn bad_arguments_and_impossible_scenarios_are_refused_clearly() {
+    let refused = |args: &[&str]| {
+        let out = oversub().args(["sim", "swap"]).args(args).output().unwrap();
+        assert!(!out.status.success(), "{args:?} accepted");
+        stderr(&out)
+    };
+    let e = refused(&["--scenario", "fig7"]);
+    assert!(
+        e.contains("unknown scenario `fig7`") && e.contains("fig5b"),
+        "{e}"
+    );
+    let e = refused(&["--policy", "lru"]);
+    assert!(
+        e.contains("unknown policy `lru`") && e.contains("mat"),
+        "{e}"
+    );
+    let e = refused(&["--alpha-rule", "round"]);
+    assert!(e.contains("round") && e.contains("printed-ceil"), "{e}");
+    let e = refused(&["--capacity", "lots"]);
+    assert!(e.contains("--capacity"), "{e}");
+    let e = refused(&["--scenario", "fig4a", "--capacity", "4GB"]);
+    assert!(
+        e.contains("6000000000 bytes") && e.contains("must fit"),
+        "{e}"
+    );
+    let e = refused(&["--scenario", "fig4a", "--sms", "0"]);
+    assert!(e.contains("SM"), "{e}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("empty.toml");
+    std::fs::write(&file, "capacity = \"1GB\"\n").unwrap();
+    let e = refused(&["--scenario-file", file.to_str().unwrap()]);
+    assert!(e.contains("empty.toml") && e.contains("no tasks"), "{e}");
+    let e = refused(&[
+        "--scenario-file",
+        dir.path().join("missing.toml").to_str().unwrap(),
+    ]);
+    assert!(e.contains("missing.toml"), "{e}");
+}
