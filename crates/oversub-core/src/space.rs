@@ -1034,6 +1034,34 @@ impl SpaceShared {
         let end = round_up(offset + len, align)
             .ok_or_else(|| PagerError::InvalidSize(format!("range {offset}+{len} overflows")))?
             .min(slot.len());
+        let user_ptr = match &access {
+            StoreAccess::Read(out) => out.as_ptr() as usize,
+            StoreAccess::Write(data) => data.as_ptr() as usize,
+        };
+        if offset % align == 0 && len % align == 0 && user_ptr % store.alignment() == 0 {
+            // Aligned on both sides: straight between the caller's memory and the store, no bounce buffer.
+            return self.pool.copy_chunked(len as usize, |off, n| {
+                let mut pos = 0usize;
+                while pos < n {
+                    let piece = (n - pos).min(DIRECT_PIECE_BYTES);
+                    let at = off + pos;
+                    let view = slot.view(offset + at as u64, piece as u64)?;
+                    let (direction, ptr) = match &mut access {
+                        StoreAccess::Read(out) => (Direction::Read, out[at..].as_mut_ptr()),
+                        // The engine only reads the memory of a write.
+                        StoreAccess::Write(data) => {
+                            (Direction::Write, data[at..].as_ptr().cast_mut())
+                        }
+                    };
+                    let mem = IoVec { ptr, len: piece };
+                    // SAFETY: `mem` lies inside the caller's slice, which this blocking transfer borrows for its
+                    // whole duration (mutably for a read).
+                    unsafe { store.transfer_view(direction, &view, &[mem]) }?;
+                    pos += piece;
+                }
+                Ok::<(), PagerError>(())
+            });
+        }
         let piece_cap = DIRECT_PIECE_BYTES.min((end - start) as usize);
         let mut bounce = oversub_io::AlignedBuf::new(piece_cap, store.alignment())?;
         let mut one_piece = |piece_start: u64, piece_len: u64| -> Result<(), PagerError> {

@@ -182,6 +182,32 @@ fn direct_access_edges() {
         s.read(b, 0, &mut head).unwrap();
         let p = pattern(7, 5);
         assert_eq!(head, [p[0], b'x', b'y', b'z', p[4]]);
+        // Aligned ranges into aligned memory go without a bounce buffer; same bytes either way.
+        let big = s.alloc(3 * MIB, BufferFlags::DEFAULT).unwrap();
+        let data = pattern(9, 3 * MIB as usize);
+        s.write(big, 0, &data).unwrap();
+        s.page_out(big).unwrap();
+        let mut aligned = oversub_io::AlignedBuf::new(2 * MIB as usize, 4096).unwrap();
+        s.read_direct(big, 4096, aligned.as_mut_slice()).unwrap();
+        assert!(
+            aligned.as_slice() == &data[4096..4096 + 2 * MIB as usize],
+            "{name}"
+        );
+        aligned.as_mut_slice().fill(0xAB);
+        s.write_direct(big, 8192, aligned.as_slice()).unwrap();
+        s.page_in(big).unwrap();
+        let mut all = vec![0u8; 3 * MIB as usize];
+        s.read(big, 0, &mut all).unwrap();
+        assert!(
+            all[..8192] == data[..8192]
+                && all[8192 + 2 * MIB as usize..] == data[8192 + 2 * MIB as usize..]
+        );
+        assert!(
+            all[8192..8192 + 2 * MIB as usize]
+                .iter()
+                .all(|&x| x == 0xAB),
+            "{name}"
+        );
         // Read-only buffers on the store cannot change.
         let ro = s.alloc(4096, BufferFlags::READ_ONLY).unwrap();
         s.page_out(ro).unwrap();

@@ -515,7 +515,10 @@ where
                 let access = &access;
                 let bufs = &handles[k];
                 scope.spawn(move || -> Result<RunOutcome, BoxError> {
-                    let mut scratch = vec![0u8; w.buffer_bytes as usize];
+                    // Page-aligned, so direct store access needs no bounce buffer.
+                    let mut scratch_buf =
+                        oversub_io::AlignedBuf::new(w.buffer_bytes as usize, 4096)?;
+                    let scratch = scratch_buf.as_mut_slice();
                     let mut out = RunOutcome::default();
                     barrier.wait();
                     let start = Instant::now();
@@ -525,7 +528,7 @@ where
                                 std::thread::sleep(w.compute);
                                 data[..8].copy_from_slice(&(round as u64 + 1).to_le_bytes());
                             };
-                            let (paged, direct) = access(k, buf, &mut scratch, &stamp)?;
+                            let (paged, direct) = access(k, buf, scratch, &stamp)?;
                             out.paged_bytes += paged;
                             out.direct_bytes += direct;
                         }
