@@ -272,6 +272,13 @@ pub(crate) struct SpaceUsage {
     pub(crate) clock: std::sync::atomic::AtomicU64,
 }
 
+impl SpaceUsage {
+    /// The next value of the access clock.
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, Ordering::Relaxed) + 1
+    }
+}
+
 impl Default for SpaceUsage {
     fn default() -> Self {
         SpaceUsage {
@@ -778,7 +785,7 @@ impl AddressSpace {
             .map_err(|err| undo(err.into()))?;
         e.state = BufferState::PagingIn;
         e.charged = true;
-        e.last_use = shared.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        e.last_use = shared.usage.tick();
         e.op = Some(Arc::clone(&op));
         tracing::debug!(%buffer, "page-in started");
         Ok(Ticket {
@@ -927,7 +934,7 @@ impl SpaceShared {
 
     /// Adds an entry under a fresh handle.
     fn insert(&self, mut entry: Entry) -> Buffer {
-        entry.last_use = self.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        entry.last_use = self.usage.tick();
         let mut st = lock(&self.state);
         let index = st.next_index;
         st.next_index += 1;
@@ -1012,7 +1019,7 @@ impl SpaceShared {
                 size: e.size_bytes,
             });
         }
-        e.last_use = self.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        e.last_use = self.usage.tick();
         Ok(e)
     }
 
@@ -1119,7 +1126,7 @@ impl SpaceShared {
         len: u64,
     ) -> Result<&'a mut Entry, PagerError> {
         let e = self.entry_mut(st, buffer)?;
-        e.last_use = self.usage.clock.fetch_add(1, Ordering::Relaxed) + 1;
+        e.last_use = self.usage.tick();
         if e.state != BufferState::Resident {
             return Err(PagerError::NotResident {
                 buffer,

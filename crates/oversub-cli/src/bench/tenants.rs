@@ -355,13 +355,8 @@ pub fn run(mut args: TenantsArgs) -> Result<(), BoxError> {
 }
 
 fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let mut v: Vec<f64> = values.collect();
-    v.sort_by(f64::total_cmp);
-    match v.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => v[n / 2],
-        n => (v[n / 2 - 1] + v[n / 2]) / 2.0,
-    }
+    let v: Vec<f64> = values.collect();
+    oversub_report::quartiles(&v).map_or(f64::NAN, |(_, median, _)| median)
 }
 
 fn median_u64(values: impl Iterator<Item = u64>) -> u64 {

@@ -282,13 +282,7 @@ fn mem_total() -> Option<u64> {
 }
 
 fn median(samples: &[f64]) -> f64 {
-    let mut s = samples.to_vec();
-    s.sort_by(f64::total_cmp);
-    match s.len() {
-        0 => f64::NAN,
-        n if n % 2 == 1 => s[n / 2],
-        n => (s[n / 2 - 1] + s[n / 2]) / 2.0,
-    }
+    oversub_report::quartiles(samples).map_or(f64::NAN, |(_, median, _)| median)
 }
 
 fn median_u64(samples: &[Option<u64>]) -> Option<u64> {

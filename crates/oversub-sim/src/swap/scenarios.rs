@@ -173,34 +173,16 @@ impl SizeValue {
     }
 }
 
-/// Parses `6GB`, `64 MiB`, `1.5G`, `4096`: decimal units (KB, MB, GB, TB) are powers of 1000, binary ones (KiB,
-/// MiB, GiB, TiB, and bare K, M, G, T) powers of 1024.
+/// Parses `6GB`, `64 MiB`, `1.5G`, `4096` with oversub's one size syntax ([`oversub_report::parse_size`]: KB, MB,
+/// GB, TB are powers of 1000; KiB, MiB, GiB, TiB and bare K, M, G, T powers of 1024); zero is refused.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let value: f64 = num
-        .parse()
-        .map_err(|_| format!("{text:?} is not a size (try \"6GB\" or \"64MiB\")"))?;
-    let scale: u64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1,
-        "kb" => 1_000,
-        "mb" => MB,
-        "gb" => GB,
-        "tb" => 1_000 * GB,
-        "k" | "kib" => 1 << 10,
-        "m" | "mib" => 1 << 20,
-        "g" | "gib" => 1 << 30,
-        "t" | "tib" => 1 << 40,
-        other => return Err(format!("unknown size unit {other:?} in {text:?}")),
-    };
-    let bytes = (value * scale as f64).round();
-    if !(value.is_finite() && bytes >= 1.0 && bytes < u64::MAX as f64) {
-        return Err(format!("a size must be positive, not {text:?}"));
+    match oversub_report::parse_size(text) {
+        Ok(0) => Err(format!("a size must be positive, not {text:?}")),
+        Ok(bytes) => Ok(bytes),
+        Err(e) => Err(format!(
+            "{text:?} is not a size (try \"6GB\" or \"64MiB\"): {e}"
+        )),
     }
-    Ok(bytes as u64)
 }
 
 #[derive(Debug, Deserialize)]

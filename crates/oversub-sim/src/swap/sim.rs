@@ -640,14 +640,19 @@ impl<'a> Engine<'a> {
         })
     }
 
-    /// Starts the read (`write == false`) or write-back of task `i`'s current subtask: the swapped share on the SSD
-    /// directly, the rest through the memory controller, both at once.
-    fn start_step(&mut self, i: usize, write: bool) -> Result<(), SwapSimError> {
+    /// Task `i`'s current slice and the part of it on the SSD (its share α_i, for the proposed policy).
+    fn slice_and_direct(&self, i: usize) -> (u64, u64) {
         let task = &self.tasks[i];
         let slice = task.slice_bytes(self.runs[i].sub);
         let direct =
             u128::from(slice) * u128::from(self.direct[i]) / u128::from(task.memory_bytes.max(1));
-        let direct = u64::try_from(direct).unwrap_or(slice).min(slice);
+        (slice, u64::try_from(direct).unwrap_or(slice).min(slice))
+    }
+
+    /// Starts the read (`write == false`) or write-back of task `i`'s current subtask: the swapped share on the SSD
+    /// directly, the rest through the memory controller, both at once.
+    fn start_step(&mut self, i: usize, write: bool) -> Result<(), SwapSimError> {
+        let (slice, direct) = self.slice_and_direct(i);
         // Overlapped direct accesses happen during the execution (see `dispatch_sms`), not in this step.
         let (slice, direct) = if self.sys.direct_access == DirectAccess::Overlapped {
             (slice - direct, 0)
@@ -823,11 +828,7 @@ impl<'a> Engine<'a> {
             self.runs[i].pending = 0;
             if self.sys.direct_access == DirectAccess::Overlapped && self.direct[i] > 0 {
                 // The kernel reads and writes the subtask's share on the SSD while it computes.
-                let task = &self.tasks[i];
-                let slice = task.slice_bytes(self.runs[i].sub);
-                let direct = u128::from(slice) * u128::from(self.direct[i])
-                    / u128::from(task.memory_bytes.max(1));
-                let direct = u64::try_from(direct).unwrap_or(slice).min(slice);
+                let (_, direct) = self.slice_and_direct(i);
                 if direct > 0 {
                     for kind in [Transfer::DirectRead, Transfer::DirectWrite] {
                         let seq = self.next_seq();
