@@ -108,13 +108,17 @@ pub fn run_together(
                 Some(l) => format!(" under a limit of {}", oversub_report::format_bytes(l)),
                 None => String::new(),
             };
-            let oom_note = if oom > 0 {
-                format!(
+            let oom_note = match (oom > 0, limits[i]) {
+                (false, _) => String::new(),
+                (true, Some(_)) => format!(
                     "; the out-of-memory killer struck {oom} time(s) in its group: its limit is too small for it \
                      (raise --min-limit or its demand)"
-                )
-            } else {
-                String::new()
+                ),
+                // No limit of its own: the shared emulated memory was what ran out.
+                (true, None) => format!(
+                    "; the out-of-memory killer struck {oom} time(s) in its group: the tasks together do not \
+                     fit the emulated memory (raise --capacity)"
+                ),
             };
             failure = Some(
                 format!(
