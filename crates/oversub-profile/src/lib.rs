@@ -1,0 +1,225 @@
+//! The platform profile: what `oversub probe` measured on a machine, as a versioned TOML file that `oversub plan`,
+//! `oversub sim uvm` and `oversub sim swap` read with `--profile`.
+//!
+//! The file has one required table, `[profile]` (its `version`), and optional tables per consumer: `[storage]`
+//! (the planner's page-in and page-out bandwidths), `[uvm]` (the UVM simulator's cost constants), `[swap]` (the swap
+//! simulator's bandwidths), plus `[cpu]` and `[gpu]` with the probe's headline measurements for people. Every
+//! quantity carries its unit in its name (`_s`, `_bytes`, `_bytes_per_s`). Reading checks the version, rejects
+//! unknown keys and refuses nonsense values (a negative bandwidth, a zero block size) with the key's path in the
+//! message. The schema is documented in docs/profile.md. Nothing here prints.
+
+use serde::{Deserialize, Serialize};
+
+/// The schema version this build reads and writes.
+pub const VERSION: u32 = 1;
+
+/// A whole profile file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Version and provenance.
+    pub profile: Meta,
+    /// CPU-side measurements (informative; no consumer needs them).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<Cpu>,
+    /// The store's direct-I/O bandwidths; the planner's page-in/page-out speeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub storage: Option<Storage>,
+    /// GPU measurements, when the probe found one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu: Option<Gpu>,
+    /// Overrides of `oversub sim uvm`'s cost model; a key left out keeps the paper's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uvm: Option<Uvm>,
+    /// Overrides of `oversub sim swap`'s machine; a key left out keeps the paper's value.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub swap: Option<SwapMachine>,
+}
+
+/// `[profile]`: the schema version and where the numbers came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Meta {
+    /// Schema version; must equal [`VERSION`].
+    pub version: u32,
+    /// The program that wrote the file (`oversub 0.1.0 probe`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_by: Option<String>,
+    /// Seconds since the Unix epoch when it was written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub created_unix_s: Option<u64>,
+    /// Host name of the measured machine.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+    /// Kernel release (`uname -r`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<String>,
+    /// CPU model name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_model: Option<String>,
+    /// Online CPUs.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpus: Option<u32>,
+    /// Whether the probe ran with `--quick` (smaller sizes, fewer points).
+    #[serde(default)]
+    pub quick: bool,
+}
+
+/// How a TLB-miss count was obtained.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum MissCount {
+    /// Counted by the CPU's performance counters (`perf_event_open`).
+    Perf,
+    /// Derived from the access pattern (distinct pages touched), because counters were unavailable.
+    Derived,
+}
+
+/// `[cpu]`: headline CPU measurements (Table 3, Fig. 6, Table 4 of Vesely et al.).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Cpu {
+    /// Latency of one TLB miss with 4 KiB pages (64 B vs 4 KiB stride method).
+    pub tlb_miss_latency_s: f64,
+    /// How the misses behind `tlb_miss_latency_s` were counted.
+    pub tlb_miss_count: MissCount,
+    /// Time per access of the 4 KiB-stride chain with 4 KiB pages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stride_4k_access_s: Option<f64>,
+    /// The same with transparent huge pages, when they could be had.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stride_4k_access_thp_s: Option<f64>,
+    /// Soft page fault (first touch) latency, one thread.
+    pub page_fault_s: f64,
+    /// Fault serviced in user space through userfaultfd, one faulting thread; absent when unavailable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub uffd_fault_s: Option<f64>,
+    /// Shootdown latency: `mprotect` of one page while other threads run in the address space.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shootdown_s: Option<f64>,
+    /// Single-thread memcpy bandwidth between two buffers much larger than the caches.
+    pub memcpy_bytes_per_s: f64,
+}
+
+/// `[storage]`: direct-I/O bandwidths of the store. `read_bytes_per_s` and `write_bytes_per_s` are at the pager's
+/// operating point (`block_bytes`, `queue_depth`); `points` holds the whole grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Storage {
+    /// Page-in (read) bandwidth.
+    pub read_bytes_per_s: f64,
+    /// Page-out (write) bandwidth.
+    pub write_bytes_per_s: f64,
+    /// Where it was measured (a file's directory or a device).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Request size of the operating point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub block_bytes: Option<u64>,
+    /// Requests in flight of the operating point.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub queue_depth: Option<u32>,
+    /// Every measured point.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub points: Vec<StoragePoint>,
+}
+
+/// One point of the storage grid.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoragePoint {
+    /// Request size.
+    pub block_bytes: u64,
+    /// Requests in flight.
+    pub queue_depth: u32,
+    /// Sequential direct-read bandwidth.
+    pub read_bytes_per_s: f64,
+    /// Sequential direct-write bandwidth.
+    pub write_bytes_per_s: f64,
+}
+
+/// `[gpu]`: GPU measurements; every key but `name` may be absent when its probe could not run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Gpu {
+    /// Device name as the driver reports it.
+    pub name: String,
+    /// Host → device copy from pinned memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2d_pinned_bytes_per_s: Option<f64>,
+    /// Device → host copy to pinned memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d2h_pinned_bytes_per_s: Option<f64>,
+    /// Host → device copy from pageable memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub h2d_pageable_bytes_per_s: Option<f64>,
+    /// Device → host copy to pageable memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub d2h_pageable_bytes_per_s: Option<f64>,
+    /// Managed-memory fault latency seen by one faulting thread.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub managed_fault_s: Option<f64>,
+    /// Managed-memory prefetch (cuMemPrefetchAsync) throughput.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prefetch_bytes_per_s: Option<f64>,
+    /// Creating and mapping one physical chunk with the virtual-memory API.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_map_s: Option<f64>,
+    /// Unmapping and releasing one physical chunk.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_unmap_s: Option<f64>,
+    /// The chunk (allocation granularity) the two above were measured with.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub vmm_granularity_bytes: Option<u64>,
+    /// Time from launching a kernel on the highest-priority stream to its completion while the device is busy.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preempt_s: Option<f64>,
+}
+
+/// `[uvm]`: overrides of the UVM simulator's cost model (the names of `oversub_sim::uvm::CostModel`).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Uvm {
+    /// L: GPU cache line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub line_bytes: Option<u64>,
+    /// P: migration page.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_bytes: Option<u64>,
+    /// B_C: host memory bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_mem_bytes_per_s: Option<f64>,
+    /// B_G: GPU memory bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub gpu_mem_bytes_per_s: Option<f64>,
+    /// B_PCI: host-GPU bus bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pci_bytes_per_s: Option<f64>,
+    /// H: time to service one fault.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_s: Option<f64>,
+    /// Fixed cost of one cache line served from host memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_line_s: Option<f64>,
+    /// GPU L2 capacity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_bytes: Option<u64>,
+    /// GPU L2 associativity.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub l2_ways: Option<u32>,
+}
+
+/// `[swap]`: overrides of the swap simulator's machine (the paper's Jetson TX2 figures by default).
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SwapMachine {
+    /// Memory-controller bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bytes_per_s: Option<f64>,
+    /// SSD read bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssd_read_bytes_per_s: Option<f64>,
+    /// SSD write bandwidth.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ssd_write_bytes_per_s: Option<f64>,
+}
