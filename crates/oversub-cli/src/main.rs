@@ -8,6 +8,7 @@ use clap::{Parser, Subcommand};
 mod arbiter;
 mod bench;
 mod mem;
+mod probe;
 mod sched;
 mod sim;
 mod tasks;
@@ -41,6 +42,9 @@ enum Command {
     /// Run several real commands under memory cgroup limits planned by contention-aware swap space management,
     /// and compare their response times against the same commands without the limits.
     Tasks(tasks::TasksArgs),
+    /// Measure this machine's TLB-miss, page-fault, shootdown, copy and storage costs (and the GPU's, with CUDA)
+    /// and write the platform profile that plan, run, sim uvm and sim swap read with --profile.
+    Probe(probe::ProbeArgs),
 }
 
 fn main() -> ExitCode {
@@ -54,6 +58,7 @@ fn main() -> ExitCode {
         Command::Run(args) => sched::run_cmd(args),
         Command::Sim(cmd) => sim::run(cmd),
         Command::Tasks(args) => tasks::run(args),
+        Command::Probe(args) => probe::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

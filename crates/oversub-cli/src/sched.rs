@@ -46,8 +46,8 @@ impl ModeArg {
 pub struct PlanArgs {
     /// Configuration file (TOML; see examples/paper.toml).
     config: PathBuf,
-    /// Platform profile with the store's bandwidths (TOML: [storage] read_bytes_per_s, write_bytes_per_s).
-    /// Without it, the store is measured quickly.
+    /// Platform profile (`oversub probe --out FILE`; docs/profile.md) whose [storage] table gives the store's
+    /// bandwidths. Without it, the store is measured quickly.
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Write the analysis as JSON to this file.
@@ -71,7 +71,8 @@ pub struct RunArgs {
     /// Run each mode at the shortest period the planner finds feasible for it instead of the table's own.
     #[arg(long)]
     at_min_period: bool,
-    /// Platform profile with the store's bandwidths; without it the store is measured quickly.
+    /// Platform profile (docs/profile.md) whose [storage] table gives the store's bandwidths; without it the store
+    /// is measured quickly.
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Write the summary as JSON to this file.
@@ -107,27 +108,19 @@ pub struct DemoArgs {
     max_unit: u64,
 }
 
-/// Bandwidths from a profile file.
+/// The store's bandwidths from a platform profile's `[storage]` table (docs/profile.md).
 fn read_profile(path: &Path) -> Result<Bandwidths, BoxError> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Storage {
-        read_bytes_per_s: f64,
-        write_bytes_per_s: f64,
-    }
-    #[derive(serde::Deserialize)]
-    struct Profile {
-        storage: Storage,
-    }
-    let text =
-        std::fs::read_to_string(path).map_err(|e| format!("reading {}: {e}", path.display()))?;
-    let p: Profile = toml::from_str(&text).map_err(|e| format!("{}: {e}", path.display()))?;
-    if !(p.storage.read_bytes_per_s > 0.0 && p.storage.write_bytes_per_s > 0.0) {
-        return Err(format!("{}: bandwidths must be positive", path.display()).into());
-    }
+    let profile = oversub_profile::Profile::load(path)?;
+    let storage = profile.storage.ok_or_else(|| {
+        format!(
+            "{} has no [storage] table: run `oversub probe` to measure the store, or add one",
+            path.display()
+        )
+    })?;
+    // Positive and finite: `Profile::load` checked.
     Ok(Bandwidths {
-        read_bytes_per_s: p.storage.read_bytes_per_s,
-        write_bytes_per_s: p.storage.write_bytes_per_s,
+        read_bytes_per_s: storage.read_bytes_per_s,
+        write_bytes_per_s: storage.write_bytes_per_s,
     })
 }
 

@@ -12,7 +12,8 @@ fn examples() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"))
 }
 
-const PROFILE: &str = "[storage]\nread_bytes_per_s = 1.0e9\nwrite_bytes_per_s = 2.0e9\n";
+const PROFILE: &str =
+    "[profile]\nversion = 1\n\n[storage]\nread_bytes_per_s = 1.0e9\nwrite_bytes_per_s = 2.0e9\n";
 
 /// The paper's example at 1/50 scale: 2 MiB units, 30 ms period.
 const TINY: &str = r#"
@@ -174,6 +175,45 @@ fn run_all_modes_writes_json_traces_and_timelines() {
                 .unwrap()
                 .starts_with("<svg")
         );
+    }
+}
+
+#[test]
+fn profiles_of_another_version_without_storage_or_with_bad_values_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let profile = dir.path().join("profile.toml");
+    let cases = [
+        (
+            PROFILE.replace("version = 1", "version = 2"),
+            "profile.toml: schema version 2 is not supported; this oversub reads version 1",
+        ),
+        (
+            "[profile]\nversion = 1\n".to_string(),
+            "profile.toml has no [storage] table: run `oversub probe`",
+        ),
+        (
+            PROFILE.replace("write_bytes_per_s = 2.0e9", "write_bytes_per_s = -2.0e9"),
+            "storage.write_bytes_per_s must be a positive finite number",
+        ),
+        (
+            PROFILE.replace("[profile]\nversion = 1\n", ""),
+            "missing the [profile] table with `version = 1`",
+        ),
+    ];
+    for (text, message) in cases {
+        std::fs::write(&profile, &text).unwrap();
+        for sub in ["plan", "run"] {
+            let out = oversub()
+                .arg(sub)
+                .arg(examples().join("paper.toml"))
+                .arg("--profile")
+                .arg(&profile)
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!out.status.success(), "{sub} accepted {text}");
+            assert!(err.contains(message), "{sub}, {text}: {err}");
+        }
     }
 }
 

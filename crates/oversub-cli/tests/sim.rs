@@ -224,3 +224,73 @@ fn unknown_names_and_bad_files_are_refused_clearly() {
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--workload NAME, --trace FILE or --suite"));
 }
+
+#[test]
+fn a_profile_sets_the_cost_model_and_bad_profiles_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let est = |profile: Option<&std::path::Path>| {
+        let json = dir.path().join("runs.json");
+        let mut cmd = oversub();
+        cmd.args([
+            "sim",
+            "uvm",
+            "--workload",
+            "nw",
+            "--quick",
+            "--ratio",
+            "200",
+        ])
+        .args(["--policy", "static-map:0.5", "--no-progress", "--json"])
+        .arg(&json);
+        if let Some(p) = profile {
+            cmd.arg("--profile").arg(p);
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+        let run = &doc["runs"][0];
+        assert!(run["remote_accesses"].as_u64().unwrap() > 0, "{run}");
+        run["est_time_s"].as_f64().unwrap()
+    };
+    // The shipped what-if: host-served lines at 1 µs instead of a 20 µs fault make the estimate smaller.
+    let example = std::path::Path::new(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../examples/profiles/uvm-remote-1us.toml"
+    ));
+    assert!(est(Some(example)) < est(None));
+
+    let profile = dir.path().join("profile.toml");
+    for (text, message) in [
+        (
+            "[profile]\nversion = 2\n[uvm]\nfault_s = 1e-6\n",
+            "profile.toml: schema version 2 is not supported",
+        ),
+        (
+            "[uvm]\nfault_s = 1e-6\n",
+            "missing the [profile] table with `version = 1`",
+        ),
+        (
+            "[profile]\nversion = 1\n[uvm]\nfault_ns = 1000\n",
+            "profile.toml: line 4: unknown field `fault_ns`",
+        ),
+        (
+            "[profile]\nversion = 1\n[uvm]\npci_bytes_per_s = -1\n",
+            "uvm.pci_bytes_per_s must be a positive finite number, not -1",
+        ),
+        (
+            "[profile]\nversion = 1\n[uvm]\npage_bytes = 65536\n",
+            "profile.toml: [uvm]: page_bytes may hold at most 64 lines",
+        ),
+    ] {
+        std::fs::write(&profile, text).unwrap();
+        let out = oversub()
+            .args(["sim", "uvm", "--workload", "nw", "--quick", "--profile"])
+            .arg(&profile)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{text} accepted");
+        let e = stderr(&out);
+        assert!(e.contains(message), "{text}: {e}");
+    }
+}

@@ -164,3 +164,99 @@ fn bad_arguments_and_impossible_scenarios_are_refused_clearly() {
     ]);
     assert!(e.contains("missing.toml"), "{e}");
 }
+
+#[test]
+fn a_profile_sets_the_bandwidths_of_every_scenario() {
+    let dir = tempfile::tempdir().unwrap();
+    let scenario = dir.path().join("pair.toml");
+    std::fs::write(
+        &scenario,
+        "name = \"pair\"\ncapacity = \"1GB\"\n\
+         [[task]]\nname = \"a\"\nmemory = \"600MB\"\ncompute_s = [0.5, 0.5]\n\
+         [[task]]\nname = \"b\"\nmemory = \"600MB\"\ncompute_s = [0.2, 0.2, 0.2]\n",
+    )
+    .unwrap();
+    let profile = dir.path().join("profile.toml");
+    std::fs::write(
+        &profile,
+        "[profile]\nversion = 1\n[swap]\nssd_read_bytes_per_s = 1.0e9\nssd_write_bytes_per_s = 9.0e8\n",
+    )
+    .unwrap();
+    let json = dir.path().join("swap.json");
+    let out = oversub()
+        .args(["sim", "swap", "--scenario", "fig6", "--scenario-file"])
+        .arg(&scenario)
+        .arg("--profile")
+        .arg(&profile)
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let err = stderr(&out);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("machine constants from")
+            && err.contains("profile.toml")
+            && err.contains("SSD read 1000 MB/s, SSD write 900 MB/s"),
+        "{err}"
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    // Both the built-in scenario and the file's take the profile's SSD and keep the memory controller.
+    assert_eq!(
+        stdout
+            .matches("memory controller 20000 MB/s, SSD read 1000 / write 900 MB/s")
+            .count(),
+        2,
+        "{stdout}"
+    );
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(doc["scenarios"].as_array().unwrap().len() >= 6);
+    assert_eq!(doc["profile"]["swap"]["ssd_read_bytes_per_s"], 1.0e9);
+    assert_eq!(doc["profile"]["swap"]["ssd_write_bytes_per_s"], 9.0e8);
+    assert!(doc["profile"]["swap"].get("memory_bytes_per_s").is_none());
+    assert!(doc["profile"]["path"]
+        .as_str()
+        .unwrap()
+        .ends_with("profile.toml"));
+
+    // Without --profile the JSON has no profile key.
+    let out = oversub()
+        .args(["sim", "swap", "--scenario", "fig6", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert!(doc.get("profile").is_none());
+
+    for (text, message) in [
+        (
+            "[profile]\nversion = 3\n[swap]\nssd_read_bytes_per_s = 1e9\n",
+            "profile.toml: schema version 3 is not supported",
+        ),
+        (
+            "[profile]\nversion = 1\n[swap]\nssd_read_bytes_per_s = -1e9\n",
+            "swap.ssd_read_bytes_per_s must be a positive finite number",
+        ),
+        (
+            "[profile]\nversion = 1\n[swap]\nssd_read_bytes_per_s = 0.25\n",
+            "profile.toml: profile key swap.ssd_read_bytes_per_s must round to at least 1 byte/s",
+        ),
+        (
+            "[profile]\nversion = 1\n[swap]\nssd_bytes_per_s = 1e9\n",
+            "profile.toml: line 4: unknown field `ssd_bytes_per_s`",
+        ),
+    ] {
+        std::fs::write(&profile, text).unwrap();
+        let out = oversub()
+            .args(["sim", "swap", "--scenario", "fig6", "--profile"])
+            .arg(&profile)
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{text} accepted");
+        let e = stderr(&out);
+        assert!(e.contains(message), "{text}: {e}");
+    }
+}

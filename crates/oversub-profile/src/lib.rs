@@ -7,8 +7,35 @@
 //! quantity carries its unit in its name (`_s`, `_bytes`, `_bytes_per_s`). Reading checks the version, rejects
 //! unknown keys and refuses nonsense values (a negative bandwidth, a zero block size) with the key's path in the
 //! message. The schema is documented in docs/profile.md. Nothing here prints.
+//!
+//! ```
+//! # fn main() -> Result<(), oversub_profile::ProfileError> {
+//! use oversub_profile::{Meta, Profile, SwapMachine};
+//!
+//! let mut p = Profile::new(Meta::default());
+//! p.swap = Some(SwapMachine {
+//!     ssd_read_bytes_per_s: Some(1.9e9),
+//!     ..SwapMachine::default()
+//! });
+//! let text = p.to_toml_string()?;
+//! assert_eq!(Profile::from_toml_str(&text, "profile.toml")?, p);
+//!
+//! let e = Profile::from_toml_str("[profile]\nversion = 2\n", "old.toml").unwrap_err();
+//! assert!(e.to_string().contains("schema version 2 is not supported"));
+//! # Ok(())
+//! # }
+//! ```
 
 use serde::{Deserialize, Serialize};
+
+mod error;
+mod file;
+mod validate;
+
+#[cfg(test)]
+mod tests;
+
+pub use error::ProfileError;
 
 /// The schema version this build reads and writes.
 pub const VERSION: u32 = 1;
@@ -36,7 +63,8 @@ pub struct Profile {
     pub swap: Option<SwapMachine>,
 }
 
-/// `[profile]`: the schema version and where the numbers came from.
+/// `[profile]`: the schema version and where the numbers came from. [`Meta::default`] is the current version with
+/// no provenance.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Meta {
@@ -222,4 +250,33 @@ pub struct SwapMachine {
     /// SSD write bandwidth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ssd_write_bytes_per_s: Option<f64>,
+}
+
+impl Default for Meta {
+    fn default() -> Self {
+        Self {
+            version: VERSION,
+            created_by: None,
+            created_unix_s: None,
+            host: None,
+            kernel: None,
+            cpu_model: None,
+            cpus: None,
+            quick: false,
+        }
+    }
+}
+
+impl Profile {
+    /// A profile with only its `[profile]` table; the measurements are filled in field by field.
+    pub fn new(meta: Meta) -> Self {
+        Self {
+            profile: meta,
+            cpu: None,
+            storage: None,
+            gpu: None,
+            uvm: None,
+            swap: None,
+        }
+    }
 }

@@ -25,5 +25,5 @@ pub use format::{format_bytes, format_rate_mbs, format_seconds};
 pub use html::{HtmlBlock, HtmlReport};
 pub use size::{parse_size, SizeParseError};
 pub use stats::{percentile, quartiles, Summary};
-pub use table::text_table;
+pub use table::{text_table, text_table_left};
 pub use timeline::{Marker, MarkerKind, Span, SpanKind, Timeline};

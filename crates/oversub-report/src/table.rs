@@ -6,6 +6,12 @@
 /// by two spaces, lines end with `'\n'` and carry no trailing spaces. Rows
 /// shorter than the widest row are padded with empty cells.
 pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
+    text_table_left(header, rows, 1)
+}
+
+/// As [`text_table`], with the first `left_columns` columns left-aligned (text) and the rest right-aligned
+/// (numbers).
+pub fn text_table_left(header: &[&str], rows: &[Vec<String>], left_columns: usize) -> String {
     let ncols = rows
         .iter()
         .map(Vec::len)
@@ -34,7 +40,7 @@ pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
                 line.push_str("  ");
             }
             let pad = w.saturating_sub(cell.chars().count());
-            if i == 0 {
+            if i < left_columns {
                 line.push_str(cell);
                 line.extend(std::iter::repeat_n(' ', pad));
             } else {
@@ -62,6 +68,21 @@ pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn left_columns() {
+        let t = text_table_left(
+            &["what", "value", "note"],
+            &[
+                vec!["a".into(), "1".into(), "long note".into()],
+                vec!["bb".into(), "22".into(), "x".into()],
+            ],
+            1,
+        );
+        assert!(t.contains("a         1  long note\n"), "{t}");
+        let t = text_table_left(&["what", "value", "note"], &[vec!["a".into(), "1".into(), "long note".into()], vec!["bb".into(), "22".into(), "x".into()]], 3);
+        assert!(t.contains("bb    22     x\n"), "{t}");
+    }
 
     #[test]
     fn aligned() {

@@ -5,6 +5,7 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
+use oversub_profile::{Profile, SwapMachine};
 use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
 use oversub_sim::swap::scenarios::{self, BUILTIN};
 use oversub_sim::swap::{
@@ -33,6 +34,7 @@ enum PriorityArg {
 ///   oversub sim swap                                      # Figs. 4(a)-6, every policy
 ///   oversub sim swap --scenario fig6 --alpha-rule fraction,printed-ceil
 ///   oversub sim swap --scenario-file mine.toml --json out.json --plot figs
+///   oversub sim swap --profile profile.toml               # this machine's memory and SSD bandwidths
 #[derive(Debug, Args)]
 #[command(verbatim_doc_comment)]
 pub struct SwapArgs {
@@ -64,6 +66,10 @@ pub struct SwapArgs {
     /// executes, as direct execution on storage) or `serial` (in the read and write-back steps).
     #[arg(long, value_name = "TIMING")]
     direct_access: Option<oversub_sim::swap::DirectAccess>,
+    /// Platform profile (docs/profile.md) whose [swap] table overrides the machine's memory-controller and SSD
+    /// bandwidths in every scenario, built-in or from a file.
+    #[arg(long, value_name = "FILE")]
+    profile: Option<PathBuf>,
     /// Seed of the synthetic compute times; the same seed gives the same figures.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -139,7 +145,66 @@ fn parse_policies(args: &SwapArgs, rules: &[AlphaRule]) -> Result<Vec<Policy>, B
     Ok(out)
 }
 
-fn load_scenarios(args: &SwapArgs) -> Result<Vec<Scenario>, BoxError> {
+/// `--profile`: the file and its `[swap]` table (empty when it has none).
+struct ProfileSwap {
+    path: PathBuf,
+    swap: SwapMachine,
+}
+
+fn load_profile(args: &SwapArgs) -> Result<Option<ProfileSwap>, BoxError> {
+    let Some(path) = &args.profile else {
+        return Ok(None);
+    };
+    let profile = Profile::load(path)?;
+    Ok(Some(ProfileSwap {
+        path: path.clone(),
+        swap: profile.swap.unwrap_or_default(),
+    }))
+}
+
+/// The one line saying which machine constants the profile set.
+fn describe_profile(p: &ProfileSwap) -> String {
+    let SwapMachine {
+        memory_bytes_per_s,
+        ssd_read_bytes_per_s,
+        ssd_write_bytes_per_s,
+    } = p.swap;
+    let taken: Vec<String> = [
+        ("memory controller", memory_bytes_per_s),
+        ("SSD read", ssd_read_bytes_per_s),
+        ("SSD write", ssd_write_bytes_per_s),
+    ]
+    .into_iter()
+    .filter_map(|(label, v)| v.map(|v| format!("{label} {} MB/s", mb_per_s(v))))
+    .collect();
+    if taken.is_empty() {
+        format!(
+            "{}: no [swap] bandwidths, so every scenario keeps its own machine constants",
+            p.path.display()
+        )
+    } else {
+        format!(
+            "machine constants from {} [swap], in every scenario: {}",
+            p.path.display(),
+            taken.join(", ")
+        )
+    }
+}
+
+/// MB/s as the scenario reports print them, with decimals only where a slow device needs them.
+fn mb_per_s(bytes_per_s: f64) -> String {
+    let v = bytes_per_s / 1e6;
+    if v >= 100.0 {
+        format!("{v:.0}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+fn load_scenarios(
+    args: &SwapArgs,
+    profile: Option<&ProfileSwap>,
+) -> Result<Vec<Scenario>, BoxError> {
     let mut names: Vec<String> = Vec::new();
     let all = args.suite
         || (args.scenario.is_empty() && args.scenario_file.is_empty())
@@ -176,6 +241,11 @@ fn load_scenarios(args: &SwapArgs) -> Result<Vec<Scenario>, BoxError> {
         if let Some(d) = args.direct_access {
             s.system.direct_access = d;
         }
+        if let Some(p) = profile {
+            s.system
+                .apply_profile(&p.swap)
+                .map_err(|e| format!("{}: {e}", p.path.display()))?;
+        }
         s.validate()?;
     }
     Ok(out)
@@ -187,7 +257,11 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
     if args.sms == Some(0) {
         return Err("--sms must be at least 1 (the GPU needs an SM)".into());
     }
-    let scenarios = load_scenarios(&args)?;
+    let profile = load_profile(&args)?;
+    let scenarios = load_scenarios(&args, profile.as_ref())?;
+    if let Some(p) = &profile {
+        eprintln!("{}", describe_profile(p));
+    }
     let options = StudyOptions {
         policies: policies.clone(),
         priorities: match args.priorities {
@@ -225,7 +299,7 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
         println!("conservation checks passed on {runs} simulations");
     }
     if let Some(path) = &args.json {
-        let doc = JsonDoc::new(&studies, args.seed);
+        let doc = JsonDoc::new(&studies, args.seed, profile.as_ref());
         write_file(path, &serde_json::to_string_pretty(&doc)?)?;
     }
     if let Some(dir) = &args.plot {
@@ -537,15 +611,24 @@ struct JsonSummary {
     paper_cut_vs_mat_pct: Option<f64>,
 }
 
+/// `--profile`: the file and the `[swap]` keys it set (those absent kept each scenario's values).
+#[derive(Serialize)]
+struct JsonProfile {
+    path: String,
+    swap: SwapMachine,
+}
+
 #[derive(Serialize)]
 struct JsonDoc {
     scenarios: Vec<JsonRun>,
     summaries: Vec<JsonSummary>,
     seed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<JsonProfile>,
 }
 
 impl JsonDoc {
-    fn new(studies: &[Study], seed: u64) -> Self {
+    fn new(studies: &[Study], seed: u64, profile: Option<&ProfileSwap>) -> Self {
         let mut scenarios = Vec::new();
         let mut summaries = Vec::new();
         for st in studies {
@@ -591,6 +674,10 @@ impl JsonDoc {
             scenarios,
             summaries,
             seed,
+            profile: profile.map(|p| JsonProfile {
+                path: p.path.display().to_string(),
+                swap: p.swap.clone(),
+            }),
         }
     }
 }
@@ -637,7 +724,7 @@ mod tests {
         let a = args(&["--suite"]);
         let r = parse_rules(&a).unwrap();
         assert_eq!(parse_policies(&a, &r).unwrap().len(), 4);
-        assert_eq!(load_scenarios(&a).unwrap().len(), 5);
+        assert_eq!(load_scenarios(&a, None).unwrap().len(), 5);
         let a = args(&["--alpha-rule", "round"]);
         assert!(parse_rules(&a).is_err());
         let a = args(&["--policy", "lru"]);

@@ -98,7 +98,8 @@ pub struct UvmArgs {
     policy: Vec<String>,
     #[command(flatten)]
     workload_opts: WorkloadOpts,
-    /// Platform profile (TOML) whose `[uvm]` table overrides the paper's constants (B_C, B_G, B_PCI, H, L2).
+    /// Platform profile (docs/profile.md) whose `[uvm]` table overrides the paper's constants (B_C, B_G, B_PCI,
+    /// H, L2).
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
     /// GPU L2 size (default 3MiB, the paper's Table 2).

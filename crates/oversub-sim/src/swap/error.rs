@@ -91,6 +91,14 @@ pub enum SwapSimError {
     /// A conservation check failed on a simulation's outcome.
     #[error("conservation check failed: {0}")]
     Conservation(String),
+    /// A platform profile's `[swap]` value the simulated machine cannot take.
+    #[error("profile key {key} {reason}")]
+    BadProfile {
+        /// Dotted key: `swap.ssd_read_bytes_per_s`.
+        key: String,
+        /// What is wrong, with the value.
+        reason: String,
+    },
     /// The planner (Alg. 1 or Alg. 2) refused its input.
     #[error("planner: {0}")]
     Plan(#[from] TenantError),

@@ -1,6 +1,7 @@
 //! The system and the tasks simulated: memory, bandwidths, SMs and the CPU tick; each task's working set and
 //! subtask compute times. Times are integer nanoseconds so that every run is exactly reproducible.
 
+use oversub_profile::SwapMachine;
 use serde::Serialize;
 
 use super::SwapSimError;
@@ -120,6 +121,52 @@ impl System {
             evictable: Evictable::NotTransferring,
             direct_access: DirectAccess::Overlapped,
         }
+    }
+
+    /// Takes the bandwidths a platform profile's `[swap]` table has (rounded to whole bytes per second) and keeps
+    /// the others; returns the keys it took, in the table's order. A value that does not round to 1 ..= u64::MAX
+    /// bytes/s is refused and nothing is changed.
+    pub fn apply_profile(&mut self, swap: &SwapMachine) -> Result<Vec<&'static str>, SwapSimError> {
+        let SwapMachine {
+            memory_bytes_per_s,
+            ssd_read_bytes_per_s,
+            ssd_write_bytes_per_s,
+        } = *swap;
+        // Destructured without `..` so that a key added to the schema cannot be silently ignored here.
+        let mut taken = Vec::new();
+        let mut out = [
+            self.memory_bytes_per_s,
+            self.ssd_read_bytes_per_s,
+            self.ssd_write_bytes_per_s,
+        ];
+        for ((key, value), slot) in [
+            ("memory_bytes_per_s", memory_bytes_per_s),
+            ("ssd_read_bytes_per_s", ssd_read_bytes_per_s),
+            ("ssd_write_bytes_per_s", ssd_write_bytes_per_s),
+        ]
+        .into_iter()
+        .zip(&mut out)
+        {
+            let Some(v) = value else { continue };
+            let rounded = v.round();
+            // u64::MAX as f64 is 2^64, itself out of range.
+            if !(v.is_finite() && rounded >= 1.0 && rounded < u64::MAX as f64) {
+                return Err(SwapSimError::BadProfile {
+                    key: format!("swap.{key}"),
+                    reason: format!(
+                        "must round to at least 1 byte/s (and fit in 64 bits), not {v}"
+                    ),
+                });
+            }
+            *slot = rounded as u64;
+            taken.push(key);
+        }
+        [
+            self.memory_bytes_per_s,
+            self.ssd_read_bytes_per_s,
+            self.ssd_write_bytes_per_s,
+        ] = out;
+        Ok(taken)
     }
 
     /// The thrashing time of `bytes`, θ = bytes / SSD read bandwidth: what swapping them in costs.
@@ -279,6 +326,37 @@ mod tests {
         // 6 GB at 492 MB/s: the synthetic tasks' thrashing time, 12.195 s.
         let theta = System::paper(18 * GB, 4).thrashing_ns(6 * GB);
         assert_eq!(theta, 12_195_121_952);
+    }
+
+    #[test]
+    fn a_profile_overrides_the_bandwidths_it_has() {
+        let paper = System::paper(18 * GB, 4);
+        let mut s = paper.clone();
+        assert!(s.apply_profile(&SwapMachine::default()).unwrap().is_empty());
+        assert_eq!(s, paper);
+        let taken = s
+            .apply_profile(&SwapMachine {
+                memory_bytes_per_s: Some(2.5e10),
+                ssd_read_bytes_per_s: None,
+                ssd_write_bytes_per_s: Some(1_000_000.6),
+            })
+            .unwrap();
+        assert_eq!(taken, vec!["memory_bytes_per_s", "ssd_write_bytes_per_s"]);
+        assert_eq!(s.memory_bytes_per_s, 25_000 * MB);
+        assert_eq!(s.ssd_read_bytes_per_s, paper.ssd_read_bytes_per_s);
+        assert_eq!(s.ssd_write_bytes_per_s, 1_000_001);
+        for bad in [0.4, -1.0, f64::NAN, f64::INFINITY, 1.9e19] {
+            let mut t = paper.clone();
+            let e = t
+                .apply_profile(&SwapMachine {
+                    memory_bytes_per_s: Some(3e10),
+                    ssd_read_bytes_per_s: Some(bad),
+                    ssd_write_bytes_per_s: None,
+                })
+                .unwrap_err();
+            assert!(e.to_string().contains("swap.ssd_read_bytes_per_s"), "{e}");
+            assert_eq!(t, paper, "nothing changes on a refusal");
+        }
     }
 
     #[test]

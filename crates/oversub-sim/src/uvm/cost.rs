@@ -3,10 +3,11 @@
 //! The same constants serve twice: DynaMap decides with Eqs. 1 and 3, and the simulator turns the events it
 //! counted into an estimated run time with the same per-event costs, so a policy is judged by the model it was
 //! built for. Defaults are the paper's table (Turing RTX 2060 over PCIe 3.0 x16); a platform profile (TOML, the
-//! `[uvm]` table) overrides any of them.
+//! `[uvm]` table, docs/profile.md) overrides any of them.
 
 use std::path::Path;
 
+use oversub_profile::{Profile, Uvm};
 use serde::{Deserialize, Serialize};
 
 use super::SimError;
@@ -52,35 +53,58 @@ impl Default for CostModel {
     }
 }
 
-#[derive(Debug, Deserialize)]
-struct ProfileFile {
-    #[serde(default)]
-    uvm: Option<CostModel>,
-}
-
 impl CostModel {
-    /// Reads the `[uvm]` table of a platform profile; other tables (storage, probe results) are ignored, missing
-    /// fields keep the paper's values.
+    /// The paper's constants with a platform profile's `[uvm]` table over them; a profile without one keeps them
+    /// all. The profile is read with [`oversub_profile::Profile::load`] (version, keys and ranges checked there);
+    /// how the constants fit together is checked here.
     pub fn from_profile(path: &Path) -> Result<Self, SimError> {
-        let text = std::fs::read_to_string(path).map_err(|e| SimError::io(path, e))?;
-        Self::from_profile_str(&text, path)
+        let profile = Profile::load(path)?;
+        Self::from_uvm(profile.uvm.as_ref(), path)
     }
 
-    /// As [`CostModel::from_profile`], from the file's text.
+    /// As [`CostModel::from_profile`], from the file's text; `path` names the file in errors.
     pub fn from_profile_str(text: &str, path: &Path) -> Result<Self, SimError> {
-        let file: ProfileFile = toml::from_str(text).map_err(|e| {
-            let location = e
-                .span()
-                .map(|s| {
-                    let before = text.get(..s.start).unwrap_or(text);
-                    format!("line {}", before.matches('\n').count() + 1)
-                })
-                .unwrap_or_else(|| "profile".to_string());
-            SimError::bad_file(path, location, e.message().to_string())
+        let profile = Profile::from_toml_str(text, path)?;
+        Self::from_uvm(profile.uvm.as_ref(), path)
+    }
+
+    fn from_uvm(uvm: Option<&Uvm>, path: &Path) -> Result<Self, SimError> {
+        let mut model = Self::default();
+        if let Some(uvm) = uvm {
+            model.apply_profile(uvm);
+        }
+        // Each key passed the profile's own checks; together they may still describe no machine (a page of 128
+        // lines), and that is the file's fault, so name it.
+        model.validate().map_err(|e| match e {
+            SimError::InvalidParameter(reason) => SimError::bad_file(path, "[uvm]", reason),
+            other => other,
         })?;
-        let model = file.uvm.unwrap_or_default();
-        model.validate()?;
         Ok(model)
+    }
+
+    /// Overrides every constant the `[uvm]` table has; the rest keep their values. Does not validate.
+    pub fn apply_profile(&mut self, uvm: &Uvm) {
+        let Uvm {
+            line_bytes,
+            page_bytes,
+            cpu_mem_bytes_per_s,
+            gpu_mem_bytes_per_s,
+            pci_bytes_per_s,
+            fault_s,
+            remote_line_s,
+            l2_bytes,
+            l2_ways,
+        } = *uvm;
+        // Destructured without `..` so that a key added to the schema cannot be silently ignored here.
+        self.line_bytes = line_bytes.unwrap_or(self.line_bytes);
+        self.page_bytes = page_bytes.unwrap_or(self.page_bytes);
+        self.cpu_mem_bytes_per_s = cpu_mem_bytes_per_s.unwrap_or(self.cpu_mem_bytes_per_s);
+        self.gpu_mem_bytes_per_s = gpu_mem_bytes_per_s.unwrap_or(self.gpu_mem_bytes_per_s);
+        self.pci_bytes_per_s = pci_bytes_per_s.unwrap_or(self.pci_bytes_per_s);
+        self.fault_s = fault_s.unwrap_or(self.fault_s);
+        self.remote_line_s = remote_line_s.unwrap_or(self.remote_line_s);
+        self.l2_bytes = l2_bytes.unwrap_or(self.l2_bytes);
+        self.l2_ways = l2_ways.unwrap_or(self.l2_ways);
     }
 
     /// Checks that the constants describe a machine the simulator can model.
@@ -171,19 +195,80 @@ mod tests {
         assert!(crossover(4.0) < crossover(16.0));
     }
 
+    const HEAD: &str = "[profile]\nversion = 1\n";
+
     #[test]
     fn profile_overrides_and_errors() {
         let p = Path::new("p.toml");
         let m = CostModel::from_profile_str(
-            "[storage]\nread_bytes_per_s = 1\n[uvm]\nfault_s = 1e-5\n",
+            &format!("{HEAD}[storage]\nread_bytes_per_s = 1\nwrite_bytes_per_s = 1\n[uvm]\nfault_s = 1e-5\n"),
             p,
         )
         .unwrap();
         assert_eq!(m.fault_s, 1e-5);
         assert_eq!(m.pci_bytes_per_s, 16e9);
-        let e = CostModel::from_profile_str("[uvm]\nfault = 3\n", p).unwrap_err();
-        assert!(e.to_string().contains("line 2"), "{e}");
-        let e = CostModel::from_profile_str("[uvm]\npage_bytes = 3000\n", p).unwrap_err();
-        assert!(e.to_string().contains("power"), "{e}");
+        // No [uvm] table: the paper's constants.
+        assert_eq!(
+            CostModel::from_profile_str(HEAD, p).unwrap(),
+            CostModel::default()
+        );
+        let e = CostModel::from_profile_str(&format!("{HEAD}[uvm]\nfault = 3\n"), p).unwrap_err();
+        assert!(e.to_string().contains("p.toml: line 4"), "{e}");
+        let e = CostModel::from_profile_str(&format!("{HEAD}[uvm]\npage_bytes = 3000\n"), p)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("uvm.page_bytes must be a power of two"),
+            "{e}"
+        );
+        // Each key fine alone, together no machine: the file and the table are named.
+        let e = CostModel::from_profile_str(&format!("{HEAD}[uvm]\npage_bytes = 65536\n"), p)
+            .unwrap_err();
+        assert!(
+            e.to_string()
+                .starts_with("p.toml: [uvm]: page_bytes may hold at most 64 lines"),
+            "{e}"
+        );
+        // Free faults are a what-if the simulator takes.
+        let m = CostModel::from_profile_str(&format!("{HEAD}[uvm]\nfault_s = 0\n"), p).unwrap();
+        assert_eq!(m.fault_s, 0.0);
+        let e = CostModel::from_profile_str("[uvm]\nfault_s = 1e-5\n", p).unwrap_err();
+        assert!(e.to_string().contains("[profile]"), "{e}");
+        let e = CostModel::from_profile_str("[profile]\nversion = 7\n", p).unwrap_err();
+        assert!(e.to_string().contains("schema version 7"), "{e}");
+    }
+
+    #[test]
+    fn every_uvm_key_overrides_its_constant() {
+        let uvm = Uvm {
+            line_bytes: Some(64),
+            page_bytes: Some(2048),
+            cpu_mem_bytes_per_s: Some(1e10),
+            gpu_mem_bytes_per_s: Some(2e12),
+            pci_bytes_per_s: Some(3e10),
+            fault_s: Some(1e-5),
+            remote_line_s: Some(1e-6),
+            l2_bytes: Some(40 << 20),
+            l2_ways: Some(8),
+        };
+        let mut m = CostModel::default();
+        m.apply_profile(&uvm);
+        assert_eq!(
+            m,
+            CostModel {
+                line_bytes: 64,
+                page_bytes: 2048,
+                cpu_mem_bytes_per_s: 1e10,
+                gpu_mem_bytes_per_s: 2e12,
+                pci_bytes_per_s: 3e10,
+                fault_s: 1e-5,
+                remote_line_s: 1e-6,
+                l2_bytes: 40 << 20,
+                l2_ways: 8,
+            }
+        );
+        let mut m = CostModel::default();
+        m.apply_profile(&Uvm::default());
+        assert_eq!(m, CostModel::default());
     }
 }

@@ -42,6 +42,9 @@ pub enum SimError {
     /// A parameter out of its range (a negative ratio, an empty trace, a zero-sized cache).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
+    /// The platform profile could not be read, or is not a valid profile.
+    #[error(transparent)]
+    Profile(#[from] oversub_profile::ProfileError),
 }
 
 impl SimError {

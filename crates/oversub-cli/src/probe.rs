@@ -1,0 +1,942 @@
+//! `oversub probe`: measures this machine's virtual-memory, copy and storage costs with the methods of Vesely et
+//! al. (ISPASS 2016), prints them beside the paper's figures, and writes the platform profile that `plan`, `run`,
+//! `sim uvm` and `sim swap` read with `--profile`.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use clap::{Args, ValueEnum};
+use indicatif::{ProgressBar, ProgressStyle};
+use oversub_probe::{btree, copy, fault, gpu, shootdown, storage, system, tlb};
+use oversub_profile::{Cpu, Meta, Profile, Storage, StoragePoint, SwapMachine, Uvm, VERSION};
+use oversub_report::{format_bytes, text_table, text_table_left, BarChart, BarSeries};
+use serde::Serialize;
+
+use crate::bench::paging::EngineArg;
+use crate::bench::BoxError;
+
+/// The probes, by name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ProbeName {
+    /// TLB-miss latency (64 B vs 4 KiB stride), with huge pages, and against misses in flight.
+    Tlb,
+    /// Page-fault latency and throughput against concurrency: soft faults and userfaultfd.
+    Faults,
+    /// TLB shootdowns by mprotect and munmap.
+    Shootdown,
+    /// Sorted vs unsorted B+-tree lookups on 4 KiB and 2 MiB pages.
+    Btree,
+    /// memcpy bandwidth.
+    Copy,
+    /// Direct read/write bandwidth of the store by block size and queue depth.
+    Storage,
+    /// GPU copies, managed-memory faults, prefetch, virtual-memory map/unmap, preemption (needs CUDA).
+    Gpu,
+}
+
+const ALL: [ProbeName; 7] = [
+    ProbeName::Tlb,
+    ProbeName::Faults,
+    ProbeName::Shootdown,
+    ProbeName::Btree,
+    ProbeName::Copy,
+    ProbeName::Storage,
+    ProbeName::Gpu,
+];
+
+#[derive(Debug, Args)]
+pub struct ProbeArgs {
+    /// Smaller sizes and fewer points: under a minute.
+    #[arg(long)]
+    quick: bool,
+    /// Where to write the platform profile (TOML, docs/profile.md).
+    #[arg(long, value_name = "FILE", default_value = "profile.toml")]
+    out: PathBuf,
+    /// Do not write a profile.
+    #[arg(long, conflicts_with = "out")]
+    no_profile: bool,
+    /// Write every measurement as JSON.
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+    /// Write SVG figures (Fig. 2, 4, 6 and the storage grid) into this directory.
+    #[arg(long, value_name = "DIR")]
+    plot: Option<PathBuf>,
+    /// Only these probes (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "PROBES")]
+    only: Vec<ProbeName>,
+    /// Skip these probes (comma-separated).
+    #[arg(long, value_enum, value_delimiter = ',', value_name = "PROBES")]
+    skip: Vec<ProbeName>,
+    /// Directory of the storage probe's test file: put it where the store will be (default: the system's
+    /// temporary directory).
+    #[arg(long, value_name = "DIR")]
+    dir: Option<PathBuf>,
+    /// Size of the storage probe's test file (default 1GiB, 256MiB with --quick).
+    #[arg(long, value_parser = crate::parse_size_arg)]
+    file_size: Option<u64>,
+    /// Keep the storage probe's test file (to run fio on the same file) and print its path.
+    #[arg(long)]
+    keep_file: bool,
+    /// I/O engine of the storage probe.
+    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
+    engine: EngineArg,
+    /// No progress bar (also OVERSUB_NO_PROGRESS=1).
+    #[arg(long)]
+    no_progress: bool,
+}
+
+/// Everything measured, for `--json`.
+#[derive(Debug, Default, Serialize)]
+struct Report {
+    system: Option<system::SystemInfo>,
+    quick: bool,
+    wall_s: f64,
+    tlb: Option<tlb::TlbResults>,
+    faults: Option<fault::FaultResults>,
+    shootdown: Option<Vec<shootdown::ShootdownPoint>>,
+    btree: Option<btree::BtreeResults>,
+    copy: Option<copy::CopyResult>,
+    storage: Option<storage::StorageResults>,
+    gpu: Option<gpu::GpuResults>,
+    /// Probes that could not run, with why.
+    skipped: Vec<(String, String)>,
+}
+
+fn progress_bar(len: u64, hidden: bool) -> ProgressBar {
+    let bar = ProgressBar::new(len).with_style(
+        ProgressStyle::with_template("{spinner} probe [{bar:30}] {pos}/{len} {msg} ({elapsed})")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    if hidden || std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
+struct Plan {
+    tlb: tlb::TlbOptions,
+    faults: usize,
+    fault_threads: Vec<usize>,
+    shootdown_iterations: usize,
+    shootdown_range_pages: usize,
+    btree: btree::BtreeOptions,
+    copy_bytes: usize,
+    copy_repeats: usize,
+    storage: storage::StorageOptions,
+    gpu: gpu::GpuOptions,
+}
+
+fn plan(args: &ProbeArgs) -> Plan {
+    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let mut p = if args.quick {
+        Plan {
+            tlb: tlb::TlbOptions::quick(),
+            faults: 64_000,
+            fault_threads: vec![1, 4, 16, 64],
+            shootdown_iterations: 200,
+            shootdown_range_pages: 512,
+            btree: btree::BtreeOptions::quick(),
+            copy_bytes: 64 << 20,
+            copy_repeats: 5,
+            storage: storage::StorageOptions::quick(dir),
+            gpu: gpu::GpuOptions::quick(),
+        }
+    } else {
+        Plan {
+            tlb: tlb::TlbOptions::full(),
+            // The paper's 512,000 faults per point.
+            faults: 512_000,
+            fault_threads: vec![1, 2, 4, 8, 16, 32, 64],
+            shootdown_iterations: 2000,
+            shootdown_range_pages: 512,
+            btree: btree::BtreeOptions::full(),
+            copy_bytes: 256 << 20,
+            copy_repeats: 10,
+            storage: storage::StorageOptions::full(dir),
+            gpu: gpu::GpuOptions::full(),
+        }
+    };
+    if let Some(s) = args.file_size {
+        p.storage.file_bytes = s;
+    }
+    p.storage.keep_file = args.keep_file;
+    p.storage.engine = args.engine.into();
+    p
+}
+
+pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
+    let selected: Vec<ProbeName> = ALL
+        .iter()
+        .copied()
+        .filter(|p| args.only.is_empty() || args.only.contains(p))
+        .filter(|p| !args.skip.contains(p))
+        .collect();
+    if selected.is_empty() {
+        return Err("--only and --skip leave no probe to run".into());
+    }
+    for path in [args.json.as_ref(), (!args.no_profile).then_some(&args.out)]
+        .into_iter()
+        .flatten()
+    {
+        let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
+        if parent.is_some_and(|p| !p.is_dir()) {
+            return Err(format!(
+                "{}: the directory it would go in does not exist",
+                path.display()
+            )
+            .into());
+        }
+    }
+    if let Some(d) = &args.dir {
+        if !d.is_dir() {
+            return Err(format!("--dir {}: not a directory", d.display()).into());
+        }
+    }
+    let plan = plan(&args);
+    let sys = system::SystemInfo::detect();
+    let steps = estimate_steps(&plan, &selected, &sys);
+    let bar = progress_bar(steps, args.no_progress);
+    let bar_lock = Mutex::new(());
+    let tick = |what: &str| {
+        // Ticks may come from probe threads; the lock keeps position and message together.
+        let _g = bar_lock.lock();
+        bar.inc(1);
+        if bar.position() > bar.length().unwrap_or(0) {
+            bar.set_length(bar.position());
+        }
+        bar.set_message(what.to_string());
+    };
+    let wall = Instant::now();
+    let mut report = Report {
+        system: Some(sys.clone()),
+        quick: args.quick,
+        ..Report::default()
+    };
+    for p in &selected {
+        match p {
+            ProbeName::Tlb => report.tlb = Some(tlb::measure(&plan.tlb, sys.thp_usable(), &tick)?),
+            ProbeName::Faults => {
+                report.faults = Some(fault::measure(plan.faults, &plan.fault_threads, &tick)?)
+            }
+            ProbeName::Shootdown => {
+                report.shootdown = Some(shootdown::measure(
+                    plan.shootdown_iterations,
+                    plan.shootdown_range_pages,
+                    &tick,
+                )?)
+            }
+            ProbeName::Btree => {
+                report.btree = Some(btree::measure(&plan.btree, sys.thp_usable(), &tick)?)
+            }
+            ProbeName::Copy => {
+                tick("memcpy bandwidth");
+                report.copy = Some(copy::measure(plan.copy_bytes, plan.copy_repeats)?)
+            }
+            ProbeName::Storage => report.storage = Some(storage::measure(&plan.storage, &tick)?),
+            ProbeName::Gpu => match gpu::detect() {
+                Ok(()) => report.gpu = Some(gpu::measure(&plan.gpu, &tick)?),
+                Err(e) => report.skipped.push(("gpu".into(), e.to_string())),
+            },
+        }
+    }
+    bar.finish_and_clear();
+    report.wall_s = wall.elapsed().as_secs_f64();
+
+    print!("{}", render(&report, &sys));
+    if let Some(path) = &args.json {
+        std::fs::write(path, serde_json::to_string_pretty(&report)?)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        println!("wrote {}", path.display());
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).map_err(|e| format!("creating {}: {e}", dir.display()))?;
+        for written in plots(&report, dir)? {
+            println!("wrote {}", written.display());
+        }
+    }
+    if !args.no_profile {
+        let (profile, notes) = to_profile(&report, &sys, &plan);
+        for n in &notes {
+            println!("note: {n}");
+        }
+        profile.save(&args.out)?;
+        println!(
+            "wrote the platform profile {} (schema version {VERSION}; see docs/profile.md)",
+            args.out.display()
+        );
+    }
+    Ok(())
+}
+
+fn estimate_steps(plan: &Plan, selected: &[ProbeName], sys: &system::SystemInfo) -> u64 {
+    selected
+        .iter()
+        .map(|p| match p {
+            ProbeName::Tlb => 1 + u64::from(sys.thp_usable()) + plan.tlb.concurrency.len() as u64,
+            ProbeName::Faults => 2 * plan.fault_threads.len() as u64,
+            ProbeName::Shootdown => 8,
+            ProbeName::Btree => 1 + u64::from(sys.thp_usable()),
+            ProbeName::Copy => 1,
+            ProbeName::Storage => {
+                (plan.storage.block_bytes.len() * plan.storage.queue_depths.len()) as u64
+            }
+            ProbeName::Gpu => 5,
+        })
+        .sum()
+}
+
+fn ns(s: f64) -> String {
+    if s < 1e-6 {
+        format!("{:.1} ns", s * 1e9)
+    } else if s < 1e-3 {
+        format!("{:.2} µs", s * 1e6)
+    } else {
+        format!("{:.2} ms", s * 1e3)
+    }
+}
+
+fn gbs(b: f64) -> String {
+    if b >= 1e9 {
+        format!("{:.2} GB/s", b / 1e9)
+    } else {
+        format!("{:.0} MB/s", b / 1e6)
+    }
+}
+
+fn render(r: &Report, sys: &system::SystemInfo) -> String {
+    let mut out = String::new();
+    out.push_str(&format!(
+        "oversub probe{} on {} ({} CPUs{}; kernel {}; THP {}) in {:.1} s\n\n",
+        if r.quick { " --quick" } else { "" },
+        sys.cpu_model.as_deref().unwrap_or("an unknown CPU"),
+        sys.cpus,
+        if sys.virtualized {
+            ", virtual machine"
+        } else {
+            ""
+        },
+        sys.kernel.as_deref().unwrap_or("?"),
+        sys.thp_mode.as_deref().unwrap_or("unavailable"),
+        r.wall_s
+    ));
+    let mut rows: Vec<Vec<String>> = Vec::new();
+    let mut row =
+        |m: &str, here: String, paper: &str| rows.push(vec![m.into(), here, paper.into()]);
+    if let Some(t) = &r.tlb {
+        let how = match t.miss_count {
+            oversub_profile::MissCount::Perf => "counted",
+            oversub_profile::MissCount::Derived => "derived",
+        };
+        row(
+            &format!("TLB miss latency, 4 KiB pages (misses {how})"),
+            t.base.latency_s.map_or("n/a".into(), ns),
+            "CPU 0.023 µs, GPU 0.58 µs (Table 3)",
+        );
+        row(
+            "page-stride access, 4 KiB pages",
+            ns(t.base.page_stride.access_s),
+            "CPU 0.030 µs (477 µs / 15,938 accesses)",
+        );
+        if let Some(h) = &t.huge {
+            row(
+                "page-stride access, transparent huge pages",
+                ns(h.page_stride.access_s),
+                "huge pages remove TLB misses (Sec. IV-B)",
+            );
+        }
+        if let (Some(first), Some(last)) = (t.concurrency.first(), t.concurrency.last()) {
+            row(
+                &format!(
+                    "TLB miss latency, {} → {} misses in flight",
+                    first.chains, last.chains
+                ),
+                format!("{} → {}", ns(first.latency_s), ns(last.latency_s)),
+                "GPU: flat to 16 walks, then climbs (Fig. 2)",
+            );
+        }
+    }
+    if let Some(f) = &r.faults {
+        if let Some(p) = f.soft.first() {
+            row(
+                &format!("soft page fault, {} thread(s)", p.threads),
+                ns(p.mean_latency_s),
+                "CPU 1.7 µs",
+            );
+        }
+        if let Some(p) = f.soft.last() {
+            row(
+                &format!("soft page faults, {} threads", p.threads),
+                format!(
+                    "{}, {:.0}/ms",
+                    ns(p.mean_latency_s),
+                    p.throughput_per_s / 1e3
+                ),
+                "",
+            );
+        }
+        if let Some(p) = f.uffd.first() {
+            row(
+                &format!("userfaultfd fault, {} thread(s)", p.threads),
+                ns(p.mean_latency_s),
+                "GPU 5 µs at 1 fault (Fig. 6)",
+            );
+        }
+        if let Some(p) = f.uffd.last() {
+            row(
+                &format!("userfaultfd faults, {} threads", p.threads),
+                format!(
+                    "{}, {:.0}/ms",
+                    ns(p.mean_latency_s),
+                    p.throughput_per_s / 1e3
+                ),
+                "GPU 100-140 µs, 260/ms at 64 (Fig. 6)",
+            );
+        }
+        if let Some(why) = &f.uffd_unavailable {
+            row("userfaultfd faults", "n/a".into(), why);
+        }
+    }
+    if let Some(s) = &r.shootdown {
+        for p in s.iter().filter(|p| p.remote_threads > 0) {
+            let paper = match (p.op.as_str(), p.pages) {
+                ("mprotect", 1) => "GPU 4.2 µs single entry (Table 4)",
+                ("mprotect", _) => "GPU 4.4 µs all entries (Table 4)",
+                _ => "",
+            };
+            row(
+                &format!(
+                    "shootdown: {} of {} page(s), {} other thread(s)",
+                    p.op, p.pages, p.remote_threads
+                ),
+                ns(p.mean_s),
+                paper,
+            );
+        }
+    }
+    if let Some(b) = &r.btree {
+        for huge in [false, true] {
+            if let Some(u) = b.runs.iter().find(|x| !x.sorted && x.huge_pages == huge) {
+                row(
+                    &format!(
+                        "B+-tree unsorted / sorted (4 KiB sorted = 1), {}",
+                        if huge { "huge pages" } else { "4 KiB pages" }
+                    ),
+                    format!("{:.2}×", u.slowdown),
+                    if huge {
+                        "1.5× and 7× with 1 GiB pages (Fig. 4)"
+                    } else {
+                        "6× (XSBench) and 26× (BPT) (Fig. 4)"
+                    },
+                );
+            }
+        }
+    }
+    if let Some(c) = &r.copy {
+        row("memcpy, one thread", gbs(c.median_bytes_per_s), "");
+    }
+    if let Some(s) = &r.storage {
+        if let Some(p) = s.operating_point() {
+            row(
+                &format!(
+                    "store direct read / write, {} at QD {} ({})",
+                    format_bytes(p.block_bytes as u64),
+                    p.queue_depth,
+                    s.engine
+                ),
+                format!("{} / {}", gbs(p.read_bytes_per_s), gbs(p.write_bytes_per_s)),
+                "",
+            );
+        }
+    }
+    if let Some(g) = &r.gpu {
+        row(
+            &format!("GPU {}: H2D / D2H pinned", g.name),
+            format!(
+                "{} / {}",
+                gbs(g.h2d_pinned_bytes_per_s),
+                gbs(g.d2h_pinned_bytes_per_s)
+            ),
+            "",
+        );
+        row(
+            "GPU H2D / D2H pageable",
+            format!(
+                "{} / {}",
+                gbs(g.h2d_pageable_bytes_per_s),
+                gbs(g.d2h_pageable_bytes_per_s)
+            ),
+            "",
+        );
+        if let (Some(first), Some(last)) = (g.managed_faults.first(), g.managed_faults.last()) {
+            row(
+                &format!(
+                    "managed-memory fault, {} → {} in flight",
+                    first.concurrency, last.concurrency
+                ),
+                format!("{} → {}", ns(first.latency_s), ns(last.latency_s)),
+                "GPU 5 → 140 µs (Fig. 6)",
+            );
+        }
+        if let Some(p) = g.prefetch_bytes_per_s {
+            row("managed-memory prefetch", gbs(p), "");
+        }
+        row(
+            &format!(
+                "VMM map / unmap of one {} chunk",
+                format_bytes(g.vmm_granularity_bytes)
+            ),
+            format!("{} / {}", ns(g.vmm_map_s), ns(g.vmm_unmap_s)),
+            "",
+        );
+        if let Some(p) = g.preempt_busy_s {
+            row(
+                "high-priority kernel while the GPU is busy",
+                format!(
+                    "{} (idle {})",
+                    ns(p),
+                    g.preempt_idle_s.map_or("n/a".into(), ns)
+                ),
+                "",
+            );
+        }
+    }
+    for (what, why) in &r.skipped {
+        row(what, "skipped".into(), why);
+    }
+    out.push_str(&text_table_left(
+        &["measurement", "this machine", "paper (Vesely et al.)"],
+        &rows,
+        3,
+    ));
+    out.push('\n');
+    if let Some(t) = &r.tlb {
+        if let Some(why) = &t.counter_unavailable {
+            out.push_str(&format!(
+                "TLB misses were derived from the access pattern (one per page touched), not counted: {why}\n"
+            ));
+        }
+        if let Some(why) = &t.huge_unavailable {
+            out.push_str(&format!("no huge-page run: {why}\n"));
+        }
+        out.push_str("\nFig. 2: TLB miss latency against misses in flight (4 KiB pages)\n");
+        let rows: Vec<Vec<String>> = t
+            .concurrency
+            .iter()
+            .map(|p| {
+                vec![
+                    p.chains.to_string(),
+                    ns(p.latency_s),
+                    format!("{:.1}", p.misses_per_s / 1e6),
+                    ns(p.page_stride_step_s),
+                    ns(p.line_stride_step_s),
+                ]
+            })
+            .collect();
+        out.push_str(&text_table(
+            &[
+                "in flight",
+                "latency/miss",
+                "misses/µs",
+                "4 KiB step",
+                "64 B step",
+            ],
+            &rows,
+        ));
+    }
+    if let Some(f) = &r.faults {
+        out.push_str("\nFig. 6: page faults against concurrency\n");
+        let mut rows = Vec::new();
+        for (kind, pts) in [("soft", &f.soft), ("userfaultfd", &f.uffd)] {
+            for p in pts.iter() {
+                let split = |g: fn(&oversub_probe::derive::FaultSplit) -> f64| {
+                    p.split.as_ref().map_or("".into(), |s| ns(g(s)))
+                };
+                rows.push(vec![
+                    kind.to_string(),
+                    p.threads.to_string(),
+                    ns(p.mean_latency_s),
+                    ns(p.median_latency_s),
+                    format!("{:.0}", p.throughput_per_s / 1e3),
+                    split(|s| s.queueing_s),
+                    split(|s| s.servicing_s),
+                    split(|s| s.resume_s),
+                ]);
+            }
+        }
+        out.push_str(&text_table(
+            &[
+                "kind",
+                "threads",
+                "mean",
+                "median",
+                "faults/ms",
+                "queueing",
+                "servicing",
+                "resume",
+            ],
+            &rows,
+        ));
+    }
+    if let Some(s) = &r.shootdown {
+        out.push_str("\nTable 4: shootdowns\n");
+        let rows: Vec<Vec<String>> = s
+            .iter()
+            .map(|p| {
+                vec![
+                    p.op.clone(),
+                    p.pages.to_string(),
+                    p.remote_threads.to_string(),
+                    ns(p.mean_s),
+                    ns(p.median_s),
+                ]
+            })
+            .collect();
+        out.push_str(&text_table(
+            &["operation", "pages", "other threads", "mean", "median"],
+            &rows,
+        ));
+    }
+    if let Some(b) = &r.btree {
+        out.push_str(&format!(
+            "\nFig. 4: {} lookups in a B+-tree of {} keys ({})\n",
+            b.lookups,
+            b.keys,
+            format_bytes(b.tree_bytes)
+        ));
+        let rows: Vec<Vec<String>> = b
+            .runs
+            .iter()
+            .map(|x| {
+                vec![
+                    if x.sorted { "sorted" } else { "unsorted" }.into(),
+                    if x.huge_pages { "2 MiB (THP)" } else { "4 KiB" }.into(),
+                    x.huge_backed_bytes.map_or("?".into(), format_bytes),
+                    format!("{:.3}", x.time_s),
+                    format!("{:.2}", x.lookups_per_s / 1e6),
+                    format!("{:.2}×", x.slowdown),
+                ]
+            })
+            .collect();
+        out.push_str(&text_table(
+            &[
+                "keys",
+                "pages",
+                "huge-backed",
+                "time s",
+                "Mlookups/s",
+                "vs sorted 4 KiB",
+            ],
+            &rows,
+        ));
+    }
+    if let Some(s) = &r.storage {
+        out.push_str(&format!(
+            "\nstore: sequential {} I/O on {} ({}), MB/s read / write\n",
+            if s.direct {
+                "O_DIRECT"
+            } else {
+                "buffered (the file system refused O_DIRECT)"
+            },
+            s.file.display(),
+            s.engine
+        ));
+        let mut qds: Vec<usize> = s.points.iter().map(|p| p.queue_depth).collect();
+        qds.sort_unstable();
+        qds.dedup();
+        let mut blocks: Vec<usize> = s.points.iter().map(|p| p.block_bytes).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        let header: Vec<String> = std::iter::once("block".to_string())
+            .chain(qds.iter().map(|q| format!("QD {q}")))
+            .collect();
+        let rows: Vec<Vec<String>> = blocks
+            .iter()
+            .map(|&b| {
+                std::iter::once(format_bytes(b as u64))
+                    .chain(qds.iter().map(|&q| {
+                        s.points
+                            .iter()
+                            .find(|p| p.block_bytes == b && p.queue_depth == q)
+                            .map_or(String::new(), |p| {
+                                format!(
+                                    "{:.0} / {:.0}",
+                                    p.read_bytes_per_s / 1e6,
+                                    p.write_bytes_per_s / 1e6
+                                )
+                            })
+                    }))
+                    .collect()
+            })
+            .collect();
+        let header: Vec<&str> = header.iter().map(String::as_str).collect();
+        out.push_str(&text_table(&header, &rows));
+        if s.kept {
+            out.push_str(&format!(
+                "kept {} for comparison, e.g.: fio --name=cmp --filename={} --direct=1 --rw=read --bs=4M \
+                 --iodepth=32 --ioengine=io_uring --runtime=5 --time_based\n",
+                s.file.display(),
+                s.file.display()
+            ));
+        }
+    }
+    out
+}
+
+/// A figure the profile can hold: positive and finite (the profile refuses anything else).
+fn pos(x: f64) -> Option<f64> {
+    (x.is_finite() && x > 0.0).then_some(x)
+}
+
+/// The profile from what was measured; notes say what could not go in.
+fn to_profile(r: &Report, sys: &system::SystemInfo, plan: &Plan) -> (Profile, Vec<String>) {
+    let mut notes = Vec::new();
+    let meta = Meta {
+        version: VERSION,
+        created_by: Some(format!("oversub {} probe", env!("CARGO_PKG_VERSION"))),
+        created_unix_s: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .ok()
+            .map(|d| d.as_secs()),
+        host: sys.host.clone(),
+        kernel: sys.kernel.clone(),
+        cpu_model: sys.cpu_model.clone(),
+        cpus: Some(sys.cpus),
+        quick: r.quick,
+    };
+    let uffd_1 = r
+        .faults
+        .as_ref()
+        .and_then(|f| f.uffd.iter().find(|p| p.threads == 1))
+        .and_then(|p| pos(p.mean_latency_s));
+    let cpu = match (&r.tlb, &r.faults, &r.copy) {
+        (Some(t), Some(f), Some(c)) => {
+            let latency = t.base.latency_s.and_then(pos);
+            let fault = f
+                .soft
+                .iter()
+                .find(|p| p.threads == 1)
+                .and_then(|p| pos(p.mean_latency_s));
+            match (latency, fault, pos(c.median_bytes_per_s)) {
+                (Some(l), Some(pf), Some(memcpy)) => Some(Cpu {
+                    tlb_miss_latency_s: l,
+                    tlb_miss_count: t.miss_count,
+                    stride_4k_access_s: pos(t.base.page_stride.access_s),
+                    stride_4k_access_thp_s: t.huge.as_ref().and_then(|h| pos(h.page_stride.access_s)),
+                    page_fault_s: pf,
+                    uffd_fault_s: uffd_1,
+                    shootdown_s: r.shootdown.as_ref().and_then(|s| {
+                        s.iter()
+                            .find(|p| p.op == "mprotect" && p.pages == 1 && p.remote_threads > 0)
+                            .and_then(|p| pos(p.mean_s))
+                    }),
+                    memcpy_bytes_per_s: memcpy,
+                }),
+                _ => {
+                    notes.push(
+                        "no [cpu] table: the TLB-miss latency was not positive (noise; run the full probe) or \
+                         no single-thread fault was measured"
+                            .into(),
+                    );
+                    None
+                }
+            }
+        }
+        _ => {
+            notes.push("no [cpu] table: it needs the tlb, faults and copy probes".into());
+            None
+        }
+    };
+    let storage = r.storage.as_ref().and_then(|s| {
+        let op = s.operating_point()?;
+        Some(Storage {
+            read_bytes_per_s: pos(op.read_bytes_per_s)?,
+            write_bytes_per_s: pos(op.write_bytes_per_s)?,
+            path: Some(plan.storage.dir.display().to_string()),
+            block_bytes: Some(op.block_bytes as u64),
+            queue_depth: Some(op.queue_depth as u32),
+            points: s
+                .points
+                .iter()
+                .filter(|p| pos(p.read_bytes_per_s).is_some() && pos(p.write_bytes_per_s).is_some())
+                .map(|p| StoragePoint {
+                    block_bytes: p.block_bytes as u64,
+                    queue_depth: p.queue_depth as u32,
+                    read_bytes_per_s: p.read_bytes_per_s,
+                    write_bytes_per_s: p.write_bytes_per_s,
+                })
+                .collect(),
+        })
+    });
+    if storage.is_none() {
+        notes.push("no [storage] table: `plan` and `run` will measure the store themselves".into());
+    }
+    let gpu = r.gpu.as_ref().map(gpu::GpuResults::to_profile);
+    let memcpy = r.copy.as_ref().and_then(|c| pos(c.median_bytes_per_s));
+    // H: a GPU's managed-memory fault when there is one; otherwise a fault serviced in user space, the host's
+    // closest equivalent (the host backend models an integrated GPU).
+    let fault_s = gpu.as_ref().and_then(|g| g.managed_fault_s).or(uffd_1);
+    let uvm = Uvm {
+        cpu_mem_bytes_per_s: memcpy,
+        pci_bytes_per_s: gpu.as_ref().and_then(|g| g.h2d_pinned_bytes_per_s),
+        fault_s,
+        remote_line_s: fault_s,
+        ..Uvm::default()
+    };
+    let swap = SwapMachine {
+        memory_bytes_per_s: memcpy,
+        ssd_read_bytes_per_s: storage.as_ref().map(|s| s.read_bytes_per_s),
+        ssd_write_bytes_per_s: storage.as_ref().map(|s| s.write_bytes_per_s),
+    };
+    let profile = Profile {
+        profile: meta,
+        cpu,
+        storage,
+        gpu,
+        uvm: (uvm != Uvm::default()).then_some(uvm),
+        swap: (swap != SwapMachine::default()).then_some(swap),
+    };
+    (profile, notes)
+}
+
+fn plots(r: &Report, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxError> {
+    let mut written = Vec::new();
+    let mut save = |chart: BarChart, name: &str| -> Result<(), BoxError> {
+        let path = dir.join(name);
+        chart
+            .write_svg(&path)
+            .map_err(|e| format!("writing {}: {e}", path.display()))?;
+        written.push(path);
+        Ok(())
+    };
+    if let Some(t) = &r.tlb {
+        let mut c = BarChart::new(
+            "TLB miss latency against misses in flight (cf. Fig. 2)",
+            "latency per miss (ns)",
+        );
+        c.categories = t.concurrency.iter().map(|p| p.chains.to_string()).collect();
+        c.series = vec![BarSeries::new(
+            "4 KiB pages",
+            t.concurrency
+                .iter()
+                .map(|p| Some(p.latency_s * 1e9))
+                .collect(),
+        )];
+        save(c, "tlb-concurrency.svg")?;
+    }
+    if let Some(f) = &r.faults {
+        for (kind, pts, name) in [
+            ("soft", &f.soft, "faults-soft.svg"),
+            ("userfaultfd", &f.uffd, "faults-uffd.svg"),
+        ] {
+            if pts.is_empty() {
+                continue;
+            }
+            let mut c = BarChart::new(
+                format!(
+                    "{kind} page-fault latency against concurrent faulting threads (cf. Fig. 6)"
+                ),
+                "µs per fault",
+            );
+            c.categories = pts.iter().map(|p| p.threads.to_string()).collect();
+            c.series = if pts.iter().all(|p| p.split.is_some()) {
+                vec![
+                    BarSeries::new(
+                        "queueing",
+                        pts.iter()
+                            .map(|p| p.split.as_ref().map(|s| s.queueing_s * 1e6))
+                            .collect(),
+                    ),
+                    BarSeries::new(
+                        "servicing",
+                        pts.iter()
+                            .map(|p| p.split.as_ref().map(|s| s.servicing_s * 1e6))
+                            .collect(),
+                    ),
+                    BarSeries::new(
+                        "resume",
+                        pts.iter()
+                            .map(|p| p.split.as_ref().map(|s| s.resume_s * 1e6))
+                            .collect(),
+                    ),
+                    BarSeries::new(
+                        "total",
+                        pts.iter().map(|p| Some(p.mean_latency_s * 1e6)).collect(),
+                    ),
+                ]
+            } else {
+                vec![BarSeries::new(
+                    "mean",
+                    pts.iter().map(|p| Some(p.mean_latency_s * 1e6)).collect(),
+                )]
+            };
+            save(c, name)?;
+        }
+    }
+    if let Some(b) = &r.btree {
+        let mut c = BarChart::new(
+            "B+-tree lookups, normalised to sorted keys on 4 KiB pages (cf. Fig. 4)",
+            "run time (sorted 4 KiB = 1)",
+        );
+        c.categories = vec!["sorted".into(), "unsorted".into()];
+        let mut series = Vec::new();
+        for huge in [false, true] {
+            let v: Vec<Option<f64>> = [true, false]
+                .iter()
+                .map(|&s| {
+                    b.runs
+                        .iter()
+                        .find(|x| x.sorted == s && x.huge_pages == huge)
+                        .map(|x| x.slowdown)
+                })
+                .collect();
+            if v.iter().any(Option::is_some) {
+                series.push(BarSeries::new(
+                    if huge { "2 MiB pages" } else { "4 KiB pages" },
+                    v,
+                ));
+            }
+        }
+        c.series = series;
+        c.reference = Some(1.0);
+        save(c, "btree-locality.svg")?;
+    }
+    if let Some(s) = &r.storage {
+        let mut qds: Vec<usize> = s.points.iter().map(|p| p.queue_depth).collect();
+        qds.sort_unstable();
+        qds.dedup();
+        let mut blocks: Vec<usize> = s.points.iter().map(|p| p.block_bytes).collect();
+        blocks.sort_unstable();
+        blocks.dedup();
+        for (dir_name, read) in [("read", true), ("write", false)] {
+            let mut c = BarChart::new(format!("store direct {dir_name} bandwidth"), "MB/s");
+            c.categories = blocks.iter().map(|&b| format_bytes(b as u64)).collect();
+            c.series = qds
+                .iter()
+                .map(|&q| {
+                    BarSeries::new(
+                        format!("QD {q}"),
+                        blocks
+                            .iter()
+                            .map(|&b| {
+                                s.points
+                                    .iter()
+                                    .find(|p| p.block_bytes == b && p.queue_depth == q)
+                                    .map(|p| {
+                                        (if read {
+                                            p.read_bytes_per_s
+                                        } else {
+                                            p.write_bytes_per_s
+                                        }) / 1e6
+                                    })
+                            })
+                            .collect(),
+                    )
+                })
+                .collect();
+            save(c, &format!("storage-{dir_name}.svg"))?;
+        }
+    }
+    Ok(written)
+}
