@@ -76,6 +76,15 @@ pub struct ProbeArgs {
     /// Size of the storage probe's test file (default 1GiB, 256MiB with --quick).
     #[arg(long, value_parser = crate::parse_size_arg)]
     file_size: Option<u64>,
+    /// Block sizes of the storage grid (comma-separated, e.g. 4KiB,1MiB; default 4KiB to 4MiB).
+    #[arg(long, value_delimiter = ',', value_parser = crate::parse_size_arg, value_name = "SIZES")]
+    block_sizes: Vec<u64>,
+    /// Queue depths of the storage grid (comma-separated; default 1 to 64, 1 and 32 with --quick).
+    #[arg(long, value_delimiter = ',', value_name = "DEPTHS")]
+    queue_depths: Vec<usize>,
+    /// Seconds per storage point and direction (default 1, 0.4 with --quick).
+    #[arg(long, value_name = "SECONDS")]
+    storage_seconds: Option<f64>,
     /// Keep the storage probe's test file (to run fio on the same file) and print its path.
     #[arg(long)]
     keep_file: bool,
@@ -161,6 +170,15 @@ fn plan(args: &ProbeArgs) -> Plan {
     if let Some(s) = args.file_size {
         p.storage.file_bytes = s;
     }
+    if let Some(t) = args.storage_seconds {
+        p.storage.seconds_per_point = t;
+    }
+    if !args.block_sizes.is_empty() {
+        p.storage.block_bytes = args.block_sizes.iter().map(|&b| b as usize).collect();
+    }
+    if !args.queue_depths.is_empty() {
+        p.storage.queue_depths = args.queue_depths.clone();
+    }
     p.storage.keep_file = args.keep_file;
     p.storage.engine = args.engine.into();
     p
@@ -187,6 +205,11 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
                 path.display()
             )
             .into());
+        }
+    }
+    if let Some(t) = args.storage_seconds {
+        if !(t.is_finite() && t > 0.0) {
+            return Err(format!("--storage-seconds must be a positive number, not {t}").into());
         }
     }
     if let Some(d) = &args.dir {
@@ -723,7 +746,10 @@ fn to_profile(r: &Report, sys: &system::SystemInfo, plan: &Plan) -> (Profile, Ve
                     tlb_miss_latency_s: l,
                     tlb_miss_count: t.miss_count,
                     stride_4k_access_s: pos(t.base.page_stride.access_s),
-                    stride_4k_access_thp_s: t.huge.as_ref().and_then(|h| pos(h.page_stride.access_s)),
+                    stride_4k_access_thp_s: t
+                        .huge
+                        .as_ref()
+                        .and_then(|h| pos(h.page_stride.access_s)),
                     page_fault_s: pf,
                     uffd_fault_s: uffd_1,
                     shootdown_s: r.shootdown.as_ref().and_then(|s| {

@@ -130,14 +130,15 @@ impl Drop for TestFile {
 }
 
 /// Keeps `queue_depth` requests of `block` bytes in flight for `seconds`, sequentially through the file from
-/// offset 0 and wrapping at its end. Returns (bytes, requests, seconds).
+/// offset 0 and wrapping at its end; with `seconds` `None`, covers the file exactly once. Returns (bytes,
+/// requests, seconds).
 fn run_point(
     engine: &Arc<dyn IoEngine>,
     store: &SwapStore,
     direction: Direction,
     block: usize,
     queue_depth: usize,
-    seconds: f64,
+    seconds: Option<f64>,
 ) -> Result<(u64, u64, f64), ProbeError> {
     let file_bytes = store.capacity_bytes() / block as u64 * block as u64;
     if file_bytes == 0 {
@@ -174,11 +175,22 @@ fn run_point(
         // dropped), and nothing else touches it meanwhile; the store keeps `fd` open.
         unsafe { engine.submit(vec![req], cb) }
     };
-    let budget = Duration::from_secs_f64(seconds);
+    let budget = seconds.map(Duration::from_secs_f64);
+    let requests_once = file_bytes / block as u64;
+    let mut submitted = 0u64;
+    // Time-based points wrap around the file; a fill covers it once.
+    let more = |submitted: u64, start: Instant| match budget {
+        Some(b) => start.elapsed() < b,
+        None => submitted < requests_once,
+    };
     let start = Instant::now();
     let mut in_flight = 0usize;
     let mut failure: Option<ProbeError> = None;
     for slot in 0..queue_depth {
+        if !more(submitted, start) {
+            break;
+        }
+        submitted += 1;
         match submit(slot, next_offset) {
             Ok(()) => {
                 in_flight += 1;
@@ -208,7 +220,8 @@ fn run_point(
                 failure.get_or_insert(e.into());
             }
         }
-        if failure.is_none() && start.elapsed() < budget {
+        if failure.is_none() && more(submitted, start) {
+            submitted += 1;
             match submit(slot, next_offset) {
                 Ok(()) => {
                     in_flight += 1;
@@ -274,6 +287,23 @@ pub fn measure(opts: &StorageOptions, tick: Tick<'_>) -> Result<StorageResults, 
             store.alignment()
         )));
     }
+    // Write the whole file once, untimed, as fio lays out a new file: the store's file is preallocated, and
+    // ext4 and XFS read never-written extents as zeros without touching the device and convert them on the first
+    // write; measured before the fill, reads look far too fast and small writes far too slow.
+    tick("storage: writing the test file once");
+    let fill_block = (PAGER_BLOCK_BYTES as u64)
+        .min(opts.file_bytes)
+        .next_multiple_of(store.alignment() as u64) as usize;
+    let fill_engine = select_engine(opts.engine, PAGER_QUEUE_DEPTH)?;
+    run_point(
+        &fill_engine,
+        &store,
+        Direction::Write,
+        fill_block.min(store.capacity_bytes() as usize),
+        PAGER_QUEUE_DEPTH,
+        None,
+    )?;
+    drop(fill_engine);
     let mut points = Vec::new();
     let mut engine_name = String::new();
     for &qd in &opts.queue_depths {
@@ -290,7 +320,7 @@ pub fn measure(opts: &StorageOptions, tick: Tick<'_>) -> Result<StorageResults, 
                 Direction::Write,
                 block,
                 qd,
-                opts.seconds_per_point,
+                Some(opts.seconds_per_point),
             )?;
             let (rb, rn, rs) = run_point(
                 &engine,
@@ -298,7 +328,7 @@ pub fn measure(opts: &StorageOptions, tick: Tick<'_>) -> Result<StorageResults, 
                 Direction::Read,
                 block,
                 qd,
-                opts.seconds_per_point,
+                Some(opts.seconds_per_point),
             )?;
             points.push(StoragePointResult {
                 block_bytes: block,

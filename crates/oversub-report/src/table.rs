@@ -80,7 +80,14 @@ mod tests {
             1,
         );
         assert!(t.contains("a         1  long note\n"), "{t}");
-        let t = text_table_left(&["what", "value", "note"], &[vec!["a".into(), "1".into(), "long note".into()], vec!["bb".into(), "22".into(), "x".into()]], 3);
+        let t = text_table_left(
+            &["what", "value", "note"],
+            &[
+                vec!["a".into(), "1".into(), "long note".into()],
+                vec!["bb".into(), "22".into(), "x".into()],
+            ],
+            3,
+        );
         assert!(t.contains("bb    22     x\n"), "{t}");
     }
 
