@@ -74,6 +74,21 @@ fn main() -> ExitCode {
     }
 }
 
+/// A progress bar for long work, labelled `name` (`{pos}/{len}` followed by `unit`), hidden when `hidden` or when
+/// `OVERSUB_NO_PROGRESS` is set (tests and child processes).
+fn progress_bar(len: u64, name: &str, unit: &str, hidden: bool) -> indicatif::ProgressBar {
+    let template =
+        format!("{{spinner}} {name} [{{bar:30}}] {{pos}}/{{len}}{unit} {{msg}} ({{elapsed}})");
+    let bar = indicatif::ProgressBar::new(len).with_style(
+        indicatif::ProgressStyle::with_template(&template)
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+    );
+    if hidden || std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
+        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
+    }
+    bar
+}
+
 /// Parses a size argument (`256MiB`, `1GiB`, `100MB`) for clap.
 fn parse_size_arg(s: &str) -> Result<u64, String> {
     oversub_report::parse_size(s).map_err(|e| e.to_string())

@@ -7,10 +7,11 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use oversub_probe::{btree, copy, fault, gpu, shootdown, storage, system, tlb};
 use oversub_profile::{Cpu, Meta, Profile, Storage, StoragePoint, SwapMachine, Uvm, VERSION};
-use oversub_report::{format_bytes, text_table, text_table_left, BarChart, BarSeries};
+use oversub_report::{
+    format_bytes, format_seconds, text_table, text_table_left, BarChart, BarSeries,
+};
 use serde::Serialize;
 
 use crate::bench::paging::EngineArg;
@@ -113,17 +114,6 @@ struct Report {
     skipped: Vec<(String, String)>,
 }
 
-fn progress_bar(len: u64, hidden: bool) -> ProgressBar {
-    let bar = ProgressBar::new(len).with_style(
-        ProgressStyle::with_template("{spinner} probe [{bar:30}] {pos}/{len} {msg} ({elapsed})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    if hidden || std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    bar
-}
-
 struct Plan {
     tlb: tlb::TlbOptions,
     faults: usize,
@@ -220,7 +210,7 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
     let plan = plan(&args);
     let sys = system::SystemInfo::detect();
     let steps = estimate_steps(&plan, &selected, &sys);
-    let bar = progress_bar(steps, args.no_progress);
+    let bar = crate::progress_bar(steps, "probe", "", args.no_progress);
     let bar_lock = Mutex::new(());
     let tick = |what: &str| {
         // Ticks may come from probe threads; the lock keeps position and message together.
@@ -303,21 +293,12 @@ fn estimate_steps(plan: &Plan, selected: &[ProbeName], sys: &system::SystemInfo)
             ProbeName::Btree => 1 + u64::from(sys.thp_usable()),
             ProbeName::Copy => 1,
             ProbeName::Storage => {
-                (plan.storage.block_bytes.len() * plan.storage.queue_depths.len()) as u64
+                // The grid, and the untimed pass that writes the file first.
+                (plan.storage.block_bytes.len() * plan.storage.queue_depths.len()) as u64 + 1
             }
             ProbeName::Gpu => 5,
         })
         .sum()
-}
-
-fn ns(s: f64) -> String {
-    if s < 1e-6 {
-        format!("{:.1} ns", s * 1e9)
-    } else if s < 1e-3 {
-        format!("{:.2} µs", s * 1e6)
-    } else {
-        format!("{:.2} ms", s * 1e3)
-    }
 }
 
 fn gbs(b: f64) -> String {
@@ -354,18 +335,18 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
         };
         row(
             &format!("TLB miss latency, 4 KiB pages (misses {how})"),
-            t.base.latency_s.map_or("n/a".into(), ns),
+            t.base.latency_s.map_or("n/a".into(), format_seconds),
             "CPU 0.023 µs, GPU 0.58 µs (Table 3)",
         );
         row(
             "page-stride access, 4 KiB pages",
-            ns(t.base.page_stride.access_s),
+            format_seconds(t.base.page_stride.access_s),
             "CPU 0.030 µs (477 µs / 15,938 accesses)",
         );
         if let Some(h) = &t.huge {
             row(
                 "page-stride access, transparent huge pages",
-                ns(h.page_stride.access_s),
+                format_seconds(h.page_stride.access_s),
                 "huge pages remove TLB misses (Sec. IV-B)",
             );
         }
@@ -375,7 +356,11 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                     "TLB miss latency, {} → {} misses in flight",
                     first.chains, last.chains
                 ),
-                format!("{} → {}", ns(first.latency_s), ns(last.latency_s)),
+                format!(
+                    "{} → {}",
+                    format_seconds(first.latency_s),
+                    format_seconds(last.latency_s)
+                ),
                 "GPU: flat to 16 walks, then climbs (Fig. 2)",
             );
         }
@@ -384,7 +369,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
         if let Some(p) = f.soft.first() {
             row(
                 &format!("soft page fault, {} thread(s)", p.threads),
-                ns(p.mean_latency_s),
+                format_seconds(p.mean_latency_s),
                 "CPU 1.7 µs",
             );
         }
@@ -393,7 +378,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                 &format!("soft page faults, {} threads", p.threads),
                 format!(
                     "{}, {:.0}/ms",
-                    ns(p.mean_latency_s),
+                    format_seconds(p.mean_latency_s),
                     p.throughput_per_s / 1e3
                 ),
                 "",
@@ -402,7 +387,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
         if let Some(p) = f.uffd.first() {
             row(
                 &format!("userfaultfd fault, {} thread(s)", p.threads),
-                ns(p.mean_latency_s),
+                format_seconds(p.mean_latency_s),
                 "GPU 5 µs at 1 fault (Fig. 6)",
             );
         }
@@ -411,7 +396,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                 &format!("userfaultfd faults, {} threads", p.threads),
                 format!(
                     "{}, {:.0}/ms",
-                    ns(p.mean_latency_s),
+                    format_seconds(p.mean_latency_s),
                     p.throughput_per_s / 1e3
                 ),
                 "GPU 100-140 µs, 260/ms at 64 (Fig. 6)",
@@ -433,7 +418,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                     "shootdown: {} of {} page(s), {} other thread(s)",
                     p.op, p.pages, p.remote_threads
                 ),
-                ns(p.mean_s),
+                format_seconds(p.mean_s),
                 paper,
             );
         }
@@ -498,7 +483,11 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                     "managed-memory fault, {} → {} in flight",
                     first.concurrency, last.concurrency
                 ),
-                format!("{} → {}", ns(first.latency_s), ns(last.latency_s)),
+                format!(
+                    "{} → {}",
+                    format_seconds(first.latency_s),
+                    format_seconds(last.latency_s)
+                ),
                 "GPU 5 → 140 µs (Fig. 6)",
             );
         }
@@ -510,7 +499,11 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                 "VMM map / unmap of one {} chunk",
                 format_bytes(g.vmm_granularity_bytes)
             ),
-            format!("{} / {}", ns(g.vmm_map_s), ns(g.vmm_unmap_s)),
+            format!(
+                "{} / {}",
+                format_seconds(g.vmm_map_s),
+                format_seconds(g.vmm_unmap_s)
+            ),
             "",
         );
         if let Some(p) = g.preempt_busy_s {
@@ -518,8 +511,8 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                 "high-priority kernel while the GPU is busy",
                 format!(
                     "{} (idle {})",
-                    ns(p),
-                    g.preempt_idle_s.map_or("n/a".into(), ns)
+                    format_seconds(p),
+                    g.preempt_idle_s.map_or("n/a".into(), format_seconds)
                 ),
                 "",
             );
@@ -550,10 +543,10 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
             .map(|p| {
                 vec![
                     p.chains.to_string(),
-                    ns(p.latency_s),
+                    format_seconds(p.latency_s),
                     format!("{:.1}", p.misses_per_s / 1e6),
-                    ns(p.page_stride_step_s),
-                    ns(p.line_stride_step_s),
+                    format_seconds(p.page_stride_step_s),
+                    format_seconds(p.line_stride_step_s),
                 ]
             })
             .collect();
@@ -574,13 +567,13 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
         for (kind, pts) in [("soft", &f.soft), ("userfaultfd", &f.uffd)] {
             for p in pts.iter() {
                 let split = |g: fn(&oversub_probe::derive::FaultSplit) -> f64| {
-                    p.split.as_ref().map_or("".into(), |s| ns(g(s)))
+                    p.split.as_ref().map_or("".into(), |s| format_seconds(g(s)))
                 };
                 rows.push(vec![
                     kind.to_string(),
                     p.threads.to_string(),
-                    ns(p.mean_latency_s),
-                    ns(p.median_latency_s),
+                    format_seconds(p.mean_latency_s),
+                    format_seconds(p.median_latency_s),
                     format!("{:.0}", p.throughput_per_s / 1e3),
                     split(|s| s.queueing_s),
                     split(|s| s.servicing_s),
@@ -611,8 +604,8 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
                     p.op.clone(),
                     p.pages.to_string(),
                     p.remote_threads.to_string(),
-                    ns(p.mean_s),
-                    ns(p.median_s),
+                    format_seconds(p.mean_s),
+                    format_seconds(p.median_s),
                 ]
             })
             .collect();
@@ -665,12 +658,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
             s.file.display(),
             s.engine
         ));
-        let mut qds: Vec<usize> = s.points.iter().map(|p| p.queue_depth).collect();
-        qds.sort_unstable();
-        qds.dedup();
-        let mut blocks: Vec<usize> = s.points.iter().map(|p| p.block_bytes).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
+        let (blocks, qds) = s.axes();
         let header: Vec<String> = std::iter::once("block".to_string())
             .chain(qds.iter().map(|q| format!("QD {q}")))
             .collect();
@@ -679,16 +667,13 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
             .map(|&b| {
                 std::iter::once(format_bytes(b as u64))
                     .chain(qds.iter().map(|&q| {
-                        s.points
-                            .iter()
-                            .find(|p| p.block_bytes == b && p.queue_depth == q)
-                            .map_or(String::new(), |p| {
-                                format!(
-                                    "{:.0} / {:.0}",
-                                    p.read_bytes_per_s / 1e6,
-                                    p.write_bytes_per_s / 1e6
-                                )
-                            })
+                        s.point(b, q).map_or(String::new(), |p| {
+                            format!(
+                                "{:.0} / {:.0}",
+                                p.read_bytes_per_s / 1e6,
+                                p.write_bytes_per_s / 1e6
+                            )
+                        })
                     }))
                     .collect()
             })
@@ -929,12 +914,7 @@ fn plots(r: &Report, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxError> {
         save(c, "btree-locality.svg")?;
     }
     if let Some(s) = &r.storage {
-        let mut qds: Vec<usize> = s.points.iter().map(|p| p.queue_depth).collect();
-        qds.sort_unstable();
-        qds.dedup();
-        let mut blocks: Vec<usize> = s.points.iter().map(|p| p.block_bytes).collect();
-        blocks.sort_unstable();
-        blocks.dedup();
+        let (blocks, qds) = s.axes();
         for (dir_name, read) in [("read", true), ("write", false)] {
             let mut c = BarChart::new(format!("store direct {dir_name} bandwidth"), "MB/s");
             c.categories = blocks.iter().map(|&b| format_bytes(b as u64)).collect();
@@ -946,16 +926,13 @@ fn plots(r: &Report, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxError> {
                         blocks
                             .iter()
                             .map(|&b| {
-                                s.points
-                                    .iter()
-                                    .find(|p| p.block_bytes == b && p.queue_depth == q)
-                                    .map(|p| {
-                                        (if read {
-                                            p.read_bytes_per_s
-                                        } else {
-                                            p.write_bytes_per_s
-                                        }) / 1e6
-                                    })
+                                s.point(b, q).map(|p| {
+                                    (if read {
+                                        p.read_bytes_per_s
+                                    } else {
+                                        p.write_bytes_per_s
+                                    }) / 1e6
+                                })
                             })
                             .collect(),
                     )

@@ -4,7 +4,7 @@
 //! fixed time per point. The pager moves buffers in requests of its maximum I/O size at its queue depth; that
 //! point's figures are what the planner needs.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::mpsc;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -104,6 +104,24 @@ pub struct StorageResults {
 }
 
 impl StorageResults {
+    /// The grid's block sizes and queue depths, each ascending and without repeats.
+    pub fn axes(&self) -> (Vec<usize>, Vec<usize>) {
+        let mut blocks: Vec<usize> = self.points.iter().map(|p| p.block_bytes).collect();
+        let mut depths: Vec<usize> = self.points.iter().map(|p| p.queue_depth).collect();
+        for v in [&mut blocks, &mut depths] {
+            v.sort_unstable();
+            v.dedup();
+        }
+        (blocks, depths)
+    }
+
+    /// The point of a block size and queue depth, when it was measured.
+    pub fn point(&self, block_bytes: usize, queue_depth: usize) -> Option<&StoragePointResult> {
+        self.points
+            .iter()
+            .find(|p| p.block_bytes == block_bytes && p.queue_depth == queue_depth)
+    }
+
     /// The point nearest the pager's request size and queue depth.
     pub fn operating_point(&self) -> Option<&StoragePointResult> {
         self.points.iter().min_by_key(|p| {
@@ -352,17 +370,6 @@ pub fn measure(opts: &StorageOptions, tick: Tick<'_>) -> Result<StorageResults, 
     })
 }
 
-/// The directory of a store path: the path itself when it is a directory, else its parent.
-pub fn store_dir(path: &Path) -> PathBuf {
-    if path.is_dir() {
-        path.to_path_buf()
-    } else {
-        path.parent()
-            .filter(|p| !p.as_os_str().is_empty())
-            .map_or_else(|| PathBuf::from("."), Path::to_path_buf)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -394,6 +401,8 @@ mod tests {
                 }
             }
             assert_eq!(r.operating_point().unwrap().block_bytes, 65536);
+            assert_eq!(r.axes(), (vec![4096, 65536], vec![1, 4]));
+            assert!(r.point(4096, 4).is_some() && r.point(4096, 2).is_none());
             assert!(!r.file.exists(), "the test file is removed");
         }
     }

@@ -19,7 +19,6 @@ use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_core::{
     AddressSpace, AlphaRule, Buffer, BufferFlags, PagerError, Pool, PoolConfig, TenantConfig,
@@ -226,13 +225,7 @@ pub fn run(mut args: TenantsArgs) -> Result<(), BoxError> {
     };
 
     let steps = (args.tenants + 2) * args.samples;
-    let bar = ProgressBar::new(steps as u64).with_style(
-        ProgressStyle::with_template("{spinner} tenants [{bar:30}] {pos}/{len} {msg} ({elapsed})")
-            .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    if std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = crate::progress_bar(steps as u64, "tenants", "", false);
 
     // Alone, then together under LRU: these also give Alg. 1 its C_i(1) and C_i(N).
     let mut alone: Vec<Vec<RunOutcome>> = vec![Vec::new(); args.tenants];

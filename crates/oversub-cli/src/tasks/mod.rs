@@ -10,7 +10,6 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::{Args, Subcommand, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use oversub_report::{format_bytes, text_table};
 use oversub_tenants::cgroup::Controller;
 use oversub_tenants::priority::{self, Contention, Ranking};
@@ -372,19 +371,6 @@ struct Report {
     wall_s: f64,
 }
 
-fn progress(len: u64) -> ProgressBar {
-    let bar = ProgressBar::new(len).with_style(
-        ProgressStyle::with_template(
-            "{spinner} tasks [{bar:30}] {pos}/{len} runs {msg} ({elapsed})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    if std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
-    bar
-}
-
 fn experiment_cmd(args: &TasksArgs) -> Result<(), BoxError> {
     // Bad input is refused before any cgroup is touched.
     inputs(args, None)?;
@@ -423,7 +409,7 @@ fn experiment_cmd(args: &TasksArgs) -> Result<(), BoxError> {
     let measured = args.priorities == Priorities::Measured;
     let runs =
         u64::from(args.warmup) + repeat as u64 * (if measured { n as u64 + 1 } else { 0 } + 2);
-    let bar = progress(runs);
+    let bar = crate::progress_bar(runs, "tasks", " runs", false);
     let wall = Instant::now();
     let unlimited = vec![None; n];
     let mut samples = vec![Samples::default(); n];

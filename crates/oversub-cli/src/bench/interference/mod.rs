@@ -9,7 +9,6 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, ValueEnum};
-use indicatif::{ProgressBar, ProgressStyle};
 use oversub_report::{text_table, BarChart, BarSeries, BoxPlot, BoxSeries};
 use serde::Serialize;
 
@@ -149,15 +148,7 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     } else {
         0
     } + if do_prem { prem::steps(&prem_opts) } else { 0 };
-    let bar = ProgressBar::new(total).with_style(
-        ProgressStyle::with_template(
-            "{spinner} interference [{bar:30}] {pos}/{len} {msg} ({elapsed})",
-        )
-        .unwrap_or_else(|_| ProgressStyle::default_bar()),
-    );
-    if std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
-        bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-    }
+    let bar = crate::progress_bar(total, "interference", "", false);
 
     let thrashing = if do_thrash {
         bar.set_message("DRAM thrashers vs paging");
