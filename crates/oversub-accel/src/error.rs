@@ -17,6 +17,15 @@ pub enum AccelError {
     /// The backend or a feature of it is not available on this machine.
     #[error("unsupported: {0}")]
     Unsupported(String),
+    /// No CUDA driver library could be loaded, or it finds no usable device.
+    #[error("{0}")]
+    NoDriver(String),
+    /// A CUDA driver call failed.
+    #[error(transparent)]
+    Driver(#[from] crate::cuda::DriverError),
+    /// The device ran out of memory.
+    #[error("out of device memory: {0}")]
+    OutOfMemory(String),
 }
 
 impl AccelError {

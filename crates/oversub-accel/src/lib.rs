@@ -6,11 +6,15 @@
 //! system DRAM: reservations are `mmap`ed without access, commits make them read-write, decommits give the pages
 //! back to the kernel and revoke access so that a stray access faults instead of reading stale data.
 
+pub mod cuda;
 mod error;
 pub mod host;
 
 pub use error::AccelError;
 pub use host::{HostMemory, HostMemoryConfig};
+pub use staging::{Fence, HostBuffer};
+
+mod staging;
 
 /// An address in the device's virtual address space.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,6 +111,108 @@ pub unsafe trait DeviceMemory: Send + Sync + std::fmt::Debug {
 
     /// Bytes of the range that physically hold memory right now, where the backend can tell (`None` otherwise).
     fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError>;
+
+    /// Makes the memory of a newly reserved and committed range read as zeros. Backends whose fresh memory is
+    /// already zero (the host backend's anonymous mappings) do nothing; the cuda backend clears it.
+    fn zero_new(&self, range: &Reservation) -> Result<(), AccelError> {
+        let _ = range;
+        Ok(())
+    }
+
+    /// Page-aligned host memory for copies: page-locked (pinned) when `pinned` and the backend can pin, so that
+    /// copies to and from it run at the bus's full speed. The default is plain (pageable) memory.
+    fn alloc_host(&self, len: usize, pinned: bool) -> Result<HostBuffer, AccelError> {
+        let _ = pinned;
+        HostBuffer::pageable(len)
+    }
+
+    /// Starts a copy of `len` bytes from device address `src` to host memory `dst`; the bytes are there once the
+    /// returned fence has completed ([`fence_wait`](Self::fence_wait)). The default copies at once.
+    ///
+    /// # Safety
+    /// As [`copy_to_host`](Self::copy_to_host), and `dst` stays valid and untouched until the fence completes.
+    unsafe fn copy_to_host_async(
+        &self,
+        src: DevicePtr,
+        dst: *mut u8,
+        len: usize,
+    ) -> Result<Fence, AccelError> {
+        // SAFETY: the caller promises `dst` is valid for `len` bytes and unused meanwhile.
+        let dst = unsafe { std::slice::from_raw_parts_mut(dst, len) };
+        // SAFETY: forwarded from our caller.
+        unsafe { self.copy_to_host(src, dst) }?;
+        Ok(Fence::COMPLETE)
+    }
+
+    /// Starts a copy of `len` bytes from host memory `src` to device address `dst`, complete with its fence.
+    ///
+    /// # Safety
+    /// As [`copy_from_host`](Self::copy_from_host), and `src` stays valid and unchanged until the fence completes.
+    unsafe fn copy_from_host_async(
+        &self,
+        dst: DevicePtr,
+        src: *const u8,
+        len: usize,
+    ) -> Result<Fence, AccelError> {
+        // SAFETY: the caller promises `src` is valid for `len` bytes and unchanged meanwhile.
+        let src = unsafe { std::slice::from_raw_parts(src, len) };
+        // SAFETY: forwarded from our caller.
+        unsafe { self.copy_from_host(dst, src) }?;
+        Ok(Fence::COMPLETE)
+    }
+
+    /// Whether a fence's copy has completed, without waiting.
+    fn fence_done(&self, fence: &Fence) -> Result<bool, AccelError> {
+        let _ = fence;
+        Ok(true)
+    }
+
+    /// Waits for a fence's copy to complete. Every fence is waited for once (that returns its resources).
+    fn fence_wait(&self, fence: Fence) -> Result<(), AccelError> {
+        let _ = fence;
+        Ok(())
+    }
+
+    /// Free and total device memory in bytes, where the backend can tell (`cuMemGetInfo`).
+    fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
+        Ok(None)
+    }
+
+    /// GPUDirect Storage, where the backend has it: storage I/O straight between a file and device memory.
+    fn direct_storage(&self) -> Option<&dyn DirectStorage> {
+        None
+    }
+}
+
+/// Storage I/O straight between a file and device memory, without host staging (cuFile / GPUDirect Storage).
+pub trait DirectStorage: Send + Sync + std::fmt::Debug {
+    /// Registers a file descriptor (opened with `O_DIRECT`) for direct transfers; an error says why the file
+    /// cannot be used (the caller then stages through host memory).
+    fn register(&self, fd: std::os::fd::RawFd) -> Result<(), AccelError>;
+
+    /// Reads `len` bytes at `file_offset` of the registered `fd` into device memory at `dst`.
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` lies in a committed reservation of this device that nothing else uses meanwhile.
+    unsafe fn read(
+        &self,
+        fd: std::os::fd::RawFd,
+        dst: DevicePtr,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<(), AccelError>;
+
+    /// Writes `len` bytes of device memory at `src` to `file_offset` of the registered `fd`.
+    ///
+    /// # Safety
+    /// `[src, src + len)` lies in a committed reservation of this device that nothing writes meanwhile.
+    unsafe fn write(
+        &self,
+        fd: std::os::fd::RawFd,
+        src: DevicePtr,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<(), AccelError>;
 }
 
 /// Rounds `value` up to a multiple of `align` (which must be non-zero); `None` on overflow.

@@ -158,14 +158,19 @@ impl GatedIo {
         samples: usize,
     ) -> Result<std::time::Duration, PagerError> {
         device.commit(range)?;
-        let ptr = device.host_ptr(range).ok_or_else(|| {
-            PagerError::Unsupported("device memory is not host-addressable".into())
-        })?;
-        let slot = self.store.allocate(self.chunk_bytes)?;
-        let iov = IoVec {
-            ptr,
-            len: self.chunk_bytes as usize,
+        let len = self.chunk_bytes as usize;
+        // A device the host cannot address moves each chunk through a pinned staging buffer: time that copy too.
+        let staging = match device.host_ptr(range) {
+            Some(_) => None,
+            None => Some(device.alloc_host(len, true)?),
         };
+        let ptr = match (&staging, device.host_ptr(range)) {
+            (Some(buf), _) => buf.as_ptr(),
+            (None, Some(p)) => p,
+            (None, None) => return Err(PagerError::Internal("no memory to calibrate with")),
+        };
+        let slot = self.store.allocate(self.chunk_bytes)?;
+        let iov = IoVec { ptr, len };
         let mut write = true;
         let result = self.gate.calibrate(samples.saturating_mul(2), || {
             let dir = if write {
@@ -174,11 +179,22 @@ impl GatedIo {
                 Direction::Read
             };
             write = !write;
-            // SAFETY: the range is committed for the whole call and the slot allocated; the transfer blocks.
-            unsafe { self.store.transfer(dir, &slot, &[iov]) }.map(|_| ())
+            if staging.is_some() && dir == Direction::Write {
+                // SAFETY: the range is committed and `ptr` is our staging buffer of `len` bytes.
+                let fence = unsafe { device.copy_to_host_async(range.addr, ptr, len) }?;
+                device.fence_wait(fence)?;
+            }
+            // SAFETY: the range (or staging buffer) is valid for the whole call and the slot allocated; blocking.
+            unsafe { self.store.transfer(dir, &slot, &[iov]) }?;
+            if staging.is_some() && dir == Direction::Read {
+                // SAFETY: as above, the other way round.
+                let fence = unsafe { device.copy_from_host_async(range.addr, ptr, len) }?;
+                device.fence_wait(fence)?;
+            }
+            Ok::<(), PagerError>(())
         });
         self.store.release(slot);
-        Ok(result?)
+        result
     }
 }
 

@@ -36,10 +36,12 @@ mod error;
 mod gated;
 mod pool;
 mod space;
+mod staging;
 mod tenant;
 
 pub use error::PagerError;
 pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use space::{AddressSpace, Buffer, BufferFlags, BufferInfo, BufferState, OpKind, Ticket};
+pub use staging::{StagingConfig, DEFAULT_STAGING_CHUNKS, DEFAULT_STAGING_CHUNK_BYTES};
 pub use tenant::{TenantConfig, TenantQuota};

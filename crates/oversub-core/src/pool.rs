@@ -9,6 +9,7 @@ use oversub_io::SwapStore;
 
 use crate::gated::GatedIo;
 use crate::space::AddressSpace;
+use crate::staging::{Staging, StagingConfig};
 use crate::tenant::{TenantConfig, TenantQuota, Tenants};
 use crate::PagerError;
 
@@ -28,6 +29,8 @@ pub struct PoolConfig {
     pub gate_calibration_samples: usize,
     /// How the tenant planner sizes the last victim's share on the store (see [`crate::Pool::tenant_space`]).
     pub swap_rule: AlphaRule,
+    /// The staging ring, for devices whose memory the host cannot address (ignored otherwise).
+    pub staging: StagingConfig,
 }
 
 impl PoolConfig {
@@ -39,7 +42,14 @@ impl PoolConfig {
             gate: None,
             gate_calibration_samples: 16,
             swap_rule: AlphaRule::Fraction,
+            staging: StagingConfig::default(),
         }
+    }
+
+    /// The same options with `staging` for the staging ring.
+    pub fn staging(mut self, staging: StagingConfig) -> Self {
+        self.staging = staging;
+        self
     }
 
     /// The same options with `rule` for the tenant planner's swap ratios.
@@ -93,6 +103,8 @@ pub(crate) struct PoolShared {
     pub(crate) verify_checksums: bool,
     /// The arbitrated transfer path, when the pool obeys an arbiter.
     pub(crate) gated: Option<GatedIo>,
+    /// The staging path, when the device's memory is not host-addressable.
+    pub(crate) staging: Option<Staging>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     /// Address spaces registered as tenants, and the plan over them.
@@ -109,12 +121,6 @@ impl Pool {
         device: Arc<dyn DeviceMemory>,
         store: Arc<SwapStore>,
     ) -> Result<Pool, PagerError> {
-        if !device.host_accessible() {
-            return Err(PagerError::Unsupported(format!(
-                "the {} backend's memory is not host-addressable; the staging path it needs is not built yet",
-                device.name()
-            )));
-        }
         let granularity = device.granularity();
         if granularity == 0 || granularity % store.alignment() != 0 {
             return Err(PagerError::Unsupported(format!(
@@ -132,12 +138,23 @@ impl Pool {
             }
             None => None,
         };
+        let staging = if device.host_accessible() {
+            None
+        } else {
+            Some(Staging::start(
+                config.staging,
+                Arc::clone(&device),
+                Arc::clone(&store),
+                gated.as_ref().map(|g| Arc::clone(g.gate())),
+            )?)
+        };
         Ok(Pool {
             shared: Arc::new(PoolShared {
                 device,
                 store,
                 verify_checksums: config.verify_checksums,
                 gated,
+                staging,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
                 tenants: Mutex::new(Tenants::new(config.swap_rule)),
@@ -204,6 +221,22 @@ impl Pool {
     pub fn device(&self) -> &Arc<dyn DeviceMemory> {
         &self.shared.device
     }
+
+    /// How buffers move between device memory and the store: `"direct"` (the host addresses device memory, as on
+    /// an integrated GPU), `"staging"` (through the ring of host staging buffers) or `"cufile"` (GPUDirect
+    /// Storage).
+    pub fn transfer_path(&self) -> &'static str {
+        match &self.shared.staging {
+            None => "direct",
+            Some(s) if s.is_direct() => "cufile",
+            Some(_) => "staging",
+        }
+    }
+
+    /// Size of one chunk of a staged transfer (`None` when the pool does not stage).
+    pub fn staging_chunk_bytes(&self) -> Option<u64> {
+        self.shared.staging.as_ref().map(|s| s.chunk_bytes())
+    }
 }
 
 impl PoolShared {
@@ -239,6 +272,38 @@ impl PoolShared {
             // SAFETY: forwarded from our caller.
             None => unsafe { self.store.submit(direction, slot, &[mem], on_done) },
         }
+    }
+
+    /// Submits the transfer of a buffer's `io_bytes` between its device memory and `slot`: straight between
+    /// host-addressable memory and the store (through the gate under an arbiter), or through the staging ring.
+    ///
+    /// # Safety
+    /// The range is committed and nothing else uses it, and the slot stays allocated, until `on_done` has run.
+    pub(crate) unsafe fn submit_transfer(
+        &self,
+        direction: oversub_io::Direction,
+        slot: &oversub_io::Slot,
+        range: &oversub_accel::Reservation,
+        io_bytes: u64,
+        on_done: crate::staging::TransferCallback,
+    ) -> Result<(), PagerError> {
+        if let Some(ptr) = self.device.host_ptr(range) {
+            let mem = oversub_io::IoVec {
+                ptr,
+                len: usize::try_from(io_bytes)
+                    .map_err(|_| PagerError::InvalidSize("buffer too large".into()))?,
+            };
+            let cb: oversub_io::IoCallback = Box::new(move |r| {
+                on_done(r.map(|_| ()).map_err(crate::staging::TransferError::Io))
+            });
+            // SAFETY: forwarded from our caller; host-addressable memory is the range itself.
+            return Ok(unsafe { self.submit_io(direction, slot, mem, cb) }?);
+        }
+        let staging = self.staging.as_ref().ok_or(PagerError::Internal(
+            "device memory is not host-addressable and the pool has no staging ring",
+        ))?;
+        // SAFETY: forwarded from our caller.
+        Ok(unsafe { staging.submit(direction, slot, range.addr, on_done) }?)
     }
 
     /// Runs `copy(offset, len)` over `len` bytes: at once, or in admitted chunks under the arbiter's gate.

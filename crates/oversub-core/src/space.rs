@@ -6,6 +6,7 @@ use oversub_accel::{round_up, AccelError, DevicePtr, Reservation};
 use oversub_io::{Direction, IoError, IoVec, Slot};
 
 use crate::pool::PoolShared;
+use crate::staging::TransferError;
 use crate::PagerError;
 
 /// The most bytes one direct store transfer moves (and the size of its bounce buffer).
@@ -166,8 +167,18 @@ impl Drop for Ticket {
 #[derive(Debug)]
 enum OpFailure {
     Io(IoError),
+    Copy(AccelError),
     Checksum { expected: u64, actual: u64 },
     Release(AccelError),
+}
+
+impl From<TransferError> for OpFailure {
+    fn from(e: TransferError) -> Self {
+        match e {
+            TransferError::Io(e) => OpFailure::Io(e),
+            TransferError::Copy(e) => OpFailure::Copy(e),
+        }
+    }
 }
 
 /// A failed operation and whether its memory is already given back.
@@ -390,7 +401,11 @@ impl AddressSpace {
                 return Err(e);
             }
         }
-        if let Err(e) = pool.device.commit(&reservation) {
+        if let Err(e) = pool
+            .device
+            .commit(&reservation)
+            .and_then(|()| pool.device.zero_new(&reservation))
+        {
             self.shared.refund(reservation.len as u64);
             // SAFETY: as above.
             let _ = unsafe { pool.device.unreserve(reservation) };
@@ -657,27 +672,22 @@ impl AddressSpace {
             let released = unsafe { pool.device.decommit(&e.reservation) };
             op.complete(released.map_err(|e| Failed::kept_memory(OpFailure::Release(e))));
         } else {
-            let ptr = SendPtr(
-                pool.device
-                    .host_ptr(&e.reservation)
-                    .ok_or(PagerError::Internal("resident buffer has no host pointer"))?,
-            );
+            let host = pool.device.host_ptr(&e.reservation).map(SendPtr);
             let slot = pool.store.allocate(e.io_bytes)?;
-            let checksum_before = pool.verify_checksums.then(|| checksum(ptr, e.size_bytes));
-            let mem = IoVec {
-                ptr: ptr.0,
-                len: e.io_bytes as usize,
-            };
+            // Checksums are taken where the host can read the buffer (not through the staging path).
+            let checksum_before = host
+                .filter(|_| pool.verify_checksums)
+                .map(|ptr| checksum(ptr, e.size_bytes));
             let on_done = {
                 let device = Arc::clone(&pool.device);
                 let op = Arc::clone(&op);
                 let reservation = e.reservation;
-                Box::new(move |result: Result<oversub_io::IoDone, IoError>| {
+                Box::new(move |result: Result<(), TransferError>| {
                     let outcome = match result {
                         // SAFETY: the write is complete and the buffer is PagingOut, so nothing uses its memory.
-                        Ok(_) => unsafe { device.decommit(&reservation) }
+                        Ok(()) => unsafe { device.decommit(&reservation) }
                             .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
-                        Err(err) => Err(Failed::kept_memory(OpFailure::Io(err))),
+                        Err(err) => Err(Failed::kept_memory(err.into())),
                     };
                     op.complete(outcome);
                 })
@@ -685,9 +695,11 @@ impl AddressSpace {
             // SAFETY: the memory stays committed until on_done has run: the buffer is marked PagingOut below (under
             // the same lock), `free` refuses buffers with an operation in flight, and the address space is kept
             // alive by the ticket, whose finish waits for on_done.
-            if let Err(err) = unsafe { pool.submit_io(Direction::Write, &slot, mem, on_done) } {
+            if let Err(err) = unsafe {
+                pool.submit_transfer(Direction::Write, &slot, &e.reservation, e.io_bytes, on_done)
+            } {
                 pool.store.release(slot);
-                return Err(err.into());
+                return Err(err);
             }
             e.slot = Some(slot);
             e.checksum = checksum_before;
@@ -741,10 +753,7 @@ impl AddressSpace {
         pool.device
             .commit(&e.reservation)
             .map_err(|x| undo(x.into()))?;
-        let ptr =
-            SendPtr(pool.device.host_ptr(&e.reservation).ok_or_else(|| {
-                undo(PagerError::Internal("committed buffer has no host pointer"))
-            })?);
+        let host = pool.device.host_ptr(&e.reservation).map(SendPtr);
         let op = Arc::new(OpState::default());
         let on_done = {
             let device = Arc::clone(&pool.device);
@@ -752,9 +761,9 @@ impl AddressSpace {
             let reservation = e.reservation;
             let expected = e.checksum;
             let size = e.size_bytes;
-            Box::new(move |result: Result<oversub_io::IoDone, IoError>| {
-                let mut outcome = result.map(|_| ()).map_err(OpFailure::Io);
-                if let (Ok(()), Some(expected)) = (&outcome, expected) {
+            Box::new(move |result: Result<(), TransferError>| {
+                let mut outcome = result.map_err(OpFailure::from);
+                if let (Ok(()), Some(expected), Some(ptr)) = (&outcome, expected, host) {
                     let actual = checksum(ptr, size);
                     if actual != expected {
                         outcome = Err(OpFailure::Checksum { expected, actual });
@@ -775,14 +784,10 @@ impl AddressSpace {
                 }));
             })
         };
-        let mem = IoVec {
-            ptr: ptr.0,
-            len: e.io_bytes as usize,
-        };
         // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its ticket's
         // finish has waited for on_done, and nothing else touches the memory meanwhile.
-        unsafe { pool.submit_io(Direction::Read, slot, mem, on_done) }
-            .map_err(|err| undo(err.into()))?;
+        unsafe { pool.submit_transfer(Direction::Read, slot, &e.reservation, e.io_bytes, on_done) }
+            .map_err(undo)?;
         e.state = BufferState::PagingIn;
         e.charged = true;
         e.last_use = shared.usage.tick();
@@ -1246,6 +1251,7 @@ fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError {
             actual,
         },
         OpFailure::Release(err) => err.into(),
+        OpFailure::Copy(err) => err.into(),
     }
 }
 

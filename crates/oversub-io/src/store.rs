@@ -583,6 +583,29 @@ impl SwapStore {
         unsafe { self.engine.submit(requests, cb) }
     }
 
+    /// Reads or writes part of a slot (see [`Slot::view`]) from/to `mem` as one batch, asynchronously; otherwise
+    /// as [`SwapStore::submit`].
+    ///
+    /// # Safety
+    /// As [`SwapStore::submit`]; the view's slot stays allocated until `on_done` has run.
+    pub unsafe fn submit_view(
+        &self,
+        direction: Direction,
+        view: &SlotView,
+        mem: &[IoVec],
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        let requests =
+            self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
+        let fd = self.fd.clone();
+        let cb: IoCallback = Box::new(move |res| {
+            drop(fd);
+            on_done(res);
+        });
+        // SAFETY: forwarded from our caller; the callback keeps the fd open until the batch finished.
+        unsafe { self.engine.submit(requests, cb) }
+    }
+
     /// Blocking [`SwapStore::submit`].
     ///
     /// # Safety

@@ -1,0 +1,156 @@
+//! One test body run against every `DeviceMemory` backend: the host backend, the cuda backend over the recording
+//! fake driver, and (with `OVERSUB_TEST_CUDA=1` on a machine with a GPU) the cuda backend over the real driver.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::sync::Arc;
+
+use oversub_accel::cuda::testing::FakeDriver;
+use oversub_accel::cuda::{CudaMemory, CudaMemoryConfig};
+use oversub_accel::{AccelError, DeviceMemory, DevicePtr, HostMemory, Reservation};
+
+fn pattern(seed: u8, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+/// A backend under test: its name, the backend, and the fake driver under it (to check its records).
+type Backend = (String, Arc<dyn DeviceMemory>, Option<Arc<FakeDriver>>);
+
+fn backends() -> Vec<Backend> {
+    let fake = Arc::new(FakeDriver::new(64 << 20, 2 << 20));
+    let mut v: Vec<Backend> = vec![
+        ("host".into(), Arc::new(HostMemory::default()), None),
+        (
+            "cuda (fake driver)".into(),
+            Arc::new(CudaMemory::with_driver(fake.clone()).unwrap()),
+            Some(fake),
+        ),
+    ];
+    if std::env::var("OVERSUB_TEST_CUDA").as_deref() == Ok("1") {
+        v.push((
+            "cuda".into(),
+            Arc::new(CudaMemory::new(CudaMemoryConfig::default()).unwrap()),
+            None,
+        ));
+    }
+    v
+}
+
+fn write(dev: &dyn DeviceMemory, at: DevicePtr, bytes: &[u8]) {
+    // SAFETY: committed range of the test.
+    unsafe { dev.copy_from_host(at, bytes) }.unwrap();
+}
+
+fn read(dev: &dyn DeviceMemory, at: DevicePtr, len: usize) -> Vec<u8> {
+    let mut out = vec![0u8; len];
+    // SAFETY: committed range of the test.
+    unsafe { dev.copy_to_host(at, &mut out) }.unwrap();
+    out
+}
+
+#[test]
+fn reserve_commit_copy_decommit_keeps_address_and_bytes() {
+    for (name, dev, fake) in backends() {
+        let g = dev.granularity();
+        // Sizes that are and are not multiples of the granularity.
+        for size in [g, 3 * g + 4097, 12345] {
+            let r = dev.reserve(size).unwrap();
+            assert_eq!(r.len % g, 0, "{name}");
+            assert!(r.len >= size, "{name}");
+            dev.commit(&r).unwrap();
+            dev.zero_new(&r).unwrap();
+            assert!(
+                read(dev.as_ref(), r.addr, size).iter().all(|b| *b == 0),
+                "{name}: fresh memory reads as zeros"
+            );
+            let data = pattern(7, size);
+            write(dev.as_ref(), r.addr, &data);
+            let saved = read(dev.as_ref(), r.addr, size);
+            assert_eq!(saved, data, "{name}");
+            // SAFETY: nothing uses the range.
+            unsafe { dev.decommit(&r) }.unwrap();
+            if let Some(resident) = dev.resident_bytes(&r).unwrap() {
+                assert_eq!(resident, 0, "{name}: decommitted memory is released");
+            }
+            dev.commit(&r).unwrap();
+            write(dev.as_ref(), r.addr, &saved);
+            assert_eq!(
+                read(dev.as_ref(), r.addr, size),
+                data,
+                "{name}: same address, same bytes"
+            );
+            // SAFETY: nothing uses the range.
+            unsafe { dev.unreserve(r) }.unwrap();
+        }
+        if let Some(f) = fake {
+            assert!(f.violations().is_empty(), "{name}: {:?}", f.violations());
+            assert_eq!(f.live(), (0, 0, 0), "{name}: everything given back");
+        }
+    }
+}
+
+#[test]
+fn async_copies_complete_through_fences() {
+    for (name, dev, fake) in backends() {
+        if let Some(f) = &fake {
+            f.polls_before_ready(2);
+        }
+        let g = dev.granularity();
+        let r = dev.reserve(2 * g).unwrap();
+        dev.commit(&r).unwrap();
+        let mut src = dev.alloc_host(g, true).unwrap();
+        src.as_mut_slice().copy_from_slice(&pattern(3, g));
+        // SAFETY: committed range; `src` outlives the fence wait.
+        let fence =
+            unsafe { dev.copy_from_host_async(r.addr.offset(g as u64), src.as_ptr(), g) }.unwrap();
+        while !dev.fence_done(&fence).unwrap() {
+            std::thread::yield_now();
+        }
+        dev.fence_wait(fence).unwrap();
+        let dst = dev.alloc_host(g, false).unwrap();
+        // SAFETY: as above.
+        let fence =
+            unsafe { dev.copy_to_host_async(r.addr.offset(g as u64), dst.as_ptr(), g) }.unwrap();
+        dev.fence_wait(fence).unwrap();
+        assert_eq!(dst.as_slice(), src.as_slice(), "{name}");
+        // SAFETY: every copy was waited for.
+        unsafe { dev.unreserve(r) }.unwrap();
+        drop((src, dst));
+        if let Some(f) = fake {
+            assert!(f.violations().is_empty(), "{name}: {:?}", f.violations());
+        }
+    }
+}
+
+#[test]
+fn ranges_that_are_not_ours_are_refused() {
+    for (name, dev, _) in backends() {
+        let r = dev.reserve(1).unwrap();
+        let forged = Reservation {
+            addr: r.addr.offset(dev.granularity() as u64 * 64),
+            len: r.len,
+        };
+        assert!(
+            matches!(dev.commit(&forged), Err(AccelError::InvalidArgument(_))),
+            "{name}"
+        );
+        let wrong_len = Reservation {
+            addr: r.addr,
+            len: r.len * 2,
+        };
+        assert!(
+            matches!(dev.commit(&wrong_len), Err(AccelError::InvalidArgument(_))),
+            "{name}"
+        );
+        let mut out = vec![0u8; 16];
+        // SAFETY: the call must refuse the range, not touch it.
+        let past_end = unsafe { dev.copy_to_host(r.addr.offset(r.len as u64 - 8), &mut out) };
+        assert!(
+            past_end.is_err(),
+            "{name}: a copy past the reservation's end is refused"
+        );
+        // SAFETY: nothing uses the range.
+        unsafe { dev.unreserve(r) }.unwrap();
+    }
+}

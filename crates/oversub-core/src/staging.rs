@@ -1,0 +1,466 @@
+//! The staging path, for devices whose memory the host cannot address (a discrete GPU): storage I/O goes through
+//! a ring of host staging buffers (pinned by default) and the device copies them in and out, pipelined so that the
+//! bus and the store work at once. One worker thread runs the transfers of the pool one buffer after another:
+//!
+//! - page-out: device → staging buffer (an asynchronous copy), then, once the copy's fence completes, staging
+//!   buffer → store (an asynchronous write); the buffer is refilled when its write has completed.
+//! - page-in: store → staging buffer (an asynchronous read), then, once the read completes, staging buffer →
+//!   device (an asynchronous copy); the buffer is reused when the copy's fence completes.
+//!
+//! Every copy is waited for before the transfer reports completion, so the caller may unmap the device memory
+//! (page-out) or hand the buffer to kernels (page-in) as soon as it hears back. With GPUDirect Storage (cuFile) on
+//! a store that supports it, the worker moves each extent straight between file and device instead.
+
+use std::collections::VecDeque;
+use std::sync::mpsc::{channel, Receiver, Sender};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+
+use oversub_accel::{AccelError, DeviceMemory, DevicePtr, Fence, HostBuffer};
+use oversub_arbiter::Gate;
+use oversub_io::{Direction, IoError, IoVec, SlotView, SwapStore};
+
+/// Default size of one staging buffer.
+pub const DEFAULT_STAGING_CHUNK_BYTES: u64 = 16 << 20;
+/// Default number of staging buffers.
+pub const DEFAULT_STAGING_CHUNKS: usize = 8;
+
+/// Options of the staging ring.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StagingConfig {
+    /// Size of one staging buffer (rounded up to the store's alignment); transfers are split at this size.
+    pub chunk_bytes: u64,
+    /// Number of staging buffers: how many chunks can be between bus and store at once.
+    pub chunks: usize,
+    /// Page-locked (pinned) staging buffers, which the device copies at full speed; pageable memory otherwise.
+    pub pinned: bool,
+    /// Use GPUDirect Storage (cuFile) when the backend has it and the store's file supports it.
+    pub direct_storage: bool,
+}
+
+impl Default for StagingConfig {
+    fn default() -> Self {
+        StagingConfig {
+            chunk_bytes: DEFAULT_STAGING_CHUNK_BYTES,
+            chunks: DEFAULT_STAGING_CHUNKS,
+            pinned: true,
+            direct_storage: true,
+        }
+    }
+}
+
+/// Why a staged transfer failed.
+#[derive(Debug)]
+pub(crate) enum TransferError {
+    Io(IoError),
+    Copy(AccelError),
+}
+
+pub(crate) type TransferCallback = Box<dyn FnOnce(Result<(), TransferError>) + Send>;
+
+struct Job {
+    direction: Direction,
+    device: DevicePtr,
+    /// The slot's parts, one per chunk, in order (chunk i covers bytes [i × chunk, ...) of the buffer).
+    views: Vec<SlotView>,
+    on_done: TransferCallback,
+}
+
+struct Worker {
+    device: Arc<dyn DeviceMemory>,
+    store: Arc<SwapStore>,
+    gate: Option<Arc<Gate>>,
+    buffers: Vec<HostBuffer>,
+    direct: bool,
+}
+
+/// A staging buffer index, a chunk index, and how its store I/O ended.
+type IoEvent = (usize, usize, Result<(), IoError>);
+
+#[derive(Debug)]
+pub(crate) struct Staging {
+    chunk_bytes: u64,
+    tx: Option<Sender<Job>>,
+    worker: Option<JoinHandle<()>>,
+    /// Whether transfers go through cuFile.
+    direct: bool,
+}
+
+impl Staging {
+    pub(crate) fn start(
+        config: StagingConfig,
+        device: Arc<dyn DeviceMemory>,
+        store: Arc<SwapStore>,
+        gate: Option<Arc<Gate>>,
+    ) -> Result<Staging, crate::PagerError> {
+        let align = store.alignment() as u64;
+        let mut chunk_bytes = config.chunk_bytes.max(1).next_multiple_of(align);
+        if let Some(g) = &gate {
+            // Under an arbiter a chunk is the arbiter's chunk: one admission covers one copy and one I/O.
+            chunk_bytes = g.chunk_bytes().max(1).next_multiple_of(align);
+        }
+        if config.chunks == 0 {
+            return Err(crate::PagerError::InvalidSize(
+                "the staging ring needs at least one buffer".into(),
+            ));
+        }
+        let len = usize::try_from(chunk_bytes)
+            .map_err(|_| crate::PagerError::InvalidSize("staging chunk too large".into()))?;
+        let mut direct = false;
+        if config.direct_storage {
+            match device.direct_storage() {
+                Some(ds) if store.is_direct() => match ds.register(store.fd()) {
+                    Ok(()) => direct = true,
+                    Err(e) => tracing::info!("GPUDirect Storage not used for this store ({e}); staging through host memory"),
+                },
+                Some(_) => tracing::info!("GPUDirect Storage needs an O_DIRECT store; staging through host memory"),
+                None => {}
+            }
+        }
+        let mut buffers = Vec::with_capacity(config.chunks);
+        for _ in 0..config.chunks {
+            buffers.push(device.alloc_host(len, config.pinned)?);
+        }
+        tracing::info!(
+            path = if direct {
+                "cuFile (GPUDirect Storage)"
+            } else {
+                "staging"
+            },
+            chunk_bytes,
+            chunks = config.chunks,
+            pinned = config.pinned,
+            "{} backend pages through {}",
+            device.name(),
+            if direct {
+                "cuFile"
+            } else {
+                "host staging buffers"
+            }
+        );
+        let (tx, rx) = channel::<Job>();
+        let worker = Worker {
+            device,
+            store,
+            gate,
+            buffers,
+            direct,
+        };
+        let handle = std::thread::Builder::new()
+            .name("oversub-staging".into())
+            .spawn(move || {
+                for job in rx {
+                    let result = worker.run(&job);
+                    (job.on_done)(result);
+                }
+            })
+            .map_err(|source| {
+                crate::PagerError::Store(IoError::Io {
+                    op: "spawning the staging thread",
+                    source,
+                })
+            })?;
+        Ok(Staging {
+            chunk_bytes,
+            tx: Some(tx),
+            worker: Some(handle),
+            direct,
+        })
+    }
+
+    /// Size of one chunk of a staged transfer.
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        self.chunk_bytes
+    }
+
+    /// Whether transfers go straight between file and device (cuFile).
+    pub(crate) fn is_direct(&self) -> bool {
+        self.direct
+    }
+
+    /// Queues a transfer of `len` bytes between the device at `device` and `slot`.
+    ///
+    /// # Safety
+    /// `[device, device + len)` is committed device memory that nothing else uses until `on_done` has run, and
+    /// the slot stays allocated until then.
+    pub(crate) unsafe fn submit(
+        &self,
+        direction: Direction,
+        slot: &oversub_io::Slot,
+        device: DevicePtr,
+        on_done: TransferCallback,
+    ) -> Result<(), IoError> {
+        let mut views = Vec::new();
+        let mut off = 0u64;
+        while off < slot.len() {
+            let n = self.chunk_bytes.min(slot.len() - off);
+            views.push(slot.view(off, n)?);
+            off += n;
+        }
+        let tx = self.tx.as_ref().ok_or(IoError::Shutdown)?;
+        tx.send(Job {
+            direction,
+            device,
+            views,
+            on_done,
+        })
+        .map_err(|_| IoError::Shutdown)
+    }
+}
+
+impl Drop for Staging {
+    fn drop(&mut self) {
+        drop(self.tx.take());
+        if let Some(worker) = self.worker.take() {
+            if worker.thread().id() != std::thread::current().id() {
+                let _ = worker.join();
+            }
+        }
+    }
+}
+
+impl Worker {
+    fn run(&self, job: &Job) -> Result<(), TransferError> {
+        if self.direct {
+            return self.run_direct(job);
+        }
+        match job.direction {
+            Direction::Write => self.page_out(job),
+            Direction::Read => self.page_in(job),
+        }
+    }
+
+    fn admit(&self) {
+        if let Some(g) = &self.gate {
+            g.admit();
+        }
+    }
+
+    fn offset_of(&self, job: &Job, chunk: usize) -> u64 {
+        job.views[..chunk].iter().map(SlotView::len).sum()
+    }
+
+    /// Submits the store I/O of `chunk` on staging buffer `s`; completion arrives on `tx`.
+    fn submit_io(
+        &self,
+        direction: Direction,
+        view: &SlotView,
+        s: usize,
+        chunk: usize,
+        tx: &Sender<IoEvent>,
+    ) -> Result<(), IoError> {
+        let buf = &self.buffers[s];
+        let mem = IoVec {
+            ptr: buf.as_ptr(),
+            len: view.len() as usize,
+        };
+        let tx = tx.clone();
+        let on_done = Box::new(move |r: Result<oversub_io::IoDone, IoError>| {
+            let _ = tx.send((s, chunk, r.map(|_| ())));
+        });
+        // SAFETY: the staging buffer is ours, at least `view.len()` bytes (views are at most a chunk), and is not
+        // touched until its completion arrives on the channel; the slot is held by the buffer's entry until the
+        // job's callback has run, after every I/O of the job has completed.
+        unsafe { self.store.submit_view(direction, view, &[mem], on_done) }
+    }
+
+    /// Device → staging → store.
+    fn page_out(&self, job: &Job) -> Result<(), TransferError> {
+        let (tx, rx): (Sender<IoEvent>, Receiver<IoEvent>) = channel();
+        let mut free: Vec<usize> = (0..self.buffers.len()).rev().collect();
+        let mut copies: VecDeque<(Fence, usize, usize)> = VecDeque::new();
+        let mut writes = 0usize;
+        let mut error: Option<TransferError> = None;
+        let mut next = 0usize;
+        let mut next_offset = 0u64;
+        loop {
+            while let Ok((s, _, r)) = rx.try_recv() {
+                writes -= 1;
+                free.push(s);
+                if let Err(e) = r {
+                    error.get_or_insert(TransferError::Io(e));
+                }
+            }
+            // Fill every free staging buffer with the next chunk's copy.
+            while error.is_none() && next < job.views.len() {
+                let Some(s) = free.pop() else { break };
+                let len = job.views[next].len() as usize;
+                self.admit();
+                // SAFETY: the device range is committed and ours for the job; the staging buffer is free and stays
+                // untouched until the fence is waited for below.
+                match unsafe {
+                    self.device.copy_to_host_async(
+                        job.device.offset(next_offset),
+                        self.buffers[s].as_ptr(),
+                        len,
+                    )
+                } {
+                    Ok(f) => copies.push_back((f, s, next)),
+                    Err(e) => {
+                        free.push(s);
+                        error = Some(TransferError::Copy(e));
+                        break;
+                    }
+                }
+                next_offset += len as u64;
+                next += 1;
+            }
+            // The oldest copy's bytes are in its buffer once its fence completes: write them.
+            if let Some((fence, s, chunk)) = copies.pop_front() {
+                if let Err(e) = self.device.fence_wait(fence) {
+                    error.get_or_insert(TransferError::Copy(e));
+                }
+                if error.is_some() {
+                    free.push(s);
+                    continue;
+                }
+                match self.submit_io(Direction::Write, &job.views[chunk], s, chunk, &tx) {
+                    Ok(()) => writes += 1,
+                    Err(e) => {
+                        free.push(s);
+                        error = Some(TransferError::Io(e));
+                    }
+                }
+                continue;
+            }
+            if writes > 0 {
+                match rx.recv() {
+                    Ok((s, _, r)) => {
+                        writes -= 1;
+                        free.push(s);
+                        if let Err(e) = r {
+                            error.get_or_insert(TransferError::Io(e));
+                        }
+                    }
+                    // Unreachable while we hold `tx`; never spin on it.
+                    Err(_) => break,
+                }
+                continue;
+            }
+            if error.is_some() || next == job.views.len() {
+                break;
+            }
+        }
+        error.map_or(Ok(()), Err)
+    }
+
+    /// Store → staging → device.
+    fn page_in(&self, job: &Job) -> Result<(), TransferError> {
+        let (tx, rx): (Sender<IoEvent>, Receiver<IoEvent>) = channel();
+        let mut free: Vec<usize> = (0..self.buffers.len()).rev().collect();
+        let mut copies: VecDeque<(Fence, usize)> = VecDeque::new();
+        let mut reads = 0usize;
+        let mut error: Option<TransferError> = None;
+        let mut next = 0usize;
+        let read_done = |ev: IoEvent,
+                         free: &mut Vec<usize>,
+                         copies: &mut VecDeque<(Fence, usize)>,
+                         error: &mut Option<TransferError>| {
+            let (s, chunk, r) = ev;
+            if let Err(e) = r {
+                error.get_or_insert(TransferError::Io(e));
+            }
+            if error.is_some() {
+                free.push(s);
+                return;
+            }
+            let len = job.views[chunk].len() as usize;
+            let at = job.device.offset(self.offset_of(job, chunk));
+            // SAFETY: the device range is committed and ours for the job; the staging buffer holds the chunk's
+            // bytes and is not reused until the fence is waited for.
+            match unsafe {
+                self.device
+                    .copy_from_host_async(at, self.buffers[s].as_ptr(), len)
+            } {
+                Ok(f) => copies.push_back((f, s)),
+                Err(e) => {
+                    free.push(s);
+                    *error = Some(TransferError::Copy(e));
+                }
+            }
+        };
+        loop {
+            while let Ok(ev) = rx.try_recv() {
+                reads -= 1;
+                read_done(ev, &mut free, &mut copies, &mut error);
+            }
+            // Copies that have finished give their buffers back without waiting.
+            while let Some((f, _)) = copies.front() {
+                match self.device.fence_done(f) {
+                    Ok(true) => {
+                        if let Some((f, s)) = copies.pop_front() {
+                            if let Err(e) = self.device.fence_wait(f) {
+                                error.get_or_insert(TransferError::Copy(e));
+                            }
+                            free.push(s);
+                        }
+                    }
+                    Ok(false) => break,
+                    Err(e) => {
+                        error.get_or_insert(TransferError::Copy(e));
+                        break;
+                    }
+                }
+            }
+            while error.is_none() && next < job.views.len() {
+                let Some(s) = free.pop() else { break };
+                self.admit();
+                match self.submit_io(Direction::Read, &job.views[next], s, next, &tx) {
+                    Ok(()) => reads += 1,
+                    Err(e) => {
+                        free.push(s);
+                        error = Some(TransferError::Io(e));
+                        break;
+                    }
+                }
+                next += 1;
+            }
+            if reads > 0 {
+                match rx.recv() {
+                    Ok(ev) => {
+                        reads -= 1;
+                        read_done(ev, &mut free, &mut copies, &mut error);
+                    }
+                    Err(_) => break,
+                }
+                continue;
+            }
+            if let Some((f, s)) = copies.pop_front() {
+                if let Err(e) = self.device.fence_wait(f) {
+                    error.get_or_insert(TransferError::Copy(e));
+                }
+                free.push(s);
+                continue;
+            }
+            break;
+        }
+        error.map_or(Ok(()), Err)
+    }
+
+    /// Extent by extent straight between file and device (cuFile).
+    fn run_direct(&self, job: &Job) -> Result<(), TransferError> {
+        let Some(ds) = self.device.direct_storage() else {
+            return Err(TransferError::Copy(AccelError::Unsupported(
+                "direct storage went away".into(),
+            )));
+        };
+        let fd = self.store.fd();
+        let mut at = job.device;
+        for view in &job.views {
+            self.admit();
+            for extent in view.extents() {
+                let len = extent.len as usize;
+                // SAFETY: the device range is committed and ours for the job; the extent is the slot's.
+                let r = unsafe {
+                    match job.direction {
+                        Direction::Read => ds.read(fd, at, len, extent.offset),
+                        Direction::Write => ds.write(fd, at, len, extent.offset),
+                    }
+                };
+                r.map_err(TransferError::Copy)?;
+                at = at.offset(extent.len);
+            }
+        }
+        Ok(())
+    }
+}
