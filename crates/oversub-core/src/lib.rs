@@ -34,14 +34,18 @@
 
 mod error;
 mod gated;
+mod host_tier;
 mod pool;
+mod preempt;
 mod space;
 mod staging;
 mod tenant;
 
 pub use error::PagerError;
+pub use host_tier::HostTierConfig;
 pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};
+pub use preempt::SpinPreemption;
 pub use space::{AddressSpace, Buffer, BufferFlags, BufferInfo, BufferState, OpKind, Ticket};
 pub use staging::{StagingConfig, DEFAULT_STAGING_CHUNKS, DEFAULT_STAGING_CHUNK_BYTES};
 pub use tenant::{TenantConfig, TenantQuota};

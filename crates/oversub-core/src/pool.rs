@@ -8,6 +8,7 @@ use oversub_arbiter::Gate;
 use oversub_io::SwapStore;
 
 use crate::gated::GatedIo;
+use crate::host_tier::{HostTier, HostTierConfig};
 use crate::space::AddressSpace;
 use crate::staging::{Staging, StagingConfig};
 use crate::tenant::{TenantConfig, TenantQuota, Tenants};
@@ -31,6 +32,8 @@ pub struct PoolConfig {
     pub swap_rule: AlphaRule,
     /// The staging ring, for devices whose memory the host cannot address (ignored otherwise).
     pub staging: StagingConfig,
+    /// A host-memory tier that holds paged-out buffers before the store (none by default).
+    pub host_tier: Option<HostTierConfig>,
 }
 
 impl PoolConfig {
@@ -43,7 +46,15 @@ impl PoolConfig {
             gate_calibration_samples: 16,
             swap_rule: AlphaRule::Fraction,
             staging: StagingConfig::default(),
+            host_tier: None,
         }
+    }
+
+    /// The same options with a host-memory tier: paged-out buffers go to host RAM while it has room, then to the
+    /// store.
+    pub fn host_tier(mut self, tier: HostTierConfig) -> Self {
+        self.host_tier = Some(tier);
+        self
     }
 
     /// The same options with `staging` for the staging ring.
@@ -105,6 +116,8 @@ pub(crate) struct PoolShared {
     pub(crate) gated: Option<GatedIo>,
     /// The staging path, when the device's memory is not host-addressable.
     pub(crate) staging: Option<Staging>,
+    /// The host-memory tier, when configured.
+    pub(crate) host_tier: Option<HostTier>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     /// Address spaces registered as tenants, and the plan over them.
@@ -148,6 +161,14 @@ impl Pool {
                 gated.as_ref().map(|g| Arc::clone(g.gate())),
             )?)
         };
+        let host_tier = match config.host_tier {
+            Some(t) => Some(HostTier::new(
+                t,
+                device.as_ref(),
+                gated.as_ref().map(|g| Arc::clone(g.gate())),
+            )?),
+            None => None,
+        };
         Ok(Pool {
             shared: Arc::new(PoolShared {
                 device,
@@ -155,6 +176,7 @@ impl Pool {
                 verify_checksums: config.verify_checksums,
                 gated,
                 staging,
+                host_tier,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
                 tenants: Mutex::new(Tenants::new(config.swap_rule)),
@@ -231,6 +253,14 @@ impl Pool {
             Some(s) if s.is_direct() => "cufile",
             Some(_) => "staging",
         }
+    }
+
+    /// The host-memory tier's (free, total) bytes, when the pool has one.
+    pub fn host_tier_bytes(&self) -> Option<(u64, u64)> {
+        self.shared
+            .host_tier
+            .as_ref()
+            .map(|t| (t.free_bytes(), t.capacity_bytes()))
     }
 
     /// Size of one chunk of a staged transfer (`None` when the pool does not stage).

@@ -5,6 +5,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use oversub_accel::{round_up, AccelError, DevicePtr, Reservation};
 use oversub_io::{Direction, IoError, IoVec, Slot};
 
+use crate::host_tier::HostSlot;
 use crate::pool::PoolShared;
 use crate::staging::TransferError;
 use crate::PagerError;
@@ -99,8 +100,10 @@ pub struct BufferInfo {
     pub flags: BufferFlags,
     /// Current state.
     pub state: BufferState,
-    /// Whether the store holds a valid copy (paged out, or read-only and written once).
+    /// Whether the store or the host tier holds a valid copy (paged out, or read-only and written once).
     pub stored: bool,
+    /// Whether that copy is in the host-memory tier rather than on the store.
+    pub in_host_tier: bool,
 }
 
 /// Which operation a ticket stands for.
@@ -245,7 +248,9 @@ struct Entry {
     flags: BufferFlags,
     state: BufferState,
     slot: Option<Slot>,
-    /// The slot holds the buffer's current bytes.
+    /// The buffer's copy in the host-memory tier (instead of `slot`).
+    host: Option<HostSlot>,
+    /// The slot (or host copy) holds the buffer's current bytes.
     stored: bool,
     checksum: Option<u64>,
     op: Option<Arc<OpState>>,
@@ -418,6 +423,7 @@ impl AddressSpace {
             flags,
             state: BufferState::Resident,
             slot: None,
+            host: None,
             stored: false,
             checksum: None,
             op: None,
@@ -456,6 +462,7 @@ impl AddressSpace {
             flags,
             state: BufferState::PagedOut,
             slot: Some(slot),
+            host: None,
             stored: true,
             checksum: None,
             op: None,
@@ -496,6 +503,7 @@ impl AddressSpace {
             flags: e.flags,
             state: e.state,
             stored: e.stored,
+            in_host_tier: e.host.is_some(),
         })
     }
 
@@ -576,6 +584,10 @@ impl AddressSpace {
                 Ok(())
             }
             BufferState::PagedOut => {
+                if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
+                    tier.read(hs, offset, out);
+                    return Ok(());
+                }
                 let slot = e
                     .slot
                     .as_ref()
@@ -609,6 +621,11 @@ impl AddressSpace {
                 Ok(())
             }
             BufferState::PagedOut => {
+                if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
+                    e.checksum = None;
+                    tier.write(hs, offset, data);
+                    return Ok(());
+                }
                 let slot = e
                     .slot
                     .as_ref()
@@ -671,6 +688,41 @@ impl AddressSpace {
             // ours uses its memory; callers' own pointers are void once they page the buffer out.
             let released = unsafe { pool.device.decommit(&e.reservation) };
             op.complete(released.map_err(|e| Failed::kept_memory(OpFailure::Release(e))));
+        } else if let Some((tier, hs)) = pool
+            .host_tier
+            .as_ref()
+            .and_then(|t| t.allocate(e.io_bytes).map(|hs| (t, hs)))
+        {
+            let on_done = {
+                let device = Arc::clone(&pool.device);
+                let op = Arc::clone(&op);
+                let reservation = e.reservation;
+                Box::new(move |result: Result<(), AccelError>| {
+                    let outcome = match result {
+                        // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
+                        Ok(()) => unsafe { device.decommit(&reservation) }
+                            .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
+                        Err(err) => Err(Failed::kept_memory(OpFailure::Copy(err))),
+                    };
+                    op.complete(outcome);
+                })
+            };
+            // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
+            // the entry's alone.
+            if let Err(err) = unsafe {
+                tier.submit(
+                    Arc::clone(&pool.device),
+                    e.reservation.addr,
+                    &hs,
+                    e.io_bytes,
+                    true,
+                    on_done,
+                )
+            } {
+                tier.release(hs);
+                return Err(err);
+            }
+            e.host = Some(hs);
         } else {
             let host = pool.device.host_ptr(&e.reservation).map(SendPtr);
             let slot = pool.store.allocate(e.io_bytes)?;
@@ -731,10 +783,9 @@ impl AddressSpace {
             BufferState::Resident => return Err(PagerError::AlreadyResident(buffer)),
             state => return Err(PagerError::OperationInFlight { buffer, state }),
         }
-        let slot = e
-            .slot
-            .as_ref()
-            .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
+        if e.slot.is_none() && e.host.is_none() {
+            return Err(PagerError::Internal("paged-out buffer has no stored copy"));
+        }
         let charge_bytes = e.reservation.len as u64;
         // A buffer whose last release failed is still charged; never count it twice.
         let newly_charged = !e.charged;
@@ -784,10 +835,38 @@ impl AddressSpace {
                 }));
             })
         };
-        // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its ticket's
-        // finish has waited for on_done, and nothing else touches the memory meanwhile.
-        unsafe { pool.submit_transfer(Direction::Read, slot, &e.reservation, e.io_bytes, on_done) }
-            .map_err(undo)?;
+        match (&e.host, &pool.host_tier, &e.slot) {
+            (Some(hs), Some(tier), _) => {
+                let cb = Box::new(move |r: Result<(), AccelError>| {
+                    on_done(r.map_err(TransferError::Copy))
+                });
+                // SAFETY: as below.
+                unsafe {
+                    tier.submit(
+                        Arc::clone(&pool.device),
+                        e.reservation.addr,
+                        hs,
+                        e.io_bytes,
+                        false,
+                        cb,
+                    )
+                }
+                .map_err(undo)?;
+            }
+            (_, _, Some(slot)) => {
+                // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its
+                // ticket's finish has waited for on_done, and nothing else touches the memory meanwhile.
+                unsafe {
+                    pool.submit_transfer(Direction::Read, slot, &e.reservation, e.io_bytes, on_done)
+                }
+                .map_err(undo)?;
+            }
+            _ => {
+                return Err(undo(PagerError::Internal(
+                    "paged-out buffer has no stored copy",
+                )))
+            }
+        }
         e.state = BufferState::PagingIn;
         e.charged = true;
         e.last_use = shared.usage.tick();
@@ -1199,6 +1278,7 @@ impl SpaceShared {
                     if let Some(slot) = e.slot.take() {
                         pool.store.release(slot);
                     }
+                    self.release_host_copy(e);
                     e.checksum = None;
                 }
                 Err(failure_to_error(buffer, failed.cause))
@@ -1210,6 +1290,7 @@ impl SpaceShared {
                     if let Some(slot) = e.slot.take() {
                         pool.store.release(slot);
                     }
+                    self.release_host_copy(e);
                     e.stored = false;
                     e.checksum = None;
                 }
@@ -1228,8 +1309,16 @@ impl SpaceShared {
         result
     }
 
+    /// Gives the entry's host-tier copy back, if it has one.
+    fn release_host_copy(&self, e: &mut Entry) {
+        if let (Some(hs), Some(tier)) = (e.host.take(), &self.pool.host_tier) {
+            tier.release(hs);
+        }
+    }
+
     /// Gives back everything an entry holds.
-    fn release_entry(&self, e: Entry) -> Result<(), PagerError> {
+    fn release_entry(&self, mut e: Entry) -> Result<(), PagerError> {
+        self.release_host_copy(&mut e);
         if let Some(slot) = e.slot {
             self.pool.store.release(slot);
         }

@@ -315,3 +315,89 @@ fn read_only_buffers_are_written_once_through_staging() {
     assert!(back == pattern(1, 100_000));
     assert!(fake.violations().is_empty(), "{:?}", fake.violations());
 }
+
+/// The host-memory tier on both kinds of device: buffers go to host RAM while it has room, then to the store;
+/// direct access reaches the tier copy; every byte comes back at the same address.
+#[test]
+fn host_tier_holds_buffers_before_the_store() {
+    use oversub_accel::HostMemory;
+    use oversub_core::HostTierConfig;
+    let (_, engine) = engines().remove(0);
+    let fake = Arc::new(FakeDriver::new(16 << 20, GRANULE));
+    let devices: Vec<(&str, Arc<dyn DeviceMemory>)> = vec![
+        ("host", Arc::new(HostMemory::default())),
+        (
+            "cuda (fake)",
+            Arc::new(CudaMemory::with_driver(fake.clone()).unwrap()),
+        ),
+    ];
+    for (name, device) in devices {
+        let pool = Pool::new(
+            PoolConfig::new(16 << 20)
+                .staging(staging(16 << 10, 2))
+                .host_tier(HostTierConfig {
+                    capacity_bytes: 300 << 10,
+                    pinned: true,
+                }),
+            device,
+            store_with(engine.clone(), 16 << 20, 1 << 20),
+        )
+        .unwrap();
+        assert_eq!(pool.host_tier_bytes(), Some((300 << 10, 300 << 10)));
+        let space = pool.address_space();
+        let size = 200_000usize;
+        let a = space.alloc(size as u64, BufferFlags::DEFAULT).unwrap();
+        let b = space.alloc(size as u64, BufferFlags::DEFAULT).unwrap();
+        space.write(a, 0, &pattern(1, size)).unwrap();
+        space.write(b, 0, &pattern(2, size)).unwrap();
+        let store_free = pool.stats().store_free_bytes;
+        space.page_out(a).unwrap();
+        assert!(
+            space.info(a).unwrap().in_host_tier,
+            "{name}: the first fits the tier"
+        );
+        assert_eq!(
+            pool.stats().store_free_bytes,
+            store_free,
+            "{name}: nothing on the store"
+        );
+        space.page_out(b).unwrap();
+        assert!(
+            !space.info(b).unwrap().in_host_tier,
+            "{name}: the second goes to the store"
+        );
+        assert!(pool.stats().store_free_bytes < store_free);
+
+        // Direct access to the tier copy.
+        let mut head = vec![0u8; 5000];
+        space.read_direct(a, 1000, &mut head).unwrap();
+        assert!(head == pattern(1, size)[1000..6000], "{name}");
+        space.write_direct(a, 7, b"tier").unwrap();
+
+        let addr = space.info(a).unwrap().addr;
+        space.page_in(a).unwrap();
+        space.page_in(b).unwrap();
+        assert_eq!(space.info(a).unwrap().addr, addr);
+        let mut back = vec![0u8; size];
+        space.read(a, 0, &mut back).unwrap();
+        let mut want = pattern(1, size);
+        want[7..11].copy_from_slice(b"tier");
+        assert!(back == want, "{name}: tier round trip");
+        space.read(b, 0, &mut back).unwrap();
+        assert!(back == pattern(2, size), "{name}: store round trip");
+        assert_eq!(
+            pool.host_tier_bytes(),
+            Some((300 << 10, 300 << 10)),
+            "{name}: tier space given back"
+        );
+        // Async through the tier.
+        let t = space.page_out_async(a).unwrap();
+        t.finish().unwrap();
+        let t = space.page_in_async(a).unwrap();
+        t.finish().unwrap();
+        space.read(a, 0, &mut back).unwrap();
+        assert!(back == want, "{name}: async tier round trip");
+    }
+    check_order(&fake.calls());
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+}

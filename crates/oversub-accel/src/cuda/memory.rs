@@ -9,10 +9,29 @@ use super::vmm::{AddressRange, Mapping, PhysicalMemory};
 use crate::{round_up, AccelError, DeviceMemory, DevicePtr, Fence, HostBuffer, Reservation};
 
 /// Options of the CUDA backend.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CudaMemoryConfig {
     /// Device ordinal.
     pub ordinal: i32,
+    /// Load GPUDirect Storage (cuFile) when its library is present, so the pager can move buffers straight
+    /// between an `O_DIRECT` store and the device.
+    pub cufile: bool,
+}
+
+impl Default for CudaMemoryConfig {
+    fn default() -> Self {
+        CudaMemoryConfig {
+            ordinal: 0,
+            cufile: true,
+        }
+    }
+}
+
+/// GPUDirect Storage for the pager: files registered once, then transfers straight to and from device memory.
+#[derive(Debug)]
+struct CuFileStorage {
+    cufile: super::cufile::CuFile,
+    handles: Mutex<std::collections::HashMap<std::os::fd::RawFd, Arc<super::cufile::CuFileHandle>>>,
 }
 
 /// A reserved range and, while committed, the memory mapped in it. One lock per range: copies hold it while they
@@ -49,6 +68,9 @@ pub struct CudaMemory {
     d2h: StreamHandle,
     h2d: StreamHandle,
     events: Mutex<Events>,
+    /// The real driver, when the backend was made by [`CudaMemory::new`] (for the spin kernel).
+    real: Option<Arc<super::CudarcDriver>>,
+    direct: Option<CuFileStorage>,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -67,8 +89,36 @@ impl CudaMemory {
     /// The backend on the real driver: loads `libcuda` (an [`AccelError::NoDriver`] error says "no CUDA driver
     /// found" when it is missing), binds device `config.ordinal` and checks it supports virtual-memory management.
     pub fn new(config: CudaMemoryConfig) -> Result<CudaMemory, AccelError> {
-        let driver = super::CudarcDriver::new(config.ordinal)?;
-        CudaMemory::with_driver(Arc::new(driver))
+        let driver = Arc::new(super::CudarcDriver::new(config.ordinal)?);
+        let mut memory = CudaMemory::with_driver(driver.clone())?;
+        memory.real = Some(driver);
+        if config.cufile {
+            match super::cufile::CuFile::load() {
+                Ok(cufile) => {
+                    tracing::info!(
+                        library = cufile.library(),
+                        "GPUDirect Storage (cuFile) loaded"
+                    );
+                    memory.direct = Some(CuFileStorage {
+                        cufile,
+                        handles: Mutex::new(std::collections::HashMap::new()),
+                    });
+                }
+                Err(e) => tracing::info!("{e}"),
+            }
+        }
+        Ok(memory)
+    }
+
+    /// The spin kernel of the SiΓ arbiter (Sec. 4.3) on this device, compiled with NVRTC. Only for a backend
+    /// made by [`CudaMemory::new`] (the kernel needs the real driver).
+    pub fn spin_kernel(&self) -> Result<super::spin::SpinKernel, AccelError> {
+        match &self.real {
+            Some(driver) => super::spin::SpinKernel::new(driver),
+            None => Err(AccelError::Unsupported(
+                "the spin kernel needs the real CUDA driver, not a test driver".into(),
+            )),
+        }
     }
 
     /// The backend over any implementation of the driver calls (the real one, or a test fake).
@@ -109,6 +159,8 @@ impl CudaMemory {
             d2h,
             h2d,
             events: Mutex::new(Events::default()),
+            real: None,
+            direct: None,
         })
     }
 
@@ -449,6 +501,87 @@ unsafe impl DeviceMemory for CudaMemory {
     fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
         Ok(Some(self.driver.mem_get_info()?))
     }
+
+    fn direct_storage(&self) -> Option<&dyn crate::DirectStorage> {
+        self.direct
+            .as_ref()
+            .map(|_| self as &dyn crate::DirectStorage)
+    }
+}
+
+impl CudaMemory {
+    fn cufile_transfer(
+        &self,
+        fd: std::os::fd::RawFd,
+        at: DevicePtr,
+        len: usize,
+        file_offset: u64,
+        write: bool,
+    ) -> Result<(), AccelError> {
+        let direct = self
+            .direct
+            .as_ref()
+            .ok_or_else(|| AccelError::Unsupported("cuFile is not loaded".into()))?;
+        let handle = lock(&direct.handles).get(&fd).cloned().ok_or_else(|| {
+            AccelError::InvalidArgument(format!("fd {fd} is not registered with cuFile"))
+        })?;
+        let entry = self.entry_of_span(at, len)?;
+        // Held for the transfer: the range cannot be unmapped under it.
+        let state = lock(&entry.state);
+        if state.mapping.is_none() {
+            return Err(AccelError::InvalidArgument(format!(
+                "{at} (+{len} bytes) is not committed"
+            )));
+        }
+        self.driver.make_current()?;
+        // SAFETY: the span is committed device memory of ours (checked, its lock held); the pager's contract keeps
+        // other users off it; the context is current on this thread.
+        let moved = unsafe {
+            if write {
+                direct.cufile.write(&handle, at.0, len, file_offset)
+            } else {
+                direct.cufile.read(&handle, at.0, len, file_offset)
+            }
+        }?;
+        if moved != len {
+            return Err(AccelError::Unsupported(format!(
+                "cuFile moved {moved} of {len} bytes at offset {file_offset}"
+            )));
+        }
+        Ok(())
+    }
+}
+
+impl crate::DirectStorage for CudaMemory {
+    fn register(&self, fd: std::os::fd::RawFd) -> Result<(), AccelError> {
+        let direct = self
+            .direct
+            .as_ref()
+            .ok_or_else(|| AccelError::Unsupported("cuFile is not loaded".into()))?;
+        let handle = direct.cufile.register(fd)?;
+        lock(&direct.handles).insert(fd, Arc::new(handle));
+        Ok(())
+    }
+
+    unsafe fn read(
+        &self,
+        fd: std::os::fd::RawFd,
+        dst: DevicePtr,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<(), AccelError> {
+        self.cufile_transfer(fd, dst, len, file_offset, false)
+    }
+
+    unsafe fn write(
+        &self,
+        fd: std::os::fd::RawFd,
+        src: DevicePtr,
+        len: usize,
+        file_offset: u64,
+    ) -> Result<(), AccelError> {
+        self.cufile_transfer(fd, src, len, file_offset, true)
+    }
 }
 
 impl Drop for CudaMemory {
@@ -457,6 +590,8 @@ impl Drop for CudaMemory {
         if let Err(e) = self.driver.ctx_synchronize() {
             tracing::warn!("synchronising the device at shutdown: {e}");
         }
+        // File registrations go before the memory and the driver.
+        self.direct = None;
         let ranges = std::mem::take(&mut *self.ranges.write().unwrap_or_else(|p| p.into_inner()));
         drop(ranges); // mappings unmap, then addresses are freed
         for stream in [self.d2h, self.h2d] {
