@@ -154,3 +154,51 @@ fn ranges_that_are_not_ours_are_refused() {
         unsafe { dev.unreserve(r) }.unwrap();
     }
 }
+
+#[test]
+fn without_a_driver_the_cuda_backend_says_so() {
+    if oversub_accel::cuda::CudarcDriver::available().is_ok() {
+        return; // a machine with a GPU: nothing to check here
+    }
+    match CudaMemory::new(CudaMemoryConfig::default()) {
+        Err(AccelError::NoDriver(msg)) => {
+            assert!(msg.starts_with("no CUDA driver found"), "{msg}")
+        }
+        other => panic!("expected the no-driver error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_device_without_virtual_memory_management_is_refused() {
+    let fake = Arc::new(FakeDriver::new(64 << 20, 2 << 20).without_vmm());
+    match CudaMemory::with_driver(fake) {
+        Err(AccelError::Unsupported(msg)) => assert!(msg.contains("virtual-memory"), "{msg}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+}
+
+#[test]
+fn decommit_waits_for_queued_copies_and_out_of_memory_is_typed() {
+    let fake = Arc::new(FakeDriver::new(4 << 20, 2 << 20));
+    let dev = CudaMemory::with_driver(fake.clone()).unwrap();
+    let r = dev.reserve(2 << 20).unwrap();
+    dev.commit(&r).unwrap();
+    let dst = dev.alloc_host(2 << 20, true).unwrap();
+    // A copy-out queued and never waited for: decommit must drain it before unmapping.
+    // SAFETY: committed range; `dst` outlives the decommit, which waits for the copy.
+    let fence = unsafe { dev.copy_to_host_async(r.addr, dst.as_ptr(), 2 << 20) }.unwrap();
+    // SAFETY: the test's own range; the backend drains its copy streams first.
+    unsafe { dev.decommit(&r) }.unwrap();
+    dev.fence_wait(fence).unwrap();
+    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    // 6 MiB on a 4 MiB device.
+    let big = dev.reserve(6 << 20).unwrap();
+    assert!(matches!(dev.commit(&big), Err(AccelError::OutOfMemory(_))));
+    // SAFETY: nothing uses the ranges.
+    unsafe { dev.unreserve(big) }.unwrap();
+    // SAFETY: as above.
+    unsafe { dev.unreserve(r) }.unwrap();
+    drop(dst);
+    drop(dev);
+    assert_eq!(fake.live(), (0, 0, 0));
+}

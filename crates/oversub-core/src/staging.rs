@@ -224,6 +224,9 @@ impl Worker {
         if self.direct {
             return self.run_direct(job);
         }
+        if self.gate.is_some() {
+            return self.run_gated(job);
+        }
         match job.direction {
             Direction::Write => self.page_out(job),
             Direction::Read => self.page_in(job),
@@ -234,6 +237,47 @@ impl Worker {
         if let Some(g) = &self.gate {
             g.admit();
         }
+    }
+
+    /// Under an arbiter: one chunk at a time, each admitted and finished (copy and I/O) before the next, since
+    /// an admission promises that the chunk ends inside the grant: the chunk time T(Q) is calibrated on the same
+    /// copy plus I/O.
+    fn run_gated(&self, job: &Job) -> Result<(), TransferError> {
+        let buf = &self.buffers[0];
+        let mut offset = 0u64;
+        for view in &job.views {
+            let len = view.len() as usize;
+            let at = job.device.offset(offset);
+            let mem = IoVec {
+                ptr: buf.as_ptr(),
+                len,
+            };
+            self.admit();
+            match job.direction {
+                Direction::Write => {
+                    // SAFETY: the device range is committed and ours for the job; the staging buffer is the
+                    // worker's and waits for the fence before its next use.
+                    let fence = unsafe { self.device.copy_to_host_async(at, buf.as_ptr(), len) }
+                        .map_err(TransferError::Copy)?;
+                    self.device.fence_wait(fence).map_err(TransferError::Copy)?;
+                    // SAFETY: the staging buffer holds the chunk; the transfer blocks; the slot is held by the
+                    // buffer's entry until the job's callback.
+                    unsafe { self.store.transfer_view(Direction::Write, view, &[mem]) }
+                        .map_err(TransferError::Io)?;
+                }
+                Direction::Read => {
+                    // SAFETY: as above, the other way round.
+                    unsafe { self.store.transfer_view(Direction::Read, view, &[mem]) }
+                        .map_err(TransferError::Io)?;
+                    // SAFETY: as above.
+                    let fence = unsafe { self.device.copy_from_host_async(at, buf.as_ptr(), len) }
+                        .map_err(TransferError::Copy)?;
+                    self.device.fence_wait(fence).map_err(TransferError::Copy)?;
+                }
+            }
+            offset += len as u64;
+        }
+        Ok(())
     }
 
     fn offset_of(&self, job: &Job, chunk: usize) -> u64 {
@@ -285,7 +329,6 @@ impl Worker {
             while error.is_none() && next < job.views.len() {
                 let Some(s) = free.pop() else { break };
                 let len = job.views[next].len() as usize;
-                self.admit();
                 // SAFETY: the device range is committed and ours for the job; the staging buffer is free and stays
                 // untouched until the fence is waited for below.
                 match unsafe {
@@ -404,7 +447,6 @@ impl Worker {
             }
             while error.is_none() && next < job.views.len() {
                 let Some(s) = free.pop() else { break };
-                self.admit();
                 match self.submit_io(Direction::Read, &job.views[next], s, next, &tx) {
                     Ok(()) => reads += 1,
                     Err(e) => {

@@ -32,6 +32,14 @@ struct Setup {
 /// A PREM task (load 300 µs, compute 1 ms, unload 200 µs, repeated) scripted on a fake clock, and a pool whose
 /// store's engine records each request's start and advances the clock by one chunk time.
 fn setup(engine: Arc<dyn IoEngine>, wrap_failing: Option<u64>) -> Setup {
+    setup_on(engine, wrap_failing, Arc::new(HostMemory::default()))
+}
+
+fn setup_on(
+    engine: Arc<dyn IoEngine>,
+    wrap_failing: Option<u64>,
+    device: Arc<dyn DeviceMemory>,
+) -> Setup {
     let clock = Arc::new(FakeClock::new(T0));
     let arbiter = Arbiter::in_process_with_clock(
         ArbiterConfig {
@@ -82,7 +90,6 @@ fn setup(engine: Arc<dyn IoEngine>, wrap_failing: Option<u64>) -> Setup {
             .unwrap(),
     );
     let gate = Arc::new(Gate::new(arbiter));
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
     let pool = Pool::new(
         PoolConfig::new(32 * MIB)
             .verify_checksums(true)
@@ -236,4 +243,57 @@ fn a_pool_calibrates_its_chunk_time_on_the_store() {
     assert!(t > Duration::ZERO && t < Duration::from_secs(1), "{t:?}");
     assert_eq!(pool.store().free_bytes(), pool.store().capacity_bytes());
     assert!(pool.gate().is_some());
+}
+
+/// The staging path (a device the host cannot address: the cuda backend over the fake driver) obeys the arbiter
+/// the same way: one admitted chunk (copy plus I/O) at a time, none in a memory phase, every byte kept.
+#[test]
+fn staged_paging_under_the_arbiter_keeps_out_of_memory_phases() {
+    use oversub_accel::cuda::testing::FakeDriver;
+    use oversub_accel::cuda::CudaMemory;
+    for (name, engine) in engines() {
+        let fake = Arc::new(FakeDriver::new(64 * MIB, 64 << 10));
+        let device: Arc<dyn DeviceMemory> =
+            Arc::new(CudaMemory::with_driver(fake.clone()).unwrap());
+        let s = setup_on(engine, None, device);
+        assert_eq!(s.pool.transfer_path(), "staging");
+        assert_eq!(s.pool.staging_chunk_bytes(), Some(CHUNK_BYTES));
+        let space = s.pool.address_space();
+        let sizes = [3 * MIB + 4096, MIB];
+        let bufs: Vec<_> = sizes
+            .iter()
+            .enumerate()
+            .map(|(i, &n)| {
+                let b = space.alloc(n, BufferFlags::DEFAULT).unwrap();
+                space.write(b, 0, &pattern(i as u64, n as usize)).unwrap();
+                b
+            })
+            .collect();
+        for _ in 0..2 {
+            for t in space.page_out_all_async().unwrap() {
+                t.finish().unwrap();
+            }
+            for &b in &bufs {
+                space.page_in(b).unwrap();
+            }
+        }
+        for (i, (&b, &n)) in bufs.iter().zip(&sizes).enumerate() {
+            let mut back = vec![0u8; n as usize];
+            space.read(b, 0, &mut back).unwrap();
+            assert!(
+                back == pattern(i as u64, n as usize),
+                "{name}: buffer {i} changed"
+            );
+        }
+        assert_no_chunk_in_a_memory_phase(&s);
+        assert!(
+            s.gate.stats().waits > 0,
+            "{name}: the gate never had to wait"
+        );
+        assert!(
+            fake.violations().is_empty(),
+            "{name}: {:?}",
+            fake.violations()
+        );
+    }
 }
