@@ -4,6 +4,7 @@ use clap::Subcommand;
 
 pub mod interference;
 pub mod paging;
+mod paging_cuda;
 pub mod tenants;
 
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -11,7 +12,8 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Page-in/page-out throughput and async overheads against direct I/O, demand paging and the raw io_uring
-    /// limit (the experiment of Secs. V-A and V-B, Figs. 12-13).
+    /// limit (the experiment of Secs. V-A and V-B, Figs. 12-13); with --device cuda, against the bus, the store,
+    /// naive read-and-copy, unified memory and keep-the-address paging on a GPU.
     Paging(paging::PagingArgs),
     /// How paging and copies slow DRAM-bound CPU tasks (Figs. 14-15), and how the SiΓ memory arbiter removes that
     /// interference for PREM tasks (alone / interfered / arbitrated, starvation curve).

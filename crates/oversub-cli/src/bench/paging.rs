@@ -30,6 +30,9 @@ const MIB: u64 = 1 << 20;
 pub enum DeviceKind {
     /// System DRAM as device memory (the integrated-GPU model).
     Host,
+    /// A CUDA GPU through the driver API: the pager's staging ring and host tier against the bus, the store,
+    /// unified memory and keep-the-address baselines (needs an NVIDIA GPU and its driver).
+    Cuda,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -56,42 +59,61 @@ impl From<EngineArg> for EngineChoice {
 pub struct PagingArgs {
     /// Size of the paged buffer (e.g. 256MiB, 1GiB).
     #[arg(long, default_value = "1GiB", value_parser = crate::parse_size_arg)]
-    size: u64,
-    /// Samples per measurement.
+    pub(super) size: u64,
+    /// Samples per measurement (with --device cuda, 3 to 5 are enough at 8 GiB).
     #[arg(long, default_value_t = 20)]
-    samples: usize,
+    pub(super) samples: usize,
     /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force;
     /// its contents are destroyed). Default: a new file in the system's temporary directory, removed afterwards.
     #[arg(long)]
-    store: Option<PathBuf>,
+    pub(super) store: Option<PathBuf>,
     /// Device-memory backend.
     #[arg(long, value_enum, default_value_t = DeviceKind::Host)]
-    device: DeviceKind,
+    pub(super) device: DeviceKind,
     /// I/O engine of the pager.
     #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
-    engine: EngineArg,
+    pub(super) engine: EngineArg,
     /// Largest single I/O request of the pager; a buffer's transfer is split only at this size.
     #[arg(long, default_value = "4MiB", value_parser = crate::parse_size_arg)]
-    max_io: u64,
+    pub(super) max_io: u64,
     /// Requests the pager keeps in flight.
     #[arg(long, default_value_t = 32)]
-    queue_depth: usize,
+    pub(super) queue_depth: usize,
     /// Write the results as JSON to this file.
     #[arg(long)]
-    json: Option<PathBuf>,
+    pub(super) json: Option<PathBuf>,
     /// Draw the box plot of Fig. 12 to this SVG file (the async calls of Fig. 13 go to NAME-async.svg).
     #[arg(long)]
-    plot: Option<PathBuf>,
+    pub(super) plot: Option<PathBuf>,
     /// Allow overwriting an existing file or block device named by --store.
     #[arg(long)]
-    force: bool,
-    /// Verify a checksum at every page-in (adds a pass over the bytes to each side).
+    pub(super) force: bool,
+    /// Verify a checksum at every page-in (adds a pass over the bytes to each side). Host backend only: the cuda
+    /// run always checks bytes at the start, middle and end of the buffer, and its device address, instead.
     #[arg(long)]
-    verify: bool,
+    pub(super) verify: bool,
     /// How to empty the page cache before each read: drop-caches (system-wide, needs root), fadvise (the store's
     /// pages only), or auto (drop-caches when allowed, else fadvise).
     #[arg(long, value_enum, default_value_t = CacheDropArg::Auto)]
-    cache_drop: CacheDropArg,
+    pub(super) cache_drop: CacheDropArg,
+    /// CUDA device ordinal (--device cuda).
+    #[arg(long, default_value_t = 0)]
+    pub(super) gpu: i32,
+    /// Size of one staging buffer of the pager's staging ring (--device cuda).
+    #[arg(long, default_value = "16MiB", value_parser = crate::parse_size_arg)]
+    pub(super) staging_chunk: u64,
+    /// Number of staging buffers in the ring (--device cuda).
+    #[arg(long, default_value_t = 8)]
+    pub(super) staging_chunks: usize,
+    /// Stage through pageable instead of pinned host memory (--device cuda).
+    #[arg(long)]
+    pub(super) pageable_staging: bool,
+    /// Leave out the unified-memory baseline (--device cuda; it needs NVRTC and managed memory).
+    #[arg(long)]
+    pub(super) skip_unified: bool,
+    /// Stage through host memory even where GPUDirect Storage (cuFile) works (--device cuda).
+    #[arg(long)]
+    pub(super) no_cufile: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -120,7 +142,7 @@ const NAMES: [&str; 11] = [
 ];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum CacheDrop {
+pub(super) enum CacheDrop {
     /// `echo 3 > /proc/sys/vm/drop_caches`: page, dentry and inode caches, as in the paper.
     DropCaches,
     /// `posix_fadvise(POSIX_FADV_DONTNEED)` on the store file only.
@@ -128,7 +150,7 @@ enum CacheDrop {
 }
 
 impl CacheDrop {
-    fn choose(arg: CacheDropArg) -> Result<CacheDrop, BoxError> {
+    pub(super) fn choose(arg: CacheDropArg) -> Result<CacheDrop, BoxError> {
         match arg {
             CacheDropArg::Fadvise => return Ok(CacheDrop::Fadvise),
             CacheDropArg::DropCaches => {
@@ -146,14 +168,14 @@ impl CacheDrop {
         })
     }
 
-    fn name(self) -> &'static str {
+    pub(super) fn name(self) -> &'static str {
         match self {
             CacheDrop::DropCaches => "drop_caches",
             CacheDrop::Fadvise => "posix_fadvise",
         }
     }
 
-    fn apply(self, fd: libc::c_int) -> Result<(), BoxError> {
+    pub(super) fn apply(self, fd: libc::c_int) -> Result<(), BoxError> {
         match self {
             CacheDrop::DropCaches => write_drop_caches()?,
             CacheDrop::Fadvise => {
@@ -179,10 +201,10 @@ fn write_drop_caches() -> std::io::Result<()> {
 }
 
 /// A file descriptor closed on drop.
-struct Fd(libc::c_int);
+pub(super) struct Fd(pub(super) libc::c_int);
 
 impl Fd {
-    fn open(path: &Path, flags: libc::c_int) -> Result<Fd, BoxError> {
+    pub(super) fn open(path: &Path, flags: libc::c_int) -> Result<Fd, BoxError> {
         let c = CString::new(path.as_os_str().as_bytes())?;
         // SAFETY: c is a valid NUL-terminated path.
         let fd = unsafe { libc::open(c.as_ptr(), flags | libc::O_CLOEXEC) };
@@ -206,7 +228,7 @@ impl Drop for Fd {
 }
 
 /// Removes the benchmark's own store file when the run ends, however it ends.
-struct RemoveOnDrop(Option<PathBuf>);
+pub(super) struct RemoveOnDrop(pub(super) Option<PathBuf>);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
@@ -217,7 +239,12 @@ impl Drop for RemoveOnDrop {
 }
 
 /// Loops a single read()/write() system call over short transfers (one call for the whole size in practice).
-fn rw_all(fd: libc::c_int, ptr: *mut u8, len: usize, write: bool) -> Result<(), BoxError> {
+pub(super) fn rw_all(
+    fd: libc::c_int,
+    ptr: *mut u8,
+    len: usize,
+    write: bool,
+) -> Result<(), BoxError> {
     let mut done = 0usize;
     while done < len {
         // SAFETY: ptr+done..ptr+len lies inside a live mapping owned by the caller.
@@ -271,13 +298,13 @@ struct Report {
 }
 
 #[derive(Debug, Serialize)]
-struct PagerIo {
-    read_requests: u64,
-    write_requests: u64,
-    bytes_read: u64,
-    bytes_written: u64,
-    errors: u64,
-    mean_request_latency_s: f64,
+pub(super) struct PagerIo {
+    pub(super) read_requests: u64,
+    pub(super) write_requests: u64,
+    pub(super) bytes_read: u64,
+    pub(super) bytes_written: u64,
+    pub(super) errors: u64,
+    pub(super) mean_request_latency_s: f64,
 }
 
 impl From<oversub_io::IoCountersSnapshot> for PagerIo {
@@ -305,7 +332,9 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     if args.size == 0 {
         return Err("--size must be at least one byte".into());
     }
-    let DeviceKind::Host = args.device;
+    if args.device == DeviceKind::Cuda {
+        return super::paging_cuda::run(args);
+    }
     let max_io = usize::try_from(args.max_io).map_err(|_| "--max-io too large")?;
     let size = usize::try_from(args.size).map_err(|_| "--size too large for this machine")?;
 
@@ -534,7 +563,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
 }
 
 /// Polls until the I/O side reports completion, then waits a little more so `finish` measures only its own work.
-fn wait_complete(done: impl Fn() -> bool) {
+pub(super) fn wait_complete(done: impl Fn() -> bool) {
     while !done() {
         std::thread::sleep(Duration::from_millis(1));
     }
@@ -543,7 +572,7 @@ fn wait_complete(done: impl Fn() -> bool) {
 
 /// The best the store gives: 1 MiB requests, all submitted at once to a queue-depth-32 engine, into memory that is
 /// already faulted in.
-fn raw_transfer(
+pub(super) fn raw_transfer(
     engine: &dyn IoEngine,
     fd: libc::c_int,
     buf: &mut Mapping,
@@ -569,7 +598,10 @@ fn raw_transfer(
     Ok(())
 }
 
-fn resolve_store(store: Option<&Path>, force: bool) -> Result<(PathBuf, bool), BoxError> {
+pub(super) fn resolve_store(
+    store: Option<&Path>,
+    force: bool,
+) -> Result<(PathBuf, bool), BoxError> {
     let fresh_name = || format!("oversub-bench-{}.swap", std::process::id());
     let Some(p) = store else {
         return Ok((std::env::temp_dir().join(fresh_name()), true));
