@@ -495,6 +495,22 @@ unsafe impl CudaDriver for CudarcDriver {
         })
     }
 
+    unsafe fn memset_d8_async(
+        &self,
+        dst: DeviceAddr,
+        value: u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), DriverError> {
+        guard("cuMemsetD8Async", || {
+            self.bind()?;
+            // SAFETY: the caller promises the range is mapped device memory with access set until the fill ends.
+            cu("cuMemsetD8Async", unsafe {
+                sys::cuMemsetD8Async(dst, value, len, stream_ptr(stream))
+            })
+        })
+    }
+
     unsafe fn memcpy_dtoh_async(
         &self,
         dst: *mut u8,

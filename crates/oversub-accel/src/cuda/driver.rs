@@ -171,6 +171,18 @@ pub unsafe trait CudaDriver: Send + Sync + std::fmt::Debug {
         stream: StreamHandle,
     ) -> Result<(), DriverError>;
 
+    /// Enqueues setting `len` bytes of device memory at `dst` to `value` (`cuMemsetD8Async`).
+    ///
+    /// # Safety
+    /// `[dst, dst + len)` is mapped device memory with access set until the fill completes.
+    unsafe fn memset_d8_async(
+        &self,
+        dst: DeviceAddr,
+        value: u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), DriverError>;
+
     /// Creates an event without timing (`cuEventCreate(CU_EVENT_DISABLE_TIMING)`).
     fn event_create(&self) -> Result<EventHandle, DriverError>;
 

@@ -394,34 +394,16 @@ unsafe impl DeviceMemory for CudaMemory {
     }
 
     fn zero_new(&self, range: &Reservation) -> Result<(), AccelError> {
-        // cuMemCreate's memory holds whatever was there before; copy zeros over it (a pass at bus speed).
-        const ZERO_CHUNK: usize = 4 << 20;
-        let zeros = HostBuffer::pageable(range.len.clamp(1, ZERO_CHUNK))?;
-        let mut off = 0;
-        let mut fences = Vec::new();
-        while off < range.len {
-            let n = zeros.len().min(range.len - off);
-            // SAFETY: the range is ours and committed (checked by the copy); `zeros` outlives the waits below.
-            match unsafe {
-                self.copy_from_host_async(range.addr.offset(off as u64), zeros.as_ptr(), n)
-            } {
-                Ok(f) => fences.push(f),
-                Err(e) => {
-                    for f in fences {
-                        let _ = self.fence_wait(f);
-                    }
-                    return Err(e);
-                }
+        // cuMemCreate's memory holds whatever was there before; the pager promises zeros.
+        let fence = self.copy_async(range.addr, range.len, self.h2d, || {
+            // SAFETY: the range is committed (checked by copy_async, its lock held while this is queued) and
+            // decommit drains this stream before unmapping.
+            unsafe {
+                self.driver
+                    .memset_d8_async(range.addr.0, 0, range.len, self.h2d)
             }
-            off += n;
-        }
-        let mut first = Ok(());
-        for f in fences {
-            if let Err(e) = self.fence_wait(f) {
-                first = first.and(Err(e));
-            }
-        }
-        first
+        })?;
+        self.fence_wait(fence)
     }
 
     fn alloc_host(&self, len: usize, pinned: bool) -> Result<HostBuffer, AccelError> {

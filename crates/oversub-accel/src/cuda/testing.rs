@@ -54,6 +54,12 @@ pub enum Call {
     CopyOutDone { src: DeviceAddr, len: usize },
     /// A queued host-to-device copy was carried out.
     CopyInDone { dst: DeviceAddr, len: usize },
+    /// A fill was queued.
+    FillQueued {
+        dst: DeviceAddr,
+        len: usize,
+        stream: u64,
+    },
     /// `cuMemHostAlloc`.
     HostAlloc { len: usize },
     /// `cuMemFreeHost`.
@@ -78,6 +84,11 @@ enum Op {
     CopyIn {
         dst: DeviceAddr,
         src: usize,
+        len: usize,
+    },
+    Fill {
+        dst: DeviceAddr,
+        value: u8,
         len: usize,
     },
     Event(u64),
@@ -235,6 +246,7 @@ impl FakeDriver {
         st.streams.values().flatten().any(|op| match *op {
             Op::CopyOut { src, len: n, .. } => overlaps(src, n, addr, len),
             Op::CopyIn { dst, len: n, .. } => overlaps(dst, n, addr, len),
+            Op::Fill { dst, len: n, .. } => overlaps(dst, n, addr, len),
             Op::Event(_) => false,
         })
     }
@@ -244,7 +256,7 @@ impl FakeDriver {
         st.streams.values().flatten().any(|op| match *op {
             Op::CopyOut { dst, len: n, .. } => dst < ptr + len && ptr < dst + n,
             Op::CopyIn { src, len: n, .. } => src < ptr + len && ptr < src + n,
-            Op::Event(_) => false,
+            Op::Fill { .. } | Op::Event(_) => false,
         })
     }
 
@@ -283,6 +295,17 @@ impl FakeDriver {
                     }
                     st.calls.push(Call::CopyOutDone { src, len });
                 }
+                Op::Fill { dst, value, len } => match Self::mapped(st, dst, len) {
+                    Some((start, h)) => {
+                        if let Some(mem) = st.allocations.get_mut(&h) {
+                            let off = (dst - start) as usize;
+                            mem[off..off + len].fill(value);
+                        }
+                    }
+                    None => st.violations.push(format!(
+                        "fill of {dst:#x} (+{len}) ran after its memory was unmapped"
+                    )),
+                },
                 Op::CopyIn { dst, src, len } => {
                     match Self::mapped(st, dst, len) {
                         Some((start, h)) => {
@@ -616,6 +639,35 @@ unsafe impl CudaDriver for FakeDriver {
                 src: src as usize,
                 len,
             });
+        }
+        Ok(())
+    }
+
+    unsafe fn memset_d8_async(
+        &self,
+        dst: DeviceAddr,
+        value: u8,
+        len: usize,
+        stream: StreamHandle,
+    ) -> Result<(), DriverError> {
+        let mut st = self.lock();
+        Self::enter(&mut st, "cuMemsetD8Async")?;
+        if !st.streams.contains_key(&stream.0) {
+            return Err(Self::invalid("cuMemsetD8Async"));
+        }
+        if Self::mapped(&st, dst, len).is_none() {
+            st.violations.push(format!(
+                "fill queued on {dst:#x} (+{len}), which is not mapped with access granted"
+            ));
+            return Err(Self::invalid("cuMemsetD8Async"));
+        }
+        st.calls.push(Call::FillQueued {
+            dst,
+            len,
+            stream: stream.0,
+        });
+        if let Some(q) = st.streams.get_mut(&stream.0) {
+            q.push_back(Op::Fill { dst, value, len });
         }
         Ok(())
     }
