@@ -9,10 +9,11 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use oversub_accel::{AccelError, DeviceMemory, DevicePtr, Fence, HostBuffer};
+use oversub_accel::{DeviceMemory, DevicePtr, Fence, HostBuffer};
 use oversub_arbiter::Gate;
 use oversub_io::{Extent, ExtentAllocator, IoError};
 
+use crate::staging::{TransferCallback, TransferError};
 use crate::PagerError;
 
 /// Granule of the tier's allocator.
@@ -168,7 +169,7 @@ impl HostTier {
         slot: &HostSlot,
         len: u64,
         to_host: bool,
-        on_done: Box<dyn FnOnce(Result<(), AccelError>) + Send>,
+        on_done: TransferCallback,
     ) -> Result<(), PagerError> {
         let chunk = self
             .gate
@@ -227,7 +228,7 @@ impl HostTier {
                     result = result.and(Err(e));
                 }
             }
-            on_done(result);
+            on_done(result.map_err(TransferError::Copy));
         });
         let tx = self
             .tx

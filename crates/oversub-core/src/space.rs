@@ -184,6 +184,23 @@ impl From<TransferError> for OpFailure {
     }
 }
 
+/// The completion of a page-out's copy away (to the store or the host tier): release the memory, then settle.
+fn release_when_copied(
+    device: Arc<dyn oversub_accel::DeviceMemory>,
+    op: Arc<OpState>,
+    reservation: Reservation,
+) -> crate::staging::TransferCallback {
+    Box::new(move |result: Result<(), TransferError>| {
+        let outcome = match result {
+            // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
+            Ok(()) => unsafe { device.decommit(&reservation) }
+                .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
+            Err(err) => Err(Failed::kept_memory(err.into())),
+        };
+        op.complete(outcome);
+    })
+}
+
 /// A failed operation and whether its memory is already given back.
 #[derive(Debug)]
 struct Failed {
@@ -693,20 +710,8 @@ impl AddressSpace {
             .as_ref()
             .and_then(|t| t.allocate(e.io_bytes).map(|hs| (t, hs)))
         {
-            let on_done = {
-                let device = Arc::clone(&pool.device);
-                let op = Arc::clone(&op);
-                let reservation = e.reservation;
-                Box::new(move |result: Result<(), AccelError>| {
-                    let outcome = match result {
-                        // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
-                        Ok(()) => unsafe { device.decommit(&reservation) }
-                            .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
-                        Err(err) => Err(Failed::kept_memory(OpFailure::Copy(err))),
-                    };
-                    op.complete(outcome);
-                })
-            };
+            let on_done =
+                release_when_copied(Arc::clone(&pool.device), Arc::clone(&op), e.reservation);
             // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
             // the entry's alone.
             if let Err(err) = unsafe {
@@ -730,20 +735,8 @@ impl AddressSpace {
             let checksum_before = host
                 .filter(|_| pool.verify_checksums)
                 .map(|ptr| checksum(ptr, e.size_bytes));
-            let on_done = {
-                let device = Arc::clone(&pool.device);
-                let op = Arc::clone(&op);
-                let reservation = e.reservation;
-                Box::new(move |result: Result<(), TransferError>| {
-                    let outcome = match result {
-                        // SAFETY: the write is complete and the buffer is PagingOut, so nothing uses its memory.
-                        Ok(()) => unsafe { device.decommit(&reservation) }
-                            .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
-                        Err(err) => Err(Failed::kept_memory(err.into())),
-                    };
-                    op.complete(outcome);
-                })
-            };
+            let on_done =
+                release_when_copied(Arc::clone(&pool.device), Arc::clone(&op), e.reservation);
             // SAFETY: the memory stays committed until on_done has run: the buffer is marked PagingOut below (under
             // the same lock), `free` refuses buffers with an operation in flight, and the address space is kept
             // alive by the ticket, whose finish waits for on_done.
@@ -837,9 +830,6 @@ impl AddressSpace {
         };
         match (&e.host, &pool.host_tier, &e.slot) {
             (Some(hs), Some(tier), _) => {
-                let cb = Box::new(move |r: Result<(), AccelError>| {
-                    on_done(r.map_err(TransferError::Copy))
-                });
                 // SAFETY: as below.
                 unsafe {
                     tier.submit(
@@ -848,7 +838,7 @@ impl AddressSpace {
                         hs,
                         e.io_bytes,
                         false,
-                        cb,
+                        on_done,
                     )
                 }
                 .map_err(undo)?;

@@ -63,6 +63,8 @@ struct Job {
     device: DevicePtr,
     /// The slot's parts, one per chunk, in order (chunk i covers bytes [i × chunk, ...) of the buffer).
     views: Vec<SlotView>,
+    /// Length of every view but the last.
+    chunk_bytes: u64,
     on_done: TransferCallback,
 }
 
@@ -202,6 +204,7 @@ impl Staging {
             direction,
             device,
             views,
+            chunk_bytes: self.chunk_bytes,
             on_done,
         })
         .map_err(|_| IoError::Shutdown)
@@ -280,10 +283,6 @@ impl Worker {
         Ok(())
     }
 
-    fn offset_of(&self, job: &Job, chunk: usize) -> u64 {
-        job.views[..chunk].iter().map(SlotView::len).sum()
-    }
-
     /// Submits the store I/O of `chunk` on staging buffer `s`; completion arrives on `tx`.
     fn submit_io(
         &self,
@@ -316,7 +315,6 @@ impl Worker {
         let mut writes = 0usize;
         let mut error: Option<TransferError> = None;
         let mut next = 0usize;
-        let mut next_offset = 0u64;
         loop {
             while let Ok((s, _, r)) = rx.try_recv() {
                 writes -= 1;
@@ -333,7 +331,7 @@ impl Worker {
                 // untouched until the fence is waited for below.
                 match unsafe {
                     self.device.copy_to_host_async(
-                        job.device.offset(next_offset),
+                        job.device.offset(next as u64 * job.chunk_bytes),
                         self.buffers[s].as_ptr(),
                         len,
                     )
@@ -345,7 +343,6 @@ impl Worker {
                         break;
                     }
                 }
-                next_offset += len as u64;
                 next += 1;
             }
             // The oldest copy's bytes are in its buffer once its fence completes: write them.
@@ -408,7 +405,7 @@ impl Worker {
                 return;
             }
             let len = job.views[chunk].len() as usize;
-            let at = job.device.offset(self.offset_of(job, chunk));
+            let at = job.device.offset(chunk as u64 * job.chunk_bytes);
             // SAFETY: the device range is committed and ours for the job; the staging buffer holds the chunk's
             // bytes and is not reused until the fence is waited for.
             match unsafe {

@@ -11,7 +11,7 @@
 //! the pager's way. Each call first makes the driver's primary context current on the calling thread, since the
 //! pager calls from worker threads.
 
-use std::ffi::{c_int, c_void, CString};
+use std::ffi::{c_int, c_void};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 
@@ -21,6 +21,7 @@ use cudarc::driver::{result, sys, CudaContext};
 use super::driver::{
     CudaDriver, DeviceAddr, DeviceInfo, DriverError, EventHandle, PhysHandle, StreamHandle,
 };
+use super::loading::can_dlopen;
 use crate::AccelError;
 
 /// The driver library's soname, tried before the other names cudarc's loader knows.
@@ -271,22 +272,6 @@ fn driver_library() -> Result<(), AccelError> {
         "no CUDA driver found ({DRIVER_SONAME} could not be loaded): the cuda backend needs an NVIDIA GPU and its \
          driver"
     )))
-}
-
-/// Whether `dlopen` finds the library `name`.
-pub(super) fn can_dlopen(name: &str) -> bool {
-    let Ok(c) = CString::new(name) else {
-        return false;
-    };
-    // SAFETY: `c` is a NUL-terminated name; dlopen returns null or a handle. Loading runs the library's
-    // initialisers, as cudarc's loader would when it loads the same library.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return false;
-    }
-    // SAFETY: `handle` came from the dlopen above and is closed once.
-    unsafe { libc::dlclose(handle) };
-    true
 }
 
 /// `cuInit`, the driver's version and the device count; errors when there is no device or the driver is too

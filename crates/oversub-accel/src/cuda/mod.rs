@@ -12,6 +12,7 @@
 mod cudarc_driver;
 pub mod cufile;
 mod driver;
+pub mod loading;
 mod memory;
 pub mod spin;
 pub mod testing;

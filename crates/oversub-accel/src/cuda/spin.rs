@@ -21,19 +21,16 @@
 //! that, to PTX for the driver to compile. Without NVRTC [`SpinKernel::new`] says so
 //! ([`AccelError::Unsupported`]); nothing here needs CUDA to build.
 
-use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::{
-    sys, CudaContext, CudaFunction, CudaModule, CudaStream, LaunchConfig, PushKernelArg,
-};
-use cudarc::nvrtc;
+use cudarc::driver::{sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 
-use super::cudarc_driver::{bind_context, can_dlopen, cu, driver_error, panic_message};
+use super::cudarc_driver::{bind_context, cu, driver_error, panic_message};
 use super::driver::CudaDriver;
+use super::loading::{detect_nvrtc, load_module};
 use super::CudarcDriver;
 use crate::AccelError;
 
@@ -76,7 +73,7 @@ impl SpinKernel {
     /// Errors: [`AccelError::Unsupported`] without NVRTC, or when the kernel cannot be compiled or loaded;
     /// [`AccelError::Driver`] when a driver call fails.
     pub fn new(driver: &CudarcDriver) -> Result<SpinKernel, AccelError> {
-        detect_nvrtc()?;
+        detect_nvrtc("the spin kernel needs it")?;
         catch_unwind(AssertUnwindSafe(|| Self::build(driver))).unwrap_or_else(|payload| {
             Err(AccelError::Unsupported(format!(
                 "the spin kernel could not be built: panic in the CUDA bindings: {}",
@@ -88,7 +85,7 @@ impl SpinKernel {
     fn build(driver: &CudarcDriver) -> Result<SpinKernel, AccelError> {
         let ctx = driver.context().clone();
         bind_context(&ctx)?;
-        let module = load_module(&ctx).map_err(|why| {
+        let module = load_module(&ctx, SPIN_SRC).map_err(|why| {
             AccelError::Unsupported(format!("the spin kernel could not be built: {why}"))
         })?;
         let func = module
@@ -236,91 +233,6 @@ fn panicked(call: &'static str, payload: &(dyn std::any::Any + Send)) -> AccelEr
     })
 }
 
-/// Whether NVRTC can be loaded under the names cudarc's loader tries (its loader panics otherwise).
-fn detect_nvrtc() -> Result<(), AccelError> {
-    let names = cudarc::get_lib_name_candidates("nvrtc");
-    if names.iter().any(|n| can_dlopen(n)) {
-        return Ok(());
-    }
-    let tried: Vec<&str> = names
-        .iter()
-        .filter(|n| n.contains(".so"))
-        .map(String::as_str)
-        .collect();
-    Err(AccelError::Unsupported(format!(
-        "no NVRTC library found (tried {}): the spin kernel needs it",
-        tried.join(", ")
-    )))
-}
-
-/// The kernel as a cubin for the device's architecture or, if that cannot be built or loaded, as PTX (which a
-/// driver older than the NVRTC may refuse, hence the cubin first). Errors say why, in words.
-fn load_module(ctx: &Arc<CudaContext>) -> Result<Arc<CudaModule>, String> {
-    let (major, minor) = ctx
-        .compute_capability()
-        .map_err(|e| format!("querying the compute capability: {:?}", e.0))?;
-    let cubin_failed = match compile_cubin(major, minor) {
-        Ok(image) => match ctx.load_module(nvrtc::Ptx::from_binary(image)) {
-            Ok(m) => return Ok(m),
-            Err(e) => format!("loading the sm_{major}{minor} cubin: {:?}", e.0),
-        },
-        Err(why) => why,
-    };
-    let ptx =
-        nvrtc::compile_ptx(SPIN_SRC).map_err(|e| format!("{cubin_failed}; compiling PTX: {e}"))?;
-    ctx.load_module(ptx)
-        .map_err(|e| format!("{cubin_failed}; loading the PTX: {:?}", e.0))
-}
-
-/// An NVRTC program, destroyed on drop.
-struct Program(nvrtc::sys::nvrtcProgram);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: the program came from nvrtcCreateProgram and is destroyed once.
-        let _ = unsafe { nvrtc::result::destroy_program(self.0) };
-    }
-}
-
-/// Compiles the kernel to a cubin for `sm_<major><minor>`.
-fn compile_cubin(major: i32, minor: i32) -> Result<Vec<u8>, String> {
-    let src = CString::new(SPIN_SRC).map_err(|e| format!("kernel source: {e}"))?;
-    let prog = Program(
-        nvrtc::result::create_program(&src, None)
-            .map_err(|e| format!("nvrtcCreateProgram: {:?}", e.0))?,
-    );
-    let arch = format!("--gpu-architecture=sm_{major}{minor}");
-    // SAFETY: `prog` is a live program; `src` outlives it (declared before it).
-    if let Err(e) = unsafe { nvrtc::result::compile_program(prog.0, std::slice::from_ref(&arch)) } {
-        // SAFETY: as above.
-        let log = unsafe { nvrtc::result::get_program_log(prog.0) }
-            .map(|l| {
-                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-                String::from_utf8_lossy(&bytes)
-                    .trim()
-                    .chars()
-                    .take(400)
-                    .collect::<String>()
-            })
-            .unwrap_or_default();
-        return Err(format!("nvrtcCompileProgram {arch}: {:?}: {log}", e.0));
-    }
-    let mut size: usize = 0;
-    // SAFETY: `prog` is a compiled program; valid out-pointer.
-    unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog.0, &mut size) }
-        .result()
-        .map_err(|e| format!("nvrtcGetCUBINSize: {:?}", e.0))?;
-    if size == 0 {
-        return Err(format!("NVRTC produced no cubin for {arch}"));
-    }
-    let mut image = vec![0_u8; size];
-    // SAFETY: `image` has the `size` bytes the call writes.
-    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog.0, image.as_mut_ptr().cast()) }
-        .result()
-        .map_err(|e| format!("nvrtcGetCUBIN: {:?}", e.0))?;
-    Ok(image)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -328,7 +240,7 @@ mod tests {
 
     #[test]
     fn detect_nvrtc_says_ok_or_unsupported() {
-        match detect_nvrtc() {
+        match detect_nvrtc("the spin kernel needs it") {
             Ok(()) => {}
             Err(AccelError::Unsupported(why)) => {
                 assert!(why.starts_with("no NVRTC library found"), "{why}");

@@ -702,16 +702,16 @@ fn ratios(r: &BTreeMap<&'static str, Summary>) -> Vec<Ratio> {
     ]
 }
 
-fn print_tables(size: u64, results: &BTreeMap<&'static str, Summary>, ratios: &[Ratio]) {
-    let rows: Vec<Vec<String>> = NAMES
+/// The table of timings, one row per measurement of `names` that has results, with `rate` naming its rate.
+pub(super) fn summary_table(
+    names: &[&str],
+    results: &BTreeMap<&'static str, Summary>,
+    rate: impl Fn(&str, &Summary) -> String,
+) -> String {
+    let rows: Vec<Vec<String>> = names
         .iter()
         .filter_map(|name| results.get(name).map(|s| (name, s)))
         .map(|(name, s)| {
-            let rate = if name.starts_with("async") {
-                "-".to_string()
-            } else {
-                oversub_report::format_rate_mbs(size, s.median_s)
-            };
             vec![
                 name.to_string(),
                 format_seconds(s.min_s),
@@ -720,26 +720,34 @@ fn print_tables(size: u64, results: &BTreeMap<&'static str, Summary>, ratios: &[
                 format_seconds(s.p99_s),
                 format_seconds(s.max_s),
                 format_seconds(s.std_s),
-                rate,
+                rate(name, s),
             ]
         })
         .collect();
-    println!(
-        "{}",
-        text_table(
-            &[
-                "measurement",
-                "min",
-                "median",
-                "mean",
-                "p99",
-                "max",
-                "std dev",
-                "median rate"
-            ],
-            &rows
-        )
-    );
+    text_table(
+        &[
+            "measurement",
+            "min",
+            "median",
+            "mean",
+            "p99",
+            "max",
+            "std dev",
+            "median rate",
+        ],
+        &rows,
+    )
+}
+
+fn print_tables(size: u64, results: &BTreeMap<&'static str, Summary>, ratios: &[Ratio]) {
+    let table = summary_table(&NAMES, results, |name, s| {
+        if name.starts_with("async") {
+            "-".to_string()
+        } else {
+            oversub_report::format_rate_mbs(size, s.median_s)
+        }
+    });
+    println!("{table}");
     let rows: Vec<Vec<String>> = ratios
         .iter()
         .map(|r| {

@@ -28,7 +28,6 @@
 //! (the pager's, the baselines' or the managed one), so the run needs the size plus a margin of free device memory.
 
 use std::collections::BTreeMap;
-use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::Path;
 use std::sync::Arc;
@@ -37,7 +36,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::{
     result as cu, sys, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg,
 };
-use cudarc::nvrtc;
+use oversub_accel::cuda::loading::{detect_nvrtc, load_module};
 use oversub_accel::cuda::{
     AddressRange, CudaDriver, CudaMemory, CudaMemoryConfig, CudarcDriver, Mapping as VmmMapping,
     PhysicalMemory, StreamHandle,
@@ -882,22 +881,6 @@ fn cu_err(what: &str, e: cu::DriverError) -> String {
     format!("{what}: {:?}", e.0)
 }
 
-/// Whether `dlopen` finds the library `name`.
-fn can_dlopen(name: &str) -> bool {
-    let Ok(c) = CString::new(name) else {
-        return false;
-    };
-    // SAFETY: `c` is a NUL-terminated name; dlopen returns null or a handle. Loading runs the library's
-    // initialisers, as cudarc's loader would when it loads the same library.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return false;
-    }
-    // SAFETY: `handle` came from the dlopen above and is closed once.
-    unsafe { libc::dlclose(handle) };
-    true
-}
-
 /// Managed memory (`cuMemAllocManaged`), freed on drop after the device has finished with it.
 #[derive(Debug)]
 struct Managed {
@@ -939,12 +922,7 @@ impl Unified {
     /// Everything the measurement needs, or why it cannot run. Allocates the managed buffer only when the size is
     /// at most [`UNIFIED_FREE_FRACTION`] of the device's free memory.
     fn new(ordinal: i32, size: usize) -> Result<Unified, String> {
-        let nvrtc_names = cudarc::get_lib_name_candidates("nvrtc");
-        if !nvrtc_names.iter().any(|n| can_dlopen(n)) {
-            return Err(
-                "no NVRTC library found: the unified-memory kernel cannot be compiled".into(),
-            );
-        }
+        detect_nvrtc("the unified-memory kernel needs it").map_err(|e| e.to_string())?;
         let driver = CudarcDriver::new(ordinal).map_err(|e| e.to_string())?;
         let ctx = Arc::clone(driver.context());
         let driver_version = driver.info().driver_version;
@@ -1094,67 +1072,11 @@ impl Unified {
     }
 }
 
-/// Compiles [`TOUCH_SRC`] to a cubin for the device's architecture and, failing that, to PTX, and loads it.
+/// Compiles [`TOUCH_SRC`] (a cubin for the device, else PTX) and finds its kernel.
 fn load_touch_kernel(ctx: &Arc<CudaContext>) -> Result<CudaFunction, String> {
-    let (major, minor) = ctx
-        .compute_capability()
-        .map_err(|e| cu_err("querying the compute capability", e))?;
-    let cubin_failed = match compile_cubin(major, minor) {
-        Ok(image) => match ctx.load_module(nvrtc::Ptx::from_binary(image)) {
-            Ok(m) => {
-                return m
-                    .load_function("oversub_um_touch")
-                    .map_err(|e| cu_err("finding oversub_um_touch", e))
-            }
-            Err(e) => format!("loading the sm_{major}{minor} cubin: {:?}", e.0),
-        },
-        Err(why) => why,
-    };
-    let ptx =
-        nvrtc::compile_ptx(TOUCH_SRC).map_err(|e| format!("{cubin_failed}; compiling PTX: {e}"))?;
-    let m = ctx
-        .load_module(ptx)
-        .map_err(|e| format!("{cubin_failed}; loading the PTX: {:?}", e.0))?;
-    m.load_function("oversub_um_touch")
+    load_module(ctx, TOUCH_SRC)?
+        .load_function("oversub_um_touch")
         .map_err(|e| cu_err("finding oversub_um_touch", e))
-}
-
-/// An NVRTC program, destroyed on drop.
-struct Program(nvrtc::sys::nvrtcProgram);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: the program came from nvrtcCreateProgram and is destroyed once.
-        let _ = unsafe { nvrtc::result::destroy_program(self.0) };
-    }
-}
-
-/// Compiles the kernel to a cubin for `sm_<major><minor>`.
-fn compile_cubin(major: i32, minor: i32) -> Result<Vec<u8>, String> {
-    let src = CString::new(TOUCH_SRC).map_err(|e| format!("kernel source: {e}"))?;
-    let prog = Program(
-        nvrtc::result::create_program(&src, None)
-            .map_err(|e| format!("nvrtcCreateProgram: {:?}", e.0))?,
-    );
-    let arch = format!("--gpu-architecture=sm_{major}{minor}");
-    // SAFETY: `prog` is a live program; `src` outlives it (declared before it).
-    if let Err(e) = unsafe { nvrtc::result::compile_program(prog.0, std::slice::from_ref(&arch)) } {
-        return Err(format!("nvrtcCompileProgram {arch}: {:?}", e.0));
-    }
-    let mut size: usize = 0;
-    // SAFETY: `prog` is a compiled program; valid out-pointer.
-    unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog.0, &mut size) }
-        .result()
-        .map_err(|e| format!("nvrtcGetCUBINSize: {:?}", e.0))?;
-    if size == 0 {
-        return Err(format!("NVRTC produced no cubin for {arch}"));
-    }
-    let mut image = vec![0_u8; size];
-    // SAFETY: `image` has the `size` bytes the call writes.
-    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog.0, image.as_mut_ptr().cast()) }
-        .result()
-        .map_err(|e| format!("nvrtcGetCUBIN: {:?}", e.0))?;
-    Ok(image)
 }
 
 /// The ratios of rates (a ratio of GB/s is the inverse ratio of median times, all transfers being the same size).
@@ -1243,42 +1165,13 @@ fn print_tables(
     rates: &BTreeMap<&'static str, f64>,
     ratios: &[CudaRatio],
 ) {
-    let rows: Vec<Vec<String>> = NAMES
-        .iter()
-        .filter_map(|name| results.get(name).map(|s| (name, s)))
-        .map(|(name, s)| {
-            let rate = rates
-                .get(name)
-                .filter(|r| r.is_finite())
-                .map_or_else(|| "-".to_string(), |r| format!("{r:.2} GB/s"));
-            vec![
-                name.to_string(),
-                format_seconds(s.min_s),
-                format_seconds(s.median_s),
-                format_seconds(s.mean_s),
-                format_seconds(s.p99_s),
-                format_seconds(s.max_s),
-                format_seconds(s.std_s),
-                rate,
-            ]
-        })
-        .collect();
-    println!(
-        "{}",
-        text_table(
-            &[
-                "measurement",
-                "min",
-                "median",
-                "mean",
-                "p99",
-                "max",
-                "std dev",
-                "median rate"
-            ],
-            &rows
-        )
-    );
+    let table = super::paging::summary_table(&NAMES, results, |name, _| {
+        rates
+            .get(name)
+            .filter(|r| r.is_finite())
+            .map_or_else(|| "-".to_string(), |r| format!("{r:.2} GB/s"))
+    });
+    println!("{table}");
     let rows: Vec<Vec<String>> = ratios
         .iter()
         .map(|r| {
