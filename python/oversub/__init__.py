@@ -1,0 +1,36 @@
+"""oversub: use more accelerator memory than the machine has.
+
+oversub pages whole buffers between device memory and a swap store (host memory, NVMe), ahead of need when a
+schedule says what runs next. This package binds the Rust runtime::
+
+    import oversub
+    pool = oversub.Pool(capacity="4GiB", store="/mnt/nvme", device="host")   # or device="cuda"
+    space = pool.address_space()
+    w = space.alloc("256MiB", read_only=True)       # model weights: written to the store once
+    w.numpy("float32")[:] = 1.0                      # a zero-copy NumPy view while resident
+    w.page_out()                                     # memory given back
+    h = w.page_in_async()                            # read runs in the background...
+    h.wait()                                         # ...or `await h`
+
+Errors are exceptions of :mod:`oversub.errors`, named after the Rust errors and carrying their messages. The
+schedule runtime and the simulators are here too (:func:`run_schedule`, :func:`plan_schedule`, :func:`sim_uvm`,
+:func:`sim_swap`), returning plain dicts; :func:`to_dataframe` turns their rows into a pandas DataFrame.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._oversub import AddressSpace, Buffer, Handle, Pool, __version__
+from .errors import *  # noqa: F401,F403  (the exception classes, also as oversub.<Name>)
+from .errors import Error
+
+__all__ = [
+    "Pool",
+    "AddressSpace",
+    "Buffer",
+    "Handle",
+    "Error",
+    "errors",
+    "__version__",
+]
+__all__ += [name for name in errors.__all__ if name not in __all__]

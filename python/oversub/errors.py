@@ -1,0 +1,172 @@
+"""The exceptions oversub raises.
+
+Every class is named after the Rust error (or error variant) it stands for and carries the Rust message unchanged as
+``str(exc)``. All derive from :class:`oversub.Error`; where a standard exception fits, they derive from it too
+(``OutOfMemoryError`` is a ``MemoryError``, ``IoError`` an ``OSError``, ``ViewError`` a ``BufferError``), so
+``except MemoryError`` keeps working in code that does not know oversub.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "Error",
+    "PagerError",
+    "UnknownBufferError",
+    "WrongAddressSpaceError",
+    "UnpageableError",
+    "AlreadyResidentError",
+    "AlreadyPagedOutError",
+    "OperationInFlightError",
+    "NotResidentError",
+    "ReadOnlyError",
+    "OutOfMemoryError",
+    "QuotaExceededError",
+    "OutOfBoundsError",
+    "InvalidSizeError",
+    "ChecksumMismatchError",
+    "UnsupportedError",
+    "InternalError",
+    "TenantError",
+    "IoError",
+    "StoreFullError",
+    "AccelError",
+    "NoDriverError",
+    "DeviceOutOfMemoryError",
+    "ViewError",
+    "ConfigError",
+    "RunError",
+    "SimError",
+    "SwapSimError",
+    "ProfileError",
+]
+
+
+class Error(Exception):
+    """Base class of every error raised by oversub."""
+
+
+# --- the pager (Rust: oversub_core::PagerError) ---------------------------------------------------------------------
+
+
+class PagerError(Error):
+    """The pager refused or failed an operation (Rust ``PagerError``). A refused call changes nothing."""
+
+
+class UnknownBufferError(PagerError):
+    """The buffer was freed, or belongs to another address space (``PagerError::UnknownBuffer``)."""
+
+
+class WrongAddressSpaceError(PagerError, ValueError):
+    """A handle was given to an address space that did not issue it (``PagerError::WrongAddressSpace``)."""
+
+
+class UnpageableError(PagerError):
+    """The buffer is unpageable and cannot be paged (``PagerError::Unpageable``)."""
+
+
+class AlreadyResidentError(PagerError):
+    """Page-in of a buffer that is already resident (``PagerError::AlreadyResident``)."""
+
+
+class AlreadyPagedOutError(PagerError):
+    """Page-out of a buffer that is already paged out (``PagerError::AlreadyPagedOut``)."""
+
+
+class OperationInFlightError(PagerError):
+    """The buffer has a paging operation in flight; wait for its handle first (``PagerError::OperationInFlight``)."""
+
+
+class NotResidentError(PagerError):
+    """The buffer's bytes are not in device memory now, so they cannot be viewed or accessed
+    (``PagerError::NotResident``)."""
+
+
+class ReadOnlyError(PagerError):
+    """A write to a read-only buffer whose bytes are already on the store (``PagerError::ReadOnly``)."""
+
+
+class OutOfMemoryError(PagerError, MemoryError):
+    """The pool has not enough free capacity (``PagerError::OutOfMemory``)."""
+
+
+class QuotaExceededError(PagerError, MemoryError):
+    """A tenant address space is at its resident quota (``PagerError::QuotaExceeded``)."""
+
+
+class OutOfBoundsError(PagerError, IndexError):
+    """An access outside the buffer (``PagerError::OutOfBounds``)."""
+
+
+class InvalidSizeError(PagerError, ValueError):
+    """A zero or overflowing size (``PagerError::InvalidSize``)."""
+
+
+class ChecksumMismatchError(PagerError):
+    """The bytes read back at page-in differ from those written at page-out (``PagerError::ChecksumMismatch``)."""
+
+
+class UnsupportedError(PagerError):
+    """The configuration or operation cannot work here (``PagerError::Unsupported``)."""
+
+
+class InternalError(PagerError):
+    """Internal bookkeeping broke an invariant; please report it (``PagerError::Internal``)."""
+
+
+class TenantError(Error):
+    """A tenant quota or the tenant planner refused its input (Rust ``TenantError``)."""
+
+
+# --- storage and devices -------------------------------------------------------------------------------------------
+
+
+class IoError(Error, OSError):
+    """The swap store failed (Rust ``oversub_io::IoError``)."""
+
+
+class StoreFullError(IoError):
+    """The swap store has no room for the buffer (``IoError::StoreFull``); give the pool a larger
+    ``store_capacity``."""
+
+
+class AccelError(Error):
+    """The device-memory backend failed (Rust ``oversub_accel::AccelError``)."""
+
+
+class NoDriverError(AccelError):
+    """No CUDA driver could be loaded (``AccelError::NoDriver``)."""
+
+
+class DeviceOutOfMemoryError(AccelError, MemoryError):
+    """The device itself ran out of memory (``AccelError::OutOfMemory``)."""
+
+
+# --- Python-side views ---------------------------------------------------------------------------------------------
+
+
+class ViewError(Error, BufferError):
+    """A view (NumPy array, memoryview, DLPack tensor) is in the way: the buffer cannot be paged out or freed while
+    views of it are alive, and a view cannot be made in the asked dtype or shape."""
+
+
+# --- schedules and simulators --------------------------------------------------------------------------------------
+
+
+class ConfigError(Error, ValueError):
+    """A schedule configuration is not valid (Rust ``oversub_sched::ConfigError``)."""
+
+
+class RunError(Error):
+    """A schedule run failed (Rust ``oversub_sched::RunError``)."""
+
+
+class SimError(Error):
+    """The unified-memory simulator refused its input or failed (Rust ``oversub_sim::uvm::SimError``)."""
+
+
+class SwapSimError(Error):
+    """The swap-space simulator refused its input or failed (Rust ``oversub_sim::swap::SwapSimError``)."""
+
+
+class ProfileError(Error):
+    """A platform profile could not be read or is not valid (Rust ``oversub_profile::ProfileError``)."""

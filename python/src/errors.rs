@@ -1,0 +1,144 @@
+//! Rust errors as Python exceptions of the `oversub.errors` hierarchy, with the Rust message unchanged.
+//!
+//! The classes are defined in Python (`oversub/errors.py`) so they can also derive from the standard exceptions
+//! (`MemoryError`, `OSError`, ...); Rust only picks the class by variant and formats the message. [`Raised`] is the
+//! GIL-free form, so errors can cross threads that do not hold the GIL and be raised later, once or many times.
+
+use oversub_accel::AccelError;
+use oversub_core::PagerError;
+use oversub_io::IoError;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyType;
+
+/// An exception to raise: its class in `oversub.errors` and its message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Raised {
+    pub class: &'static str,
+    pub message: String,
+}
+
+impl Raised {
+    pub(crate) fn new(class: &'static str, message: impl Into<String>) -> Raised {
+        Raised {
+            class,
+            message: message.into(),
+        }
+    }
+
+    /// The Python exception; falls back to `RuntimeError` should the class be missing.
+    pub(crate) fn to_pyerr(&self, py: Python<'_>) -> PyErr {
+        match error_class(py, self.class) {
+            Ok(ty) => PyErr::from_type(ty, (self.message.clone(),)),
+            Err(e) => e,
+        }
+    }
+}
+
+impl From<Raised> for PyErr {
+    fn from(r: Raised) -> PyErr {
+        Python::attach(|py| r.to_pyerr(py))
+    }
+}
+
+fn error_class<'py>(py: Python<'py>, name: &'static str) -> PyResult<Bound<'py, PyType>> {
+    static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || {
+        py.import("oversub.errors").map(Bound::unbind)
+    })?;
+    Ok(module.bind(py).getattr(name)?.cast_into::<PyType>()?)
+}
+
+/// Converts a Rust error into the exception that stands for it.
+pub(crate) trait ToRaised {
+    fn to_raised(&self) -> Raised;
+}
+
+impl ToRaised for PagerError {
+    fn to_raised(&self) -> Raised {
+        let class = match self {
+            PagerError::Store(io) => return io.to_raised(),
+            PagerError::Device(accel) => return accel.to_raised(),
+            PagerError::UnknownBuffer(_) => "UnknownBufferError",
+            PagerError::WrongAddressSpace(_) => "WrongAddressSpaceError",
+            PagerError::Unpageable(_) => "UnpageableError",
+            PagerError::AlreadyResident(_) => "AlreadyResidentError",
+            PagerError::AlreadyPagedOut(_) => "AlreadyPagedOutError",
+            PagerError::OperationInFlight { .. } => "OperationInFlightError",
+            PagerError::NotResident { .. } => "NotResidentError",
+            PagerError::ReadOnly(_) => "ReadOnlyError",
+            PagerError::OutOfMemory { .. } => "OutOfMemoryError",
+            PagerError::QuotaExceeded { .. } => "QuotaExceededError",
+            PagerError::Tenant(_) => "TenantError",
+            PagerError::OutOfBounds { .. } => "OutOfBoundsError",
+            PagerError::InvalidSize(_) => "InvalidSizeError",
+            PagerError::ChecksumMismatch { .. } => "ChecksumMismatchError",
+            PagerError::Unsupported(_) => "UnsupportedError",
+            PagerError::Internal(_) => "InternalError",
+            _ => "PagerError",
+        };
+        Raised::new(class, self.to_string())
+    }
+}
+
+impl ToRaised for IoError {
+    fn to_raised(&self) -> Raised {
+        let class = match self {
+            IoError::StoreFull { .. } => "StoreFullError",
+            _ => "IoError",
+        };
+        Raised::new(class, self.to_string())
+    }
+}
+
+impl ToRaised for AccelError {
+    fn to_raised(&self) -> Raised {
+        let class = match self {
+            AccelError::NoDriver(_) => "NoDriverError",
+            AccelError::OutOfMemory(_) => "DeviceOutOfMemoryError",
+            _ => "AccelError",
+        };
+        Raised::new(class, self.to_string())
+    }
+}
+
+impl ToRaised for oversub_sched::ConfigError {
+    fn to_raised(&self) -> Raised {
+        Raised::new("ConfigError", self.to_string())
+    }
+}
+
+impl ToRaised for oversub_sched::RunError {
+    fn to_raised(&self) -> Raised {
+        Raised::new("RunError", self.to_string())
+    }
+}
+
+impl ToRaised for oversub_sim::uvm::SimError {
+    fn to_raised(&self) -> Raised {
+        Raised::new("SimError", self.to_string())
+    }
+}
+
+impl ToRaised for oversub_sim::swap::SwapSimError {
+    fn to_raised(&self) -> Raised {
+        Raised::new("SwapSimError", self.to_string())
+    }
+}
+
+impl ToRaised for oversub_profile::ProfileError {
+    fn to_raised(&self) -> Raised {
+        Raised::new("ProfileError", self.to_string())
+    }
+}
+
+/// `result.py()?`: a Rust result as a Python one.
+pub(crate) trait OrRaise<T> {
+    fn py(self) -> PyResult<T>;
+}
+
+impl<T, E: ToRaised> OrRaise<T> for Result<T, E> {
+    fn py(self) -> PyResult<T> {
+        self.map_err(|e| e.to_raised().into())
+    }
+}

@@ -1,0 +1,34 @@
+//! Python bindings of oversub: the `oversub._oversub` extension module behind the `oversub` package.
+//!
+//! It binds the pager (`Pool`, `AddressSpace`, `Buffer`, async `Handle`), zero-copy views of resident buffers
+//! (buffer protocol, DLPack, `__cuda_array_interface__`), and the schedule runtime and simulators, whose results
+//! come back as plain dicts. Rust errors become exceptions of `oversub.errors` with the Rust message. The
+//! pure-Python part (`python/oversub/`) adds the exception classes, pandas helpers and type stubs.
+
+mod errors;
+mod pager;
+mod studies;
+mod util;
+mod views;
+
+use pyo3::prelude::*;
+
+/// The native part of the `oversub` package; import `oversub` instead.
+#[pymodule]
+fn _oversub(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    init_logging();
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    pager::register(m)?;
+    studies::register(m)?;
+    Ok(())
+}
+
+/// `RUST_LOG` controls the Rust side's `tracing` logs (to stderr), as for the `oversub` command.
+fn init_logging() {
+    if std::env::var_os("RUST_LOG").is_some() {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}

@@ -1,0 +1,42 @@
+//! Small conversions shared by the bindings: sizes written as `"4GiB"` or ints, Rust values as Python dicts.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyString;
+
+/// A byte count given as an int or as a size string (`"256MiB"`, `"1GiB"`, `"4096"`). `what` names the argument
+/// in the error.
+pub(crate) fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
+    if let Ok(s) = obj.cast::<PyString>() {
+        let text = s.to_str()?;
+        return oversub_report::parse_size(text).map_err(|e| {
+            PyValueError::new_err(format!("{what}: cannot read {text:?} as a size: {e}"))
+        });
+    }
+    match obj.extract::<i128>() {
+        Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
+            "{what} must not be negative, got {n}"
+        ))),
+        Ok(n) => u64::try_from(n)
+            .map_err(|_| PyValueError::new_err(format!("{what} is too large: {n}"))),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be an int (bytes) or a size string such as \"4GiB\", not {}",
+            obj.get_type().name()?
+        ))),
+    }
+}
+
+/// A serialisable Rust value as plain Python objects (dicts, lists, floats, ints, strings, None), through JSON.
+pub(crate) fn to_python<'py, T: serde::Serialize>(
+    py: Python<'py>,
+    value: &T,
+) -> PyResult<Bound<'py, PyAny>> {
+    static LOADS: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let text = serde_json::to_string(value)
+        .map_err(|e| PyValueError::new_err(format!("cannot convert the result: {e}")))?;
+    let loads = LOADS.get_or_try_init(py, || {
+        Ok::<_, PyErr>(py.import("json")?.getattr("loads")?.unbind())
+    })?;
+    loads.bind(py).call1((text,))
+}
