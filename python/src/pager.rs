@@ -29,7 +29,35 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AddressSpace>()?;
     m.add_class::<Buffer>()?;
     m.add_class::<Handle>()?;
+    m.add_function(wrap_pyfunction!(rust_paging_loop, m)?)?;
     Ok(())
+}
+
+/// The baseline of `python -m oversub.bench overhead`: the same page-out/page-in loop over `buffers` as Python
+/// code would run, made by Rust calling the pager directly (GIL released). Returns (seconds, operations).
+#[pyfunction]
+#[pyo3(name = "_rust_paging_loop")]
+fn rust_paging_loop(
+    py: Python<'_>,
+    buffers: Vec<Bound<'_, Buffer>>,
+    rounds: usize,
+) -> PyResult<(f64, u64)> {
+    let cores: Vec<Arc<BufCore>> = buffers.iter().map(|b| Arc::clone(&b.get().core)).collect();
+    let elapsed = py
+        .detach(|| -> Result<Duration, PagerError> {
+            let start = Instant::now();
+            for _ in 0..rounds {
+                for c in &cores {
+                    c.space.space.page_out(c.handle)?;
+                }
+                for c in &cores {
+                    c.space.space.page_in(c.handle)?;
+                }
+            }
+            Ok(start.elapsed())
+        })
+        .py()?;
+    Ok((elapsed.as_secs_f64(), (2 * rounds * cores.len()) as u64))
 }
 
 /// Locks, ignoring poisoning: every critical section here leaves its data consistent.
@@ -623,9 +651,13 @@ impl Buffer {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        // The page-in waited for its copies, so no consumer stream needs to wait; only the legacy capsule is made.
-        let _ = (stream, max_version);
-        crate::views::dlpack(slf, dl_device, copy)
+        // The page-in waited for its copies, so no consumer stream needs to wait.
+        let _ = stream;
+        let versioned = match max_version {
+            Some(v) if !v.is_none() => v.extract::<(u32, u32)>()?.0 >= 1,
+            _ => false,
+        };
+        crate::views::dlpack(slf, dl_device, copy, versioned)
     }
 
     /// (device type, device id) for DLPack: (1, 0) for host, (2, ordinal) for CUDA.

@@ -187,12 +187,14 @@ pub(crate) fn cuda_array_interface<'py>(slf: &Bound<'py, Buffer>) -> PyResult<Bo
     Ok(d)
 }
 
-// --- DLPack (the legacy, unversioned ABI, which every consumer accepts) -----------------------------------------
+// --- DLPack: the versioned ABI (1.0, with a read-only flag) for consumers that ask for it, else the legacy one --
 
 const DL_CPU: i32 = 1;
 const DL_CUDA: i32 = 2;
 const DL_UINT: u8 = 1;
 const CAPSULE_NAME: &CStr = c"dltensor";
+const VERSIONED_CAPSULE_NAME: &CStr = c"dltensor_versioned";
+const DL_FLAG_READ_ONLY: u64 = 1;
 
 #[repr(C)]
 #[derive(Debug, Clone, Copy)]
@@ -227,6 +229,56 @@ struct DlManagedTensor {
     dl_tensor: DlTensor,
     manager_ctx: *mut c_void,
     deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
+}
+
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+struct DlPackVersion {
+    major: u32,
+    minor: u32,
+}
+
+#[repr(C)]
+#[derive(Debug)]
+struct DlManagedTensorVersioned {
+    version: DlPackVersion,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DlTensor,
+}
+
+/// The versioned managed tensor with what it points to (first field first, as for [`Exported`]).
+#[repr(C)]
+#[derive(Debug)]
+struct ExportedVersioned {
+    tensor: DlManagedTensorVersioned,
+    shape: [i64; 1],
+    core: Arc<BufCore>,
+}
+
+unsafe extern "C" fn dl_deleter_versioned(tensor: *mut DlManagedTensorVersioned) {
+    if tensor.is_null() {
+        return;
+    }
+    // SAFETY: as for `dl_deleter`, with ExportedVersioned.
+    let exported = unsafe { Box::from_raw(tensor.cast::<ExportedVersioned>()) };
+    release_buffer(&exported.core);
+}
+
+unsafe extern "C" fn capsule_destructor_versioned(capsule: *mut ffi::PyObject) {
+    // SAFETY: as for `capsule_destructor`, with the versioned name.
+    unsafe {
+        if ffi::PyCapsule_IsValid(capsule, VERSIONED_CAPSULE_NAME.as_ptr()) == 1 {
+            let p = ffi::PyCapsule_GetPointer(capsule, VERSIONED_CAPSULE_NAME.as_ptr())
+                .cast::<DlManagedTensorVersioned>();
+            if !p.is_null() {
+                if let Some(d) = (*p).deleter {
+                    d(p);
+                }
+            }
+        }
+    }
 }
 
 /// The managed tensor with what it points to; `tensor` comes first so a pointer to it is a pointer to the whole.
@@ -273,11 +325,13 @@ pub(crate) fn dlpack_device(buf: &Buffer) -> (i32, i32) {
 }
 
 /// `__dlpack__`: a capsule holding a 1-D uint8 tensor over the resident buffer, counted as a view until the
-/// consumer's tensor is deleted.
+/// consumer's tensor is deleted. `versioned` when the consumer accepts DLPack 1.0 (it can then carry the
+/// read-only flag; legacy consumers such as NumPy make their arrays read-only).
 pub(crate) fn dlpack<'py>(
     slf: &Bound<'py, Buffer>,
     dl_device: Option<(i32, i32)>,
     copy: Option<bool>,
+    versioned: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let py = slf.py();
     let buf = slf.get();
@@ -312,44 +366,82 @@ pub(crate) fn dlpack<'py>(
     };
     let len = i64::try_from(core.nbytes)
         .map_err(|_| PyBufferError::new_err("buffer too large for DLPack"))?;
-    let mut exported = Box::new(Exported {
-        tensor: DlManagedTensor {
-            dl_tensor: DlTensor {
-                data,
-                device: DlDevice {
-                    device_type: device.0,
-                    device_id: device.1,
-                },
-                ndim: 1,
-                dtype: DlDataType {
-                    code: DL_UINT,
-                    bits: 8,
-                    lanes: 1,
-                },
-                shape: std::ptr::null_mut(),
-                strides: std::ptr::null_mut(),
-                byte_offset: 0,
-            },
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(dl_deleter),
+    let tensor = DlTensor {
+        data,
+        device: DlDevice {
+            device_type: device.0,
+            device_id: device.1,
         },
-        shape: [len],
-        core: Arc::clone(&core),
-    });
-    exported.tensor.dl_tensor.shape = exported.shape.as_mut_ptr();
-    let raw = Box::into_raw(exported);
-    // SAFETY: `raw` is a valid leaked box whose first field is the managed tensor; the capsule's destructor or
-    // the consumer frees it exactly once through `dl_deleter`.
-    let capsule = unsafe {
-        ffi::PyCapsule_New(
-            raw.cast::<c_void>(),
-            CAPSULE_NAME.as_ptr(),
-            Some(capsule_destructor),
-        )
+        ndim: 1,
+        dtype: DlDataType {
+            code: DL_UINT,
+            bits: 8,
+            lanes: 1,
+        },
+        shape: std::ptr::null_mut(),
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    let capsule = if versioned {
+        let mut exported = Box::new(ExportedVersioned {
+            tensor: DlManagedTensorVersioned {
+                version: DlPackVersion { major: 1, minor: 0 },
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(dl_deleter_versioned),
+                // A stored read-only buffer's bytes must not change (later page-outs do not write them again).
+                flags: if core.read_only && info.stored {
+                    DL_FLAG_READ_ONLY
+                } else {
+                    0
+                },
+                dl_tensor: tensor,
+            },
+            shape: [len],
+            core: Arc::clone(&core),
+        });
+        exported.tensor.dl_tensor.shape = exported.shape.as_mut_ptr();
+        let raw = Box::into_raw(exported);
+        // SAFETY: `raw` is a valid leaked box whose first field is the managed tensor; the capsule's destructor
+        // or the consumer frees it exactly once through `dl_deleter_versioned`.
+        let capsule = unsafe {
+            ffi::PyCapsule_New(
+                raw.cast::<c_void>(),
+                VERSIONED_CAPSULE_NAME.as_ptr(),
+                Some(capsule_destructor_versioned),
+            )
+        };
+        if capsule.is_null() {
+            // SAFETY: the capsule was not made, so nothing else owns `raw`; the view was not counted yet.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+        capsule
+    } else {
+        let mut exported = Box::new(Exported {
+            tensor: DlManagedTensor {
+                dl_tensor: tensor,
+                manager_ctx: std::ptr::null_mut(),
+                deleter: Some(dl_deleter),
+            },
+            shape: [len],
+            core: Arc::clone(&core),
+        });
+        exported.tensor.dl_tensor.shape = exported.shape.as_mut_ptr();
+        let raw = Box::into_raw(exported);
+        // SAFETY: as above, through `dl_deleter`.
+        let capsule = unsafe {
+            ffi::PyCapsule_New(
+                raw.cast::<c_void>(),
+                CAPSULE_NAME.as_ptr(),
+                Some(capsule_destructor),
+            )
+        };
+        if capsule.is_null() {
+            // SAFETY: the capsule was not made, so nothing else owns `raw`.
+            drop(unsafe { Box::from_raw(raw) });
+        }
+        capsule
     };
     if capsule.is_null() {
-        // SAFETY: the capsule was not made, so nothing else owns `raw`; the view was not counted yet.
-        drop(unsafe { Box::from_raw(raw) });
         return Err(PyErr::fetch(py));
     }
     *views += 1;
