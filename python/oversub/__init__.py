@@ -20,15 +20,33 @@ schedule runtime and the simulators are here too (:func:`run_schedule`, :func:`p
 from __future__ import annotations
 
 from . import errors
-from ._oversub import AddressSpace, Buffer, Handle, Pool, __version__
+from ._oversub import (
+    AddressSpace,
+    Buffer,
+    Handle,
+    Pool,
+    __version__,
+    load_schedule,
+    plan_schedule,
+    run_schedule,
+    sim_swap,
+    sim_uvm,
+)
 from .errors import *  # noqa: F401,F403  (the exception classes, also as oversub.<Name>)
 from .errors import Error
+from .frames import to_dataframe
 
 __all__ = [
     "Pool",
     "AddressSpace",
     "Buffer",
     "Handle",
+    "load_schedule",
+    "plan_schedule",
+    "run_schedule",
+    "sim_uvm",
+    "sim_swap",
+    "to_dataframe",
     "Error",
     "errors",
     "__version__",

@@ -43,9 +43,7 @@ impl From<Raised> for PyErr {
 
 fn error_class<'py>(py: Python<'py>, name: &'static str) -> PyResult<Bound<'py, PyType>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-    let module = MODULE.get_or_try_init(py, || {
-        py.import("oversub.errors").map(Bound::unbind)
-    })?;
+    let module = MODULE.get_or_try_init(py, || py.import("oversub.errors").map(Bound::unbind))?;
     Ok(module.bind(py).getattr(name)?.cast_into::<PyType>()?)
 }
 

@@ -562,7 +562,9 @@ impl Buffer {
         let space = &self.core.space.space;
         let handle = self.core.handle;
         PyBytes::new_with(py, len, |out| {
-            space.read(handle, offset, out).map_err(|e| e.to_raised().into())
+            space
+                .read(handle, offset, out)
+                .map_err(|e| e.to_raised().into())
         })
     }
 

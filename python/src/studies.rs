@@ -1,7 +1,1448 @@
 //! The schedule runtime and the simulators from Python (results as plain dicts).
+//!
+//! Each function mirrors an `oversub` command and returns what its `--json` output holds, as dicts and lists:
+//! `load_schedule` (the validated configuration), `plan_schedule` (`oversub plan`), `run_schedule` (`oversub run`),
+//! `sim_uvm` (`oversub sim uvm`) and `sim_swap` (`oversub sim swap`). The command-line glue they need (choosing the
+//! store's bandwidths, sizing the pool, parsing names) is repeated here, since the command is a binary. Long work runs
+//! with the GIL released, so other Python threads keep running.
 
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use oversub_accel::{DeviceMemory, HostMemory};
+use oversub_core::{BufferFlags, Pool, PoolConfig};
+use oversub_io::SwapStore;
+use oversub_profile::{Profile, SwapMachine};
+use oversub_sched::plan::{self, feasible_table, max_oversubscription};
+use oversub_sched::{Bandwidths, DeviceKind, Mode, RunOptions, RunResult, System, Work};
+use oversub_sim::swap::scenarios::{self as swap_scenarios, BUILTIN};
+use oversub_sim::swap::{
+    run_study, DirectAccess, Evictable, Policy as SwapPolicy, PrioritySource, Scenario, Study,
+    StudyOptions,
+};
+use oversub_sim::uvm::cost::CostModel;
+use oversub_sim::uvm::policy::{Policy as UvmPolicy, LAZY_PG_STAT_THRESHOLDS};
+use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, SimConfig, SimResult};
+use oversub_sim::uvm::suite::{
+    ratio_percent, run_suite, speedups, SpeedupRow, SuiteSpec, TraceSource,
+};
+use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
+use oversub_tenants::swap::AlphaRule;
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::types::PyString;
+use serde::Serialize;
 
-pub(crate) fn register(_m: &Bound<'_, PyModule>) -> PyResult<()> {
+use crate::errors::{Raised, ToRaised};
+use crate::util::{size_arg, to_python};
+
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(load_schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(plan_schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(run_schedule, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_uvm, m)?)?;
+    m.add_function(wrap_pyfunction!(sim_swap, m)?)?;
     Ok(())
+}
+
+/// A Rust error as the exception to raise later (GIL-free, so it can leave a `py.detach` closure).
+fn raised<E: ToRaised>(e: E) -> Raised {
+    e.to_raised()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Arguments shared by several functions.
+
+/// Where a schedule configuration comes from.
+#[derive(Debug)]
+enum Source {
+    Path(PathBuf),
+    Text(String),
+}
+
+/// Names the configuration in error messages when it is given as text.
+const TEXT_ORIGIN: &str = "<text>";
+
+fn source(config: Option<PathBuf>, text: Option<String>) -> PyResult<Source> {
+    match (config, text) {
+        (Some(p), None) => Ok(Source::Path(p)),
+        (None, Some(t)) => Ok(Source::Text(t)),
+        (Some(_), Some(_)) => Err(PyTypeError::new_err(
+            "give the configuration either as a path or as text=..., not both",
+        )),
+        (None, None) => Err(PyTypeError::new_err(
+            "give the configuration: the path of a TOML file, or its text as text=...",
+        )),
+    }
+}
+
+fn load(src: &Source) -> Result<System, Raised> {
+    match src {
+        Source::Path(p) => oversub_sched::load_system(p),
+        Source::Text(t) => oversub_sched::parse_system(t, TEXT_ORIGIN),
+    }
+    .map_err(raised)
+}
+
+const MODE_NAMES: &str = "\"async\", \"sync\", \"demand\"";
+
+/// The modes a `mode=` string stands for; `"all"` only where `allow_all`.
+fn parse_modes(mode: &str, allow_all: bool) -> PyResult<Vec<Mode>> {
+    let m = mode.trim().to_ascii_lowercase();
+    if let Some(found) = Mode::ALL.iter().find(|x| x.name() == m) {
+        return Ok(vec![*found]);
+    }
+    if allow_all && m == "all" {
+        return Ok(Mode::ALL.to_vec());
+    }
+    let all = if allow_all { ", \"all\"" } else { "" };
+    Err(PyValueError::new_err(format!(
+        "mode must be one of {MODE_NAMES}{all}, not {mode:?}"
+    )))
+}
+
+/// Either a string (comma separated, as on the command line) or an iterable of strings (each may hold commas too).
+fn names_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<String>> {
+    let Some(obj) = obj else {
+        return Ok(Vec::new());
+    };
+    let mut items: Vec<String> = Vec::new();
+    if let Ok(s) = obj.cast::<PyString>() {
+        items.push(s.to_str()?.to_string());
+    } else {
+        let iter = obj.try_iter().map_err(|_| {
+            PyTypeError::new_err(format!(
+                "{what} must be a string or a sequence of strings, not {}",
+                obj.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_string(), |n| n.to_string())
+            ))
+        })?;
+        for item in iter {
+            let item = item?;
+            let s = item.cast::<PyString>().map_err(|_| {
+                PyTypeError::new_err(format!(
+                    "{what} must hold strings, not {}",
+                    item.repr()
+                        .map_or_else(|_| "?".to_string(), |r| r.to_string())
+                ))
+            })?;
+            items.push(s.to_str()?.to_string());
+        }
+    }
+    Ok(items
+        .iter()
+        .flat_map(|s| s.split(','))
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// One path (str or os.PathLike) or an iterable of them.
+fn paths_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<PathBuf>> {
+    let Some(obj) = obj else {
+        return Ok(Vec::new());
+    };
+    if obj.is_instance_of::<PyString>() || obj.hasattr("__fspath__")? {
+        return Ok(vec![obj.extract::<PathBuf>()?]);
+    }
+    let iter = obj.try_iter().map_err(|_| {
+        PyTypeError::new_err(format!(
+            "{what} must be a path (str or os.PathLike) or a sequence of paths"
+        ))
+    })?;
+    iter.map(|item| item?.extract::<PathBuf>()).collect()
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// The schedule runtime: bandwidths, pools, analyses (as `oversub plan` and `oversub run` do them).
+
+/// The store's bandwidths and where they came from.
+#[derive(Debug, Clone, Copy)]
+struct StoreSpeed {
+    bw: Bandwidths,
+    /// "given", "profile" or "measured".
+    source: &'static str,
+}
+
+/// The store's bandwidths from a platform profile's `[storage]` table (docs/profile.md).
+fn read_profile(path: &Path) -> Result<Bandwidths, Raised> {
+    let profile = Profile::load(path).map_err(raised)?;
+    let storage = profile.storage.ok_or_else(|| {
+        Raised::new(
+            "ProfileError",
+            format!(
+                "{} has no [storage] table: run `oversub probe` to measure the store, or add one",
+                path.display()
+            ),
+        )
+    })?;
+    // Positive and finite: `Profile::load` checked.
+    Ok(Bandwidths {
+        read_bytes_per_s: storage.read_bytes_per_s,
+        write_bytes_per_s: storage.write_bytes_per_s,
+    })
+}
+
+fn store_dir(store: Option<&Path>) -> PathBuf {
+    match store {
+        Some(p) if p.is_dir() => p.to_path_buf(),
+        Some(p) => p
+            .parent()
+            .map_or_else(std::env::temp_dir, Path::to_path_buf),
+        None => std::env::temp_dir(),
+    }
+}
+
+/// The pager's page-in and page-out speed on the store: the slowest of three round trips of `size` bytes, since
+/// plans need speeds the store keeps up under sustained load, not its best (as `oversub plan` measures it).
+fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths, Raised> {
+    let store = Arc::new(
+        SwapStore::builder()
+            .capacity_bytes(size)
+            .create_temp(&store_dir(store))
+            .map_err(raised)?,
+    );
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    let pool = Pool::new(PoolConfig::new(size), device, store).map_err(raised)?;
+    let space = pool.address_space();
+    let b = space.alloc(size, BufferFlags::DEFAULT).map_err(raised)?;
+    let chunk = vec![0x5Au8; 4 << 20];
+    let mut offset = 0u64;
+    while offset < size {
+        let n = (size - offset).min(chunk.len() as u64);
+        let part = chunk.get(..n as usize).unwrap_or(&chunk);
+        space.write(b, offset, part).map_err(raised)?;
+        offset += n;
+    }
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let t = Instant::now();
+        space.page_out(b).map_err(raised)?;
+        writes.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        space.page_in(b).map_err(raised)?;
+        reads.push(t.elapsed().as_secs_f64());
+    }
+    let slowest = |v: &[f64]| v.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
+    Ok(Bandwidths {
+        read_bytes_per_s: size as f64 / slowest(&reads),
+        write_bytes_per_s: size as f64 / slowest(&writes),
+    })
+}
+
+/// Given bandwidths, else the profile's, else measured on the configuration's store.
+fn store_speed(
+    given: Option<Bandwidths>,
+    profile: Option<&Path>,
+    system: &System,
+) -> Result<StoreSpeed, Raised> {
+    if let Some(bw) = given {
+        return Ok(StoreSpeed {
+            bw,
+            source: "given",
+        });
+    }
+    if let Some(p) = profile {
+        return Ok(StoreSpeed {
+            bw: read_profile(p)?,
+            source: "profile",
+        });
+    }
+    Ok(StoreSpeed {
+        bw: measure_bandwidths(system.platform.store.as_deref(), 256 << 20)?,
+        source: "measured",
+    })
+}
+
+/// `bandwidths=(read, write)`, checked.
+fn bandwidths_arg(given: Option<(f64, f64)>) -> PyResult<Option<Bandwidths>> {
+    let Some((read, write)) = given else {
+        return Ok(None);
+    };
+    for (what, v) in [("read", read), ("write", write)] {
+        if !(v.is_finite() && v > 0.0) {
+            return Err(PyValueError::new_err(format!(
+                "bandwidths: the {what} bandwidth must be a positive number of bytes per second, not {v}"
+            )));
+        }
+    }
+    Ok(Some(Bandwidths {
+        read_bytes_per_s: read,
+        write_bytes_per_s: write,
+    }))
+}
+
+/// What one slot of the steady state pages, and the time it has for it.
+#[derive(Debug, Serialize)]
+struct SlotPaging {
+    component: String,
+    cpu: usize,
+    gpu: Option<usize>,
+    /// Offset of the slot in the hyperperiod.
+    start_s: f64,
+    page_outs: usize,
+    page_ins: usize,
+    /// Bytes that cross to or from the store.
+    io_bytes: u64,
+    /// Store time the operations take at the plan's bandwidths.
+    paging_s: f64,
+    /// Time between the paging's issue and the slot's start.
+    available_s: f64,
+    /// Why the slot cannot run as planned; None when it can.
+    problem: Option<String>,
+}
+
+/// The analysis of one mode (`oversub plan --json`, plus the steady-state paging per slot).
+#[derive(Debug, Serialize)]
+struct ModeAnalysis {
+    target_period_s: f64,
+    feasible_at_target: bool,
+    min_feasible_period_s: Option<f64>,
+    page_outs_per_hyperperiod: usize,
+    bytes_paged_per_hyperperiod: u64,
+    min_capacity_bytes: Option<u64>,
+    max_oversubscription: Option<f64>,
+    problems: Vec<String>,
+    slots: Vec<SlotPaging>,
+}
+
+fn analyse(system: &System, mode: Mode, bw: Bandwidths) -> ModeAnalysis {
+    let p = plan::plan(system, mode, plan::ANALYSIS_HYPERPERIODS, bw);
+    let name = |c: usize| {
+        system
+            .components
+            .get(c)
+            .map_or_else(|| format!("component {c}"), |x| x.name.clone())
+    };
+    let mut problems: Vec<String> = p
+        .slots
+        .iter()
+        .filter(|s| s.instance.hyperperiod > 0)
+        .filter_map(|s| {
+            s.problem.as_ref().map(|m| {
+                format!(
+                    "{} at {:.1} ms (CPU {}): {m}",
+                    name(s.instance.component),
+                    (s.instance.start_s - s.instance.hyperperiod as f64 * p.hyperperiod_s) * 1e3,
+                    s.instance.cpu
+                )
+            })
+        })
+        .collect();
+    problems.dedup();
+    let last = p.hyperperiods.saturating_sub(1);
+    let base = last as f64 * p.hyperperiod_s;
+    let slots = p
+        .slots
+        .iter()
+        .filter(|s| s.instance.hyperperiod == last)
+        .map(|s| SlotPaging {
+            component: name(s.instance.component),
+            cpu: s.instance.cpu,
+            gpu: s.instance.gpu,
+            start_s: s.instance.start_s - base,
+            page_outs: s.page_outs.len(),
+            page_ins: s.page_ins.len(),
+            io_bytes: s.ops().map(|o| o.io_bytes).sum(),
+            // An empty sum is -0.0.
+            paging_s: s.paging_s() + 0.0,
+            available_s: s.instance.start_s - s.issue_s,
+            problem: s.problem.clone(),
+        })
+        .collect();
+    let ov = max_oversubscription(system, mode, bw);
+    ModeAnalysis {
+        target_period_s: system.table.hyperperiod_s,
+        feasible_at_target: plan::steady_feasible(system, mode, bw),
+        min_feasible_period_s: feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s),
+        page_outs_per_hyperperiod: p.steady_page_outs_per_hyperperiod(),
+        bytes_paged_per_hyperperiod: p.steady_io_bytes_per_hyperperiod(),
+        min_capacity_bytes: ov.map(|o| o.0),
+        max_oversubscription: ov.map(|o| o.1),
+        problems,
+        slots,
+    }
+}
+
+#[derive(Debug, Serialize)]
+struct PlanOut {
+    read_bytes_per_s: f64,
+    write_bytes_per_s: f64,
+    bandwidth_source: &'static str,
+    demand_bytes: u64,
+    capacity_bytes: u64,
+    hyperperiod_s: f64,
+    modes: BTreeMap<&'static str, ModeAnalysis>,
+}
+
+/// A pool and store sized for `system` (as `oversub run` sizes them).
+fn pool_for(system: &System) -> Result<Pool, Raised> {
+    let n = system.buffers().len() as u64;
+    // Reservations are whole pages: a page of slack per buffer keeps the planned capacity exact in bytes.
+    let slack = n * 4096;
+    let store_bytes = system.demand_bytes() + n * (2 << 20) + (64 << 20);
+    let dir = store_dir(system.platform.store.as_deref());
+    let store = Arc::new(
+        SwapStore::builder()
+            .capacity_bytes(store_bytes)
+            .create_temp(&dir)
+            .map_err(raised)?,
+    );
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    Pool::new(
+        PoolConfig::new(system.platform.capacity_bytes + slack),
+        device,
+        store,
+    )
+    .map_err(raised)
+}
+
+/// One run as `run_schedule` returns it: the run's record and the figures `oversub run --json` adds.
+#[derive(Debug, Serialize)]
+struct RunOut {
+    #[serde(flatten)]
+    result: RunResult,
+    met_target: bool,
+    counted_slots: usize,
+    hyperperiods_counted: usize,
+    min_feasible_period_s: Option<f64>,
+    at_min_period: bool,
+    read_bytes_per_s: f64,
+    write_bytes_per_s: f64,
+    bandwidth_source: &'static str,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct RunSettings {
+    hyperperiods: usize,
+    warmup: usize,
+    pin_threads: bool,
+    at_min_period: bool,
+    settle_s: f64,
+}
+
+fn run_one(
+    system: &System,
+    mode: Mode,
+    speed: StoreSpeed,
+    s: RunSettings,
+) -> Result<RunOut, Raised> {
+    // The planner's searches are costly: find the feasible table once, for the result and for at_min_period.
+    let min_table = feasible_table(system, mode, speed.bw);
+    let minp = min_table.as_ref().map(|t| t.table.hyperperiod_s);
+    let table = if s.at_min_period {
+        min_table
+            .ok_or_else(|| Raised::new("RunError", format!("{mode}: no feasible period found")))?
+    } else {
+        system.clone()
+    };
+    let p = plan::plan(&table, mode, s.hyperperiods + s.warmup, speed.bw);
+    let pool = pool_for(&table)?;
+    let space = pool.address_space();
+    let options = RunOptions {
+        pin_threads: s.pin_threads,
+        settle_s: s.settle_s,
+        warmup_hyperperiods: s.warmup,
+        progress: None,
+    };
+    let r = oversub_sched::run(&table, &space, &p, &options).map_err(raised)?;
+    Ok(RunOut {
+        met_target: r.met_target(),
+        counted_slots: r.counted_slots(),
+        hyperperiods_counted: r.hyperperiods.saturating_sub(r.warmup_hyperperiods),
+        min_feasible_period_s: minp,
+        at_min_period: s.at_min_period,
+        read_bytes_per_s: speed.bw.read_bytes_per_s,
+        write_bytes_per_s: speed.bw.write_bytes_per_s,
+        bandwidth_source: speed.source,
+        result: r,
+    })
+}
+
+// --- load_schedule's view of a configuration ---------------------------------------------------------------------
+
+#[derive(Debug, Serialize)]
+struct PlatformOut {
+    capacity_bytes: u64,
+    store: Option<String>,
+    device: &'static str,
+    cpus: usize,
+    gpus: usize,
+}
+
+#[derive(Debug, Serialize)]
+struct WorkOut {
+    kind: &'static str,
+    compute_s: f64,
+}
+
+#[derive(Debug, Serialize)]
+struct BufferOut {
+    name: String,
+    size_bytes: u64,
+    read_only: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct ComponentOut {
+    name: String,
+    budget_s: f64,
+    period_s: f64,
+    cpus: Vec<usize>,
+    gpus: Vec<usize>,
+    work: WorkOut,
+    buffers: Vec<BufferOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct SlotOut {
+    component: String,
+    start_s: f64,
+    length_s: f64,
+    cpu: usize,
+    gpu: Option<usize>,
+}
+
+#[derive(Debug, Serialize)]
+struct TableOut {
+    hyperperiod_s: f64,
+    slots: Vec<SlotOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct SystemOut {
+    platform: PlatformOut,
+    components: Vec<ComponentOut>,
+    table: TableOut,
+    demand_bytes: u64,
+    oversubscription: f64,
+}
+
+fn describe(system: &System) -> SystemOut {
+    let p = &system.platform;
+    let demand = system.demand_bytes();
+    SystemOut {
+        platform: PlatformOut {
+            capacity_bytes: p.capacity_bytes,
+            store: p.store.as_ref().map(|s| s.display().to_string()),
+            device: match p.device {
+                DeviceKind::Host => "host",
+            },
+            cpus: p.cpus,
+            gpus: p.gpus,
+        },
+        components: system
+            .components
+            .iter()
+            .map(|c| ComponentOut {
+                name: c.name.clone(),
+                budget_s: c.budget_s,
+                period_s: c.period_s,
+                cpus: c.cpus.clone(),
+                gpus: c.gpus.clone(),
+                work: match c.work {
+                    Work::Spin { compute_s } => WorkOut {
+                        kind: "spin",
+                        compute_s,
+                    },
+                    Work::Sleep { compute_s } => WorkOut {
+                        kind: "sleep",
+                        compute_s,
+                    },
+                },
+                buffers: c
+                    .buffers
+                    .iter()
+                    .map(|b| BufferOut {
+                        name: b.name.clone(),
+                        size_bytes: b.size_bytes,
+                        read_only: b.read_only,
+                    })
+                    .collect(),
+            })
+            .collect(),
+        table: TableOut {
+            hyperperiod_s: system.table.hyperperiod_s,
+            slots: system
+                .table
+                .slots
+                .iter()
+                .map(|s| SlotOut {
+                    component: system
+                        .components
+                        .get(s.component)
+                        .map_or_else(|| format!("component {}", s.component), |c| c.name.clone()),
+                    start_s: s.start_s,
+                    length_s: s.length_s,
+                    cpu: s.cpu,
+                    gpu: s.gpu,
+                })
+                .collect(),
+        },
+        demand_bytes: demand,
+        oversubscription: (demand as f64 / p.capacity_bytes.max(1) as f64 - 1.0).max(0.0),
+    }
+}
+
+/// Reads and validates a schedule configuration (TOML; see examples/paper.toml and the `oversub_sched::config`
+/// documentation) without planning or running it.
+///
+/// Args:
+///     config: path of the TOML file (str or os.PathLike).
+///     text: the TOML text itself, instead of a path (error messages then name it ``<text>``).
+///
+/// Returns:
+///     dict with ``platform`` (capacity_bytes, store, device, cpus, gpus), ``components`` (list: name, budget_s,
+///     period_s, cpus, gpus, work {kind, compute_s}, buffers [{name, size_bytes, read_only}]), ``table``
+///     (hyperperiod_s, slots [{component, start_s, length_s, cpu, gpu}]; a derived table when the file has none),
+///     ``demand_bytes`` (all buffers) and ``oversubscription`` (demand / capacity - 1, at least 0). Times are
+///     seconds.
+///
+/// Raises:
+///     oversub.errors.ConfigError: the file cannot be read or is not a valid configuration; the message names
+///         the file, line and column.
+///     TypeError: neither or both of ``config`` and ``text`` given.
+#[pyfunction]
+#[pyo3(signature = (config=None, *, text=None))]
+fn load_schedule<'py>(
+    py: Python<'py>,
+    config: Option<PathBuf>,
+    text: Option<String>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let src = source(config, text)?;
+    let system = py.detach(|| load(&src)).map_err(|r| r.to_pyerr(py))?;
+    to_python(py, &describe(&system))
+}
+
+/// Analyses a schedule configuration, as ``oversub plan --json`` does: per paging mode, whether the table runs
+/// at its own period, the shortest period that works, the paging per hyperperiod, the smallest capacity and the
+/// largest oversubscription that still work, and the steady-state paging per slot.
+///
+/// The store's bandwidths come from ``bandwidths``, else from the ``[storage]`` table of ``profile``, else they are
+/// measured (three 256 MiB round trips through the pager on the configuration's store; a second or two).
+///
+/// Args:
+///     config: path of the TOML configuration (str or os.PathLike).
+///     text: the TOML text itself, instead of a path.
+///     mode: ``"all"`` (default), ``"async"``, ``"sync"`` or ``"demand"``.
+///     profile: platform profile (``oversub probe --out FILE``) whose ``[storage]`` table gives the bandwidths.
+///     bandwidths: ``(read_bytes_per_s, write_bytes_per_s)`` of the store (page-in, page-out), instead of a
+///         profile or a measurement.
+///
+/// Returns:
+///     dict with ``read_bytes_per_s``, ``write_bytes_per_s``, ``bandwidth_source`` ("given", "profile" or
+///     "measured"), ``demand_bytes``, ``capacity_bytes``, ``hyperperiod_s`` and ``modes``: {mode name: analysis},
+///     each analysis holding ``target_period_s``, ``feasible_at_target``, ``min_feasible_period_s`` (None: none
+///     found), ``page_outs_per_hyperperiod``, ``bytes_paged_per_hyperperiod``, ``min_capacity_bytes``,
+///     ``max_oversubscription`` (None when even the full demand does not work), ``problems`` (list of str) and
+///     ``slots`` (steady state, one dict per slot: component, cpu, gpu, start_s, page_outs, page_ins, io_bytes,
+///     paging_s, available_s, problem).
+///
+/// Raises:
+///     oversub.errors.ConfigError: the configuration cannot be read or is not valid.
+///     oversub.errors.ProfileError: the profile cannot be read, is not valid or has no ``[storage]`` table.
+///     oversub.errors.IoError, oversub.errors.PagerError: measuring the store failed.
+///     ValueError: an unknown mode or a bandwidth that is not a positive number.
+#[pyfunction]
+#[pyo3(signature = (config=None, *, text=None, mode="all", profile=None, bandwidths=None))]
+fn plan_schedule<'py>(
+    py: Python<'py>,
+    config: Option<PathBuf>,
+    text: Option<String>,
+    mode: &str,
+    profile: Option<PathBuf>,
+    bandwidths: Option<(f64, f64)>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let src = source(config, text)?;
+    let modes = parse_modes(mode, true)?;
+    let given = bandwidths_arg(bandwidths)?;
+    let out = py
+        .detach(|| -> Result<PlanOut, Raised> {
+            let system = load(&src)?;
+            let speed = store_speed(given, profile.as_deref(), &system)?;
+            Ok(PlanOut {
+                read_bytes_per_s: speed.bw.read_bytes_per_s,
+                write_bytes_per_s: speed.bw.write_bytes_per_s,
+                bandwidth_source: speed.source,
+                demand_bytes: system.demand_bytes(),
+                capacity_bytes: system.platform.capacity_bytes,
+                hyperperiod_s: system.table.hyperperiod_s,
+                modes: modes
+                    .iter()
+                    .map(|&m| (m.name(), analyse(&system, m, speed.bw)))
+                    .collect(),
+            })
+        })
+        .map_err(|r| r.to_pyerr(py))?;
+    to_python(py, &out)
+}
+
+/// Runs a schedule configuration for real, as ``oversub run`` does: the planner's paging with real timers, one
+/// thread per CPU lane and real page-outs and page-ins through the pager (host memory as device memory, a
+/// temporary swap file on the configuration's store). The call blocks for the run's duration (about
+/// ``(warmup + hyperperiods) * period + settle_s`` per mode, after the set-up) with the GIL released; it cannot be
+/// interrupted meanwhile.
+///
+/// The store's bandwidths, which the plan assumes, come from ``bandwidths``, else from the ``[storage]`` table of
+/// ``profile``, else they are measured first (three 256 MiB round trips through the pager).
+///
+/// Args:
+///     config: path of the TOML configuration (str or os.PathLike).
+///     text: the TOML text itself, instead of a path.
+///     mode: ``"async"`` (default), ``"sync"``, ``"demand"``, or ``"all"`` for the three one after another.
+///     hyperperiods: repetitions of the table counted (at least 1).
+///     warmup: repetitions run first and not counted.
+///     profile: platform profile whose ``[storage]`` table gives the store's bandwidths.
+///     bandwidths: ``(read_bytes_per_s, write_bytes_per_s)`` of the store, instead of a profile or a measurement.
+///     pin_threads: pin each lane's thread to its CPU.
+///     at_min_period: run at the shortest period the planner finds feasible for the mode instead of the table's.
+///     settle_s: pause between the set-up and the table's start, seconds.
+///
+/// Returns:
+///     For one mode, a dict: the run's record (``mode``, ``hyperperiod_s``, ``hyperperiods``, ``slots`` (one dict
+///     per slot instance: component, cpu, gpu, hyperperiod, planned_start_s, actual_start_s, lateness_s,
+///     completion_s, deadline_s, met, paging_wait_s), ``ops`` (paging operations: kind "in"/"out", buffer,
+///     io_bytes, start_s, end_s, for_component), ``resident_at_start``, ``warmup_hyperperiods``,
+///     ``deadline_misses``, ``warmup_misses``, ``max_lateness_s``, ``bytes_paged``, ``store_busy_s``) and
+///     ``met_target``, ``counted_slots``, ``hyperperiods_counted``, ``min_feasible_period_s`` (the planner's,
+///     None when none found), ``at_min_period``, ``read_bytes_per_s``, ``write_bytes_per_s``,
+///     ``bandwidth_source``. Times are seconds from the table's start. For ``mode="all"``:
+///     ``{"modes": {"async": run, "sync": run, "demand": run}}``.
+///
+/// Raises:
+///     oversub.errors.ConfigError: the configuration cannot be read or is not valid.
+///     oversub.errors.RunError: the run failed (paging failed, data corrupted, a plan that cannot run), or
+///         ``at_min_period`` and no feasible period exists.
+///     oversub.errors.ProfileError: the profile cannot be read, is not valid or has no ``[storage]`` table.
+///     oversub.errors.IoError, oversub.errors.PagerError: creating the store or the pool failed.
+///     ValueError: an unknown mode, ``hyperperiods`` < 1, a negative ``settle_s`` or a bad bandwidth.
+#[pyfunction]
+#[pyo3(signature = (
+    config=None,
+    *,
+    text=None,
+    mode="async",
+    hyperperiods=3,
+    warmup=1,
+    profile=None,
+    bandwidths=None,
+    pin_threads=false,
+    at_min_period=false,
+    settle_s=0.5,
+))]
+#[allow(clippy::too_many_arguments)]
+fn run_schedule<'py>(
+    py: Python<'py>,
+    config: Option<PathBuf>,
+    text: Option<String>,
+    mode: &str,
+    hyperperiods: usize,
+    warmup: usize,
+    profile: Option<PathBuf>,
+    bandwidths: Option<(f64, f64)>,
+    pin_threads: bool,
+    at_min_period: bool,
+    settle_s: f64,
+) -> PyResult<Bound<'py, PyAny>> {
+    let src = source(config, text)?;
+    let modes = parse_modes(mode, true)?;
+    let several = modes.len() > 1;
+    let given = bandwidths_arg(bandwidths)?;
+    if hyperperiods == 0 {
+        return Err(PyValueError::new_err("hyperperiods must be at least 1"));
+    }
+    if !(settle_s.is_finite() && settle_s >= 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "settle_s must be a non-negative number of seconds, not {settle_s}"
+        )));
+    }
+    let settings = RunSettings {
+        hyperperiods,
+        warmup,
+        pin_threads,
+        at_min_period,
+        settle_s,
+    };
+    let runs = py
+        .detach(|| -> Result<Vec<(Mode, RunOut)>, Raised> {
+            let system = load(&src)?;
+            let speed = store_speed(given, profile.as_deref(), &system)?;
+            modes
+                .iter()
+                .map(|&m| run_one(&system, m, speed, settings).map(|r| (m, r)))
+                .collect()
+        })
+        .map_err(|r| r.to_pyerr(py))?;
+    if several {
+        let modes: BTreeMap<&str, RunOut> = runs.into_iter().map(|(m, r)| (m.name(), r)).collect();
+        to_python(py, &serde_json::json!({ "modes": modes }))
+    } else {
+        match runs.first() {
+            Some((_, r)) => to_python(py, r),
+            None => Err(PyValueError::new_err("no mode to run")),
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// `oversub sim uvm`.
+
+/// A ratio as the command line takes it: percent (`200`, `200%`) or a factor (`2x`).
+fn parse_ratio(text: &str) -> PyResult<f64> {
+    let t = text.trim();
+    let (number, scale) = if let Some(x) = t.strip_suffix(['x', 'X']) {
+        (x, 1.0)
+    } else {
+        (t.trim_end_matches('%'), 0.01)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
+        _ => Err(PyValueError::new_err(format!(
+            "bad ratio {text:?}: give a percentage such as 200 or \"200%\" (or \"2x\")"
+        ))),
+    }
+}
+
+/// Ratios: numbers are percent; strings as on the command line; one value or a sequence.
+fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
+    let Some(obj) = obj else {
+        return Ok(Vec::new());
+    };
+    let one = |item: &Bound<'_, PyAny>| -> PyResult<Vec<f64>> {
+        if let Ok(s) = item.cast::<PyString>() {
+            return s
+                .to_str()?
+                .split(',')
+                .filter(|p| !p.trim().is_empty())
+                .map(parse_ratio)
+                .collect();
+        }
+        match item.extract::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(vec![v / 100.0]),
+            Ok(v) => Err(PyValueError::new_err(format!(
+                "bad ratio {v}: give a non-negative percentage such as 200"
+            ))),
+            Err(_) => Err(PyTypeError::new_err(format!(
+                "ratios must be numbers (percent) or strings such as \"200%\", not {}",
+                item.get_type()
+                    .name()
+                    .map_or_else(|_| "?".to_string(), |n| n.to_string())
+            ))),
+        }
+    };
+    if obj.is_instance_of::<PyString>() || obj.extract::<f64>().is_ok() {
+        return one(obj);
+    }
+    let mut out = Vec::new();
+    for item in obj.try_iter()? {
+        out.extend(one(&item?)?);
+    }
+    Ok(out)
+}
+
+fn parse_uvm_policies(names: &[String]) -> Result<Vec<UvmPolicy>, Raised> {
+    if names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case("all")) {
+        return Ok(UvmPolicy::suite());
+    }
+    let mut out: Vec<UvmPolicy> = Vec::new();
+    for name in names {
+        let p = UvmPolicy::parse(name).map_err(raised)?;
+        let bare = !name.contains([':', '(', '=']);
+        let expanded: Vec<UvmPolicy> = match p {
+            UvmPolicy::LazyPgStatSw { .. } if bare => LAZY_PG_STAT_THRESHOLDS
+                .iter()
+                .map(|&threshold| UvmPolicy::LazyPgStatSw { threshold })
+                .collect(),
+            other => vec![other],
+        };
+        for p in expanded {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A policy's speed-up over LazyGrpHW on its workload and ratio (per threshold for LazyPgStatSW).
+fn speedup_of(rows: &[SpeedupRow], r: &SimResult) -> Option<f64> {
+    let label = r.policy.to_string();
+    rows.iter()
+        .find(|s| {
+            s.workload == r.workload
+                && s.ratio_percent == ratio_percent(r.ratio)
+                && s.label == label
+        })
+        .map(|s| s.speedup)
+        .or_else(|| {
+            let base = rows.iter().find(|s| {
+                s.workload == r.workload
+                    && s.ratio_percent == ratio_percent(r.ratio)
+                    && s.label == "LazyGrpHW"
+            })?;
+            (r.est_time_s > 0.0).then(|| base.est_time_s / r.est_time_s)
+        })
+}
+
+#[derive(Debug, Serialize)]
+struct UvmRun {
+    workload: String,
+    ratio: u32,
+    policy: String,
+    est_time_s: f64,
+    speedup_vs_lazygrphw: Option<f64>,
+    faults: u64,
+    migrations: u64,
+    prefetches: u64,
+    evictions: u64,
+    evictions_per_page: f64,
+    remote_accesses: u64,
+    cache_hits: u64,
+    gpu_mem_accesses: u64,
+    bytes_h2d: u64,
+    bytes_d2h: u64,
+    accesses: u64,
+    footprint_bytes: u64,
+    gpu_memory_bytes: u64,
+    sim_seconds: f64,
+}
+
+/// `oversub sim uvm --json`.
+#[derive(Debug, Serialize)]
+struct UvmDoc {
+    runs: Vec<UvmRun>,
+    speedups: Vec<SpeedupRow>,
+    cost_model: CostModel,
+    eviction: EvictionOrder,
+    eviction_unit: EvictionUnit,
+    wall_seconds: f64,
+}
+
+fn uvm_doc(results: &[SimResult], spec: &SuiteSpec, wall_seconds: f64) -> UvmDoc {
+    let rows = speedups(results);
+    let page = spec.template.cost.page_bytes;
+    let runs = results
+        .iter()
+        .map(|r| UvmRun {
+            workload: r.workload.clone(),
+            ratio: ratio_percent(r.ratio),
+            policy: r.policy.to_string(),
+            est_time_s: r.est_time_s,
+            speedup_vs_lazygrphw: speedup_of(&rows, r),
+            faults: r.counters.faults,
+            migrations: r.counters.migrations,
+            prefetches: r.counters.prefetches,
+            evictions: r.counters.evictions,
+            evictions_per_page: r.evictions_per_page,
+            remote_accesses: r.counters.remote_accesses,
+            cache_hits: r.counters.cache_hits,
+            gpu_mem_accesses: r.counters.gpu_mem_accesses,
+            bytes_h2d: r.counters.bytes_h2d,
+            bytes_d2h: r.counters.bytes_d2h,
+            accesses: r.counters.accesses,
+            footprint_bytes: r.footprint_pages * page,
+            gpu_memory_bytes: r.capacity_pages * page,
+            sim_seconds: r.sim_seconds,
+        })
+        .collect();
+    UvmDoc {
+        runs,
+        speedups: rows,
+        cost_model: spec.template.cost.clone(),
+        eviction: spec.template.eviction,
+        eviction_unit: spec.template.eviction_unit,
+        wall_seconds,
+    }
+}
+
+/// Simulates page-migration policies for unified memory under oversubscription (Chang et al., SYSTOR'21), as
+/// ``oversub sim uvm --json`` does: every trace source × ratio × policy, in parallel, with the GIL released.
+///
+/// Args:
+///     workloads: generated workloads, a name, a comma-separated string or a sequence of names: bfs, sssp, nw,
+///         gaussian, atax, pagerank, bst, or "all". Default: all with ``suite``, else none.
+///     traces: trace files to simulate (oversub binary or NVBit mem_trace text): a path or a sequence of paths.
+///     ratios: oversubscription ratios, (problem - GPU memory) / GPU memory, in **percent**: numbers (``200``) or
+///         strings as on the command line (``"200%"``, ``"2x"``); one value or a sequence. Default: 100, 200,
+///         300 with ``suite``, else 200.
+///     policies: policy names (a string, comma separated, or a sequence), or "all" (the default): eager,
+///         eager-wopref, lazy-grp-hw[:N], pin-host, lazy-pg-stat-sw[:N] (without N: the paper's thresholds 2, 8,
+///         32, 64, 256), lazy-pg-dyn-sw[:N], static-map[:SHARE], dynamap, oracle.
+///     suite: every workload, ratios 100, 200, 300 and every policy (the paper's Figs. 8, 11, 12), unless given.
+///     quick: small problem sizes (each workload simulates in about a second); ``scale`` is then ignored.
+///     scale: multiply the default problem size by this factor.
+///     seed: seed of the random graphs and keys (the same seed gives the same traces).
+///     graph: graph file for bfs, sssp and pagerank (edge list or Matrix Market) instead of R-MAT.
+///     profile: platform profile whose ``[uvm]`` table overrides the paper's cost constants.
+///     l2: GPU L2 size, int bytes or a size string (default 3 MiB).
+///     eviction: "allocation" (least recently migrated first, NVIDIA's driver; default) or "lru".
+///     eviction_unit: "page" (default), "group" (64 KiB) or "block" (2 MiB).
+///     threads: worker threads (default: one per core).
+///
+/// Returns:
+///     dict with ``runs`` (one dict per run, in source × ratio × policy order: workload, ratio (percent), policy,
+///     est_time_s, speedup_vs_lazygrphw (None without a LazyGrpHW run to compare with), faults, migrations,
+///     prefetches, evictions, evictions_per_page, remote_accesses, cache_hits, gpu_mem_accesses, bytes_h2d,
+///     bytes_d2h, accesses, footprint_bytes, gpu_memory_bytes, sim_seconds), ``speedups`` (the figures' rows:
+///     workload, ratio_percent, label, est_time_s, speedup; LazyPgStatSW reduced to its best threshold; only
+///     where LazyGrpHW ran), ``cost_model`` (the constants used), ``eviction``, ``eviction_unit`` and
+///     ``wall_seconds``.
+///
+/// Raises:
+///     oversub.errors.SimError: an unknown workload or policy name, an unreadable or malformed trace, graph or
+///         profile file, a cost model that describes no machine.
+///     ValueError: nothing to simulate, a bad ratio, scale, L2 size, eviction order or unit.
+#[pyfunction]
+#[pyo3(signature = (
+    *,
+    workloads=None,
+    traces=None,
+    ratios=None,
+    policies=None,
+    suite=false,
+    quick=false,
+    scale=None,
+    seed=1,
+    graph=None,
+    profile=None,
+    l2=None,
+    eviction="allocation",
+    eviction_unit="page",
+    threads=None,
+))]
+#[allow(clippy::too_many_arguments)]
+fn sim_uvm<'py>(
+    py: Python<'py>,
+    workloads: Option<&Bound<'py, PyAny>>,
+    traces: Option<&Bound<'py, PyAny>>,
+    ratios: Option<&Bound<'py, PyAny>>,
+    policies: Option<&Bound<'py, PyAny>>,
+    suite: bool,
+    quick: bool,
+    scale: Option<f64>,
+    seed: u64,
+    graph: Option<PathBuf>,
+    profile: Option<PathBuf>,
+    l2: Option<&Bound<'py, PyAny>>,
+    eviction: &str,
+    eviction_unit: &str,
+    threads: Option<usize>,
+) -> PyResult<Bound<'py, PyAny>> {
+    let workload_names = names_arg(workloads, "workloads")?;
+    let trace_paths = paths_arg(traces, "traces")?;
+    let mut ratios = ratios_arg(ratios)?;
+    if ratios.is_empty() {
+        ratios = if suite {
+            vec![1.0, 2.0, 3.0]
+        } else {
+            vec![2.0]
+        };
+    }
+    let policy_names = names_arg(policies, "policies")?;
+    let size = match (quick, scale) {
+        (true, _) => WorkloadSize::Quick,
+        (false, Some(f)) if f.is_finite() && f > 0.0 => WorkloadSize::Scale(f),
+        (false, Some(f)) => {
+            return Err(PyValueError::new_err(format!(
+                "scale must be a positive number, not {f}"
+            )))
+        }
+        (false, None) => WorkloadSize::Default,
+    };
+    let l2_bytes = l2.map(|o| size_arg(o, "l2")).transpose()?;
+    let eviction = match eviction.trim().to_ascii_lowercase().as_str() {
+        "allocation" => EvictionOrder::Allocation,
+        "lru" => EvictionOrder::Lru,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "eviction must be \"allocation\" or \"lru\", not {eviction:?}"
+            )))
+        }
+    };
+    let eviction_unit = match eviction_unit.trim().to_ascii_lowercase().as_str() {
+        "page" => EvictionUnit::Page,
+        "group" => EvictionUnit::Group,
+        "block" => EvictionUnit::Block,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "eviction_unit must be \"page\", \"group\" or \"block\", not {eviction_unit:?}"
+            )))
+        }
+    };
+    let all = suite || workload_names.iter().any(|w| w.eq_ignore_ascii_case("all"));
+    if !all && workload_names.is_empty() && trace_paths.is_empty() {
+        return Err(PyValueError::new_err(
+            "say what to simulate: workloads=..., traces=... or suite=True",
+        ));
+    }
+    let doc = py
+        .detach(|| -> Result<UvmDoc, Raised> {
+            let mut sources = Vec::new();
+            if all {
+                sources.extend(WorkloadKind::ALL.iter().map(|&k| TraceSource::Workload(k)));
+            } else {
+                for w in &workload_names {
+                    sources.push(TraceSource::Workload(
+                        WorkloadKind::from_name(w).map_err(raised)?,
+                    ));
+                }
+            }
+            sources.extend(trace_paths.into_iter().map(TraceSource::File));
+            let policies = parse_uvm_policies(&policy_names)?;
+            let mut cost = match &profile {
+                Some(p) => CostModel::from_profile(p).map_err(raised)?,
+                None => CostModel::default(),
+            };
+            if let Some(l2) = l2_bytes {
+                cost.l2_bytes = l2;
+                cost.validate().map_err(raised)?;
+            }
+            let mut template = SimConfig::new(UvmPolicy::DynaMap, 2.0);
+            template.cost = cost;
+            template.eviction = eviction;
+            template.eviction_unit = eviction_unit;
+            let spec = SuiteSpec {
+                sources,
+                ratios,
+                policies,
+                params: WorkloadParams { size, seed, graph },
+                template,
+                threads: threads.unwrap_or(0),
+            };
+            let started = Instant::now();
+            let results = run_suite(&spec, &|_| {}).map_err(raised)?;
+            Ok(uvm_doc(&results, &spec, started.elapsed().as_secs_f64()))
+        })
+        .map_err(|r| r.to_pyerr(py))?;
+    to_python(py, &doc)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// `oversub sim swap`.
+
+#[derive(Debug, Serialize)]
+struct SwapTask {
+    task: String,
+    /// 1 is the highest priority.
+    priority: usize,
+    lengthened_latency_s: f64,
+    response_s: f64,
+    alone_s: f64,
+    degree: f64,
+    alpha: f64,
+    swap_outs: u32,
+}
+
+#[derive(Debug, Serialize)]
+struct SwapRun {
+    name: String,
+    policy: &'static str,
+    policy_label: String,
+    tasks: Vec<SwapTask>,
+    makespan_s: f64,
+    swap_outs: u32,
+    memory_peak_bytes: u64,
+}
+
+#[derive(Debug, Serialize)]
+struct SwapSummary {
+    name: String,
+    figure: Option<&'static str>,
+    highest: String,
+    highest_proposed_lengthened_s: Option<f64>,
+    lowest: String,
+    lowest_cut_vs_baseline_pct: Option<f64>,
+    lowest_cut_vs_mat_pct: Option<f64>,
+    paper_cut_vs_baseline_pct: Option<f64>,
+    paper_cut_vs_mat_pct: Option<f64>,
+}
+
+#[derive(Debug, Serialize)]
+struct SwapProfile {
+    path: String,
+    swap: SwapMachine,
+}
+
+/// `oversub sim swap --json`.
+#[derive(Debug, Serialize)]
+struct SwapDoc {
+    scenarios: Vec<SwapRun>,
+    summaries: Vec<SwapSummary>,
+    seed: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<SwapProfile>,
+}
+
+fn task_name(study: &Study, i: usize) -> String {
+    study
+        .tasks
+        .get(i)
+        .map_or_else(|| format!("task {i}"), |t| t.name.clone())
+}
+
+fn swap_doc(studies: &[Study], seed: u64, profile: Option<SwapProfile>) -> SwapDoc {
+    let mut scenarios = Vec::new();
+    let mut summaries = Vec::new();
+    for st in studies {
+        for r in &st.runs {
+            let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(f64::NAN);
+            scenarios.push(SwapRun {
+                name: st.scenario.name.clone(),
+                policy: r.policy.key(),
+                policy_label: r.policy.to_string(),
+                tasks: st
+                    .tasks
+                    .iter()
+                    .enumerate()
+                    .map(|(i, t)| SwapTask {
+                        task: t.name.clone(),
+                        priority: t.rank + 1,
+                        lengthened_latency_s: at(&r.lengthened_s, i),
+                        response_s: at(&r.response_s, i),
+                        alone_s: t.alone_s,
+                        degree: t.degree,
+                        alpha: at(&r.alpha, i),
+                        swap_outs: r.outcome.swap_outs.get(i).copied().unwrap_or(0),
+                    })
+                    .collect(),
+                makespan_s: r.outcome.makespan_ns as f64 / 1e9,
+                swap_outs: r.outcome.swap_outs.iter().sum(),
+                memory_peak_bytes: r.outcome.memory_peak_bytes,
+            });
+        }
+        let s = st.summary(None);
+        summaries.push(SwapSummary {
+            name: st.scenario.name.clone(),
+            figure: st.scenario.paper.map(|p| p.figure),
+            highest: task_name(st, s.highest),
+            highest_proposed_lengthened_s: s.highest_proposed_s,
+            lowest: task_name(st, s.lowest),
+            lowest_cut_vs_baseline_pct: s.vs_baseline_pct,
+            lowest_cut_vs_mat_pct: s.vs_mat_pct,
+            paper_cut_vs_baseline_pct: st.scenario.paper.map(|p| p.vs_baseline_pct),
+            paper_cut_vs_mat_pct: st.scenario.paper.map(|p| p.vs_mat_pct),
+        });
+    }
+    SwapDoc {
+        scenarios,
+        summaries,
+        seed,
+        profile,
+    }
+}
+
+/// Simulates contention-aware swap space management (Yang & Chen) as ``oversub sim swap --json`` does: each
+/// scenario under Baseline (LRU swapping), MaT (SM throttling) and the proposed policy (Alg. 1 priorities, Alg. 2
+/// direct storage access), with every task's lengthened latency. Runs with the GIL released.
+///
+/// Args:
+///     scenarios: built-in scenarios, a name, a comma-separated string or a sequence: fig4a, fig4b, fig5a,
+///         fig5b, fig6, or "all". Default: all, unless ``scenario_files`` are given.
+///     scenario_files: scenario TOML files of your own (docs/sim-swap.md): a path or a sequence of paths.
+///     suite: every built-in scenario, every policy and both swap-ratio rules.
+///     policies: "baseline", "mat", "proposed", "proposed-printed-ceil" or "all" (the default); a string, comma
+///         separated, or a sequence. "proposed" runs once per rule in ``alpha_rules``.
+///     alpha_rules: Alg. 2's swap-ratio rule(s): "fraction" (default) and/or "printed-ceil".
+///     capacity: memory capacity for every scenario, int bytes or a size string (default: each scenario's).
+///     sms: streaming multiprocessors (default: the number of tasks).
+///     evictable: which tasks Baseline and MaT may swap out: "not-transferring" (default) or "between-subtasks".
+///     direct_access: when the proposed policy's victims access the SSD: "overlapped" (default) or "serial".
+///     profile: platform profile whose ``[swap]`` table overrides the memory-controller and SSD bandwidths.
+///     seed: seed of the synthetic compute times.
+///     priorities: "contention" (default), "measured" or "given".
+///     check: run the conservation checks on every simulation (always on in debug builds).
+///
+/// Returns:
+///     dict with ``scenarios`` (one dict per scenario × policy: name, policy (key), policy_label, tasks (list:
+///     task, priority (1 = highest), lengthened_latency_s, response_s, alone_s, degree, alpha, swap_outs),
+///     makespan_s, swap_outs, memory_peak_bytes), ``summaries`` (one per scenario: name, figure, highest,
+///     highest_proposed_lengthened_s, lowest, lowest_cut_vs_baseline_pct, lowest_cut_vs_mat_pct,
+///     paper_cut_vs_baseline_pct, paper_cut_vs_mat_pct), ``seed`` and, with a profile, ``profile`` (path, swap).
+///
+/// Raises:
+///     oversub.errors.SwapSimError: an unknown scenario or policy, an invalid or unreadable scenario (file), a
+///         profile bandwidth the model cannot take, a simulation that fails; run failures name the scenario.
+///     oversub.errors.ProfileError: the profile cannot be read or is not valid.
+///     ValueError: a bad alpha rule, priorities, evictable or direct_access value, or ``sms=0``.
+#[pyfunction]
+#[pyo3(signature = (
+    *,
+    scenarios=None,
+    scenario_files=None,
+    suite=false,
+    policies=None,
+    alpha_rules=None,
+    capacity=None,
+    sms=None,
+    evictable=None,
+    direct_access=None,
+    profile=None,
+    seed=1,
+    priorities="contention",
+    check=false,
+))]
+#[allow(clippy::too_many_arguments)]
+fn sim_swap<'py>(
+    py: Python<'py>,
+    scenarios: Option<&Bound<'py, PyAny>>,
+    scenario_files: Option<&Bound<'py, PyAny>>,
+    suite: bool,
+    policies: Option<&Bound<'py, PyAny>>,
+    alpha_rules: Option<&Bound<'py, PyAny>>,
+    capacity: Option<&Bound<'py, PyAny>>,
+    sms: Option<u32>,
+    evictable: Option<&str>,
+    direct_access: Option<&str>,
+    profile: Option<PathBuf>,
+    seed: u64,
+    priorities: &str,
+    check: bool,
+) -> PyResult<Bound<'py, PyAny>> {
+    let scenario_names = names_arg(scenarios, "scenarios")?;
+    let files = paths_arg(scenario_files, "scenario_files")?;
+    let policy_names = names_arg(policies, "policies")?;
+    let rule_names = names_arg(alpha_rules, "alpha_rules")?;
+    let capacity = capacity.map(|c| size_arg(c, "capacity")).transpose()?;
+    if sms == Some(0) {
+        return Err(PyValueError::new_err(
+            "sms must be at least 1 (the GPU needs an SM)",
+        ));
+    }
+    let evictable = evictable
+        .map(|e| e.trim().parse::<Evictable>())
+        .transpose()
+        .map_err(PyValueError::new_err)?;
+    let direct_access = direct_access
+        .map(|d| d.trim().parse::<DirectAccess>())
+        .transpose()
+        .map_err(PyValueError::new_err)?;
+    let priorities = match priorities.trim().to_ascii_lowercase().as_str() {
+        "measured" => PrioritySource::Measured,
+        "contention" => PrioritySource::Contention,
+        "given" => PrioritySource::Given,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "priorities must be \"contention\", \"measured\" or \"given\", not {priorities:?}"
+            )))
+        }
+    };
+    // Alg. 2's rules, then the policies they expand to (as the command line does).
+    let mut rules: Vec<AlphaRule> = Vec::new();
+    if suite && rule_names.is_empty() {
+        rules = vec![AlphaRule::Fraction, AlphaRule::PrintedCeil];
+    }
+    for r in &rule_names {
+        let rule: AlphaRule = r
+            .to_ascii_lowercase()
+            .parse()
+            .map_err(|e| PyValueError::new_err(format!("alpha_rules: {e}")))?;
+        if !rules.contains(&rule) {
+            rules.push(rule);
+        }
+    }
+    if rules.is_empty() {
+        rules.push(AlphaRule::Fraction);
+    }
+    let all_scenarios = suite
+        || (scenario_names.is_empty() && files.is_empty())
+        || scenario_names.iter().any(|s| s.eq_ignore_ascii_case("all"));
+    let doc = py
+        .detach(|| -> Result<SwapDoc, Raised> {
+            let mut policies: Vec<SwapPolicy> = Vec::new();
+            let mut push = |p: SwapPolicy| {
+                if !policies.contains(&p) {
+                    policies.push(p);
+                }
+            };
+            let all_policies = suite
+                || policy_names.is_empty()
+                || policy_names.iter().any(|p| p.eq_ignore_ascii_case("all"));
+            if all_policies {
+                push(SwapPolicy::Baseline);
+                push(SwapPolicy::Mat);
+                for &r in &rules {
+                    push(SwapPolicy::Proposed(r));
+                }
+            }
+            for name in &policy_names {
+                if name.eq_ignore_ascii_case("all") {
+                    continue;
+                }
+                if name.eq_ignore_ascii_case("proposed") {
+                    for &r in &rules {
+                        push(SwapPolicy::Proposed(r));
+                    }
+                } else {
+                    push(SwapPolicy::parse(name, AlphaRule::Fraction).map_err(raised)?);
+                }
+            }
+            let swap_profile = match &profile {
+                Some(path) => Some(SwapProfile {
+                    path: path.display().to_string(),
+                    swap: Profile::load(path)
+                        .map_err(raised)?
+                        .swap
+                        .unwrap_or_default(),
+                }),
+                None => None,
+            };
+            let mut names: Vec<String> = Vec::new();
+            if all_scenarios {
+                names.extend(BUILTIN.iter().map(|s| s.to_string()));
+            }
+            for s in &scenario_names {
+                let s = s.to_ascii_lowercase();
+                if s != "all" && !names.contains(&s) {
+                    names.push(s);
+                }
+            }
+            let mut list: Vec<Scenario> = Vec::new();
+            for n in &names {
+                list.push(swap_scenarios::builtin(n, seed).map_err(raised)?);
+            }
+            for f in &files {
+                list.push(swap_scenarios::from_file(f, seed).map_err(raised)?);
+            }
+            for s in &mut list {
+                if let Some(c) = capacity {
+                    s.system.capacity_bytes = c;
+                }
+                if let Some(n) = sms {
+                    s.system.sms = n;
+                }
+                if let Some(e) = evictable {
+                    s.system.evictable = e;
+                }
+                if let Some(d) = direct_access {
+                    s.system.direct_access = d;
+                }
+                if let Some(p) = &swap_profile {
+                    s.system.apply_profile(&p.swap).map_err(|e| {
+                        let r = e.to_raised();
+                        Raised::new(r.class, format!("{}: {}", p.path, r.message))
+                    })?;
+                }
+                s.validate().map_err(raised)?;
+            }
+            let options = StudyOptions {
+                policies,
+                priorities,
+                page_bytes: 4096,
+                check: check || cfg!(debug_assertions),
+            };
+            let mut studies = Vec::new();
+            for s in &list {
+                studies.push(run_study(s, &options).map_err(|e| {
+                    let r = e.to_raised();
+                    Raised::new(r.class, format!("{}: {}", s.name, r.message))
+                })?);
+            }
+            Ok(swap_doc(&studies, seed, swap_profile))
+        })
+        .map_err(|r| r.to_pyerr(py))?;
+    to_python(py, &doc)
 }

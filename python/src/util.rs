@@ -18,8 +18,9 @@ pub(crate) fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
         Ok(n) if n < 0 => Err(PyValueError::new_err(format!(
             "{what} must not be negative, got {n}"
         ))),
-        Ok(n) => u64::try_from(n)
-            .map_err(|_| PyValueError::new_err(format!("{what} is too large: {n}"))),
+        Ok(n) => {
+            u64::try_from(n).map_err(|_| PyValueError::new_err(format!("{what} is too large: {n}")))
+        }
         Err(_) => Err(PyTypeError::new_err(format!(
             "{what} must be an int (bytes) or a size string such as \"4GiB\", not {}",
             obj.get_type().name()?

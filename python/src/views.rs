@@ -116,8 +116,9 @@ pub(crate) fn numpy<'py>(
     };
     // With a shape of known size, view just that many elements (buffers are often larger than one tensor).
     let count: Option<u64> = shape.as_ref().and_then(|dims| {
-        dims.iter()
-            .try_fold(1u64, |acc, &d| u64::try_from(d).ok().map(|d| acc.saturating_mul(d)))
+        dims.iter().try_fold(1u64, |acc, &d| {
+            u64::try_from(d).ok().map(|d| acc.saturating_mul(d))
+        })
     });
     let count = match count {
         Some(c) if c > whole => {
@@ -306,7 +307,8 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
     // SAFETY: CPython calls this with the capsule being destroyed; IsValid checks the name without raising.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, CAPSULE_NAME.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()).cast::<DlManagedTensor>();
+            let p =
+                ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()).cast::<DlManagedTensor>();
             if !p.is_null() {
                 if let Some(d) = (*p).deleter {
                     d(p);
@@ -361,7 +363,12 @@ pub(crate) fn dlpack<'py>(
         .into());
     }
     let data = match core.space.device {
-        Device::Host => core.space.space.host_ptr(core.handle).py()?.cast::<c_void>(),
+        Device::Host => core
+            .space
+            .space
+            .host_ptr(core.handle)
+            .py()?
+            .cast::<c_void>(),
         Device::Cuda { .. } => info.addr.0 as usize as *mut c_void,
     };
     let len = i64::try_from(core.nbytes)
