@@ -1,0 +1,190 @@
+"""Type stubs of the native module (import from ``oversub``)."""
+
+import os
+import pathlib
+from collections.abc import Generator, Sequence
+from typing import Any, Literal, overload
+
+_Size = int | str
+"""Bytes as an int, or a size string: "4096", "256MiB", "1GiB"."""
+_StrPath = str | os.PathLike[str]
+_State = Literal["resident", "paging_out", "paged_out", "paging_in"]
+
+__version__: str
+
+class Pool:
+    """A fixed amount of device memory shared by address spaces, with a swap store behind it."""
+
+    def __init__(
+        self,
+        capacity: _Size,
+        store: _StrPath | None = None,
+        device: Literal["host", "cuda"] = "host",
+        *,
+        store_capacity: _Size | None = None,
+        host_tier: _Size | None = None,
+        pinned_host_tier: bool = False,
+        verify_checksums: bool = False,
+        device_index: int = 0,
+    ) -> None: ...
+    def address_space(self) -> AddressSpace:
+        """A new address space: a set of buffers paged together."""
+    @property
+    def capacity_bytes(self) -> int: ...
+    @property
+    def used_bytes(self) -> int: ...
+    @property
+    def device(self) -> Literal["host", "cuda"]: ...
+    @property
+    def store_path(self) -> pathlib.Path: ...
+    @property
+    def transfer_path(self) -> str: ...
+    def stats(self) -> dict[str, int]:
+        """capacity_bytes, used_bytes, store_capacity_bytes, store_free_bytes (and the host tier's, if any)."""
+
+class AddressSpace:
+    """A set of buffers paged together; made by ``Pool.address_space()``."""
+
+    def alloc(self, nbytes: _Size, read_only: bool = False, *, unpageable: bool = False) -> Buffer:
+        """A resident, zero-filled buffer. Raises OutOfMemoryError when the pool has no room."""
+    def page_out_all(self) -> None:
+        """Pages out every resident pageable buffer (ViewError, and nothing paged, if one has live views)."""
+    def page_in_all(self) -> None:
+        """Pages in every paged-out buffer."""
+    @property
+    def resident_bytes(self) -> int: ...
+    def __len__(self) -> int: ...
+
+class Buffer:
+    """Device memory that can be paged out to the store and back, keeping its address."""
+
+    def page_out(self) -> None: ...
+    def page_in(self) -> None: ...
+    def page_out_async(self) -> Handle: ...
+    def page_in_async(self) -> Handle: ...
+    def free(self) -> None: ...
+    def write(self, data: bytes | bytearray | memoryview | Any, offset: int = 0) -> None: ...
+    def read(self, nbytes: int | None = None, offset: int = 0) -> bytes: ...
+    def numpy(self, dtype: Any = None, shape: int | Sequence[int] | None = None) -> Any:
+        """A zero-copy ``numpy.ndarray`` over the resident host buffer (default: 1-D uint8 of all of it)."""
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def state(self) -> _State: ...
+    @property
+    def address(self) -> int: ...
+    @property
+    def read_only(self) -> bool: ...
+    @property
+    def device(self) -> Literal["host", "cuda"]: ...
+    @property
+    def views(self) -> int: ...
+    def info(self) -> dict[str, Any]: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | Any | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+    @property
+    def __cuda_array_interface__(self) -> dict[str, Any]:
+        """CUDA buffers only (AttributeError for host buffers)."""
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __len__(self) -> int: ...
+    def __enter__(self) -> Buffer: ...
+    def __exit__(self, *exc: object) -> bool: ...
+
+class Handle:
+    """An asynchronous page-in or page-out in flight; ``await handle`` works too."""
+
+    def done(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> None: ...
+    def __await__(self) -> Generator[Any, None, None]: ...
+    @property
+    def kind(self) -> Literal["page_in", "page_out"]: ...
+    @property
+    def buffer(self) -> Buffer: ...
+
+def load_schedule(config: _StrPath | None = None, *, text: str | None = None) -> dict[str, Any]:
+    """Reads a schedule configuration (a TOML path, or ``text=``): platform, components, table, demand_bytes,
+    oversubscription."""
+
+def plan_schedule(
+    config: _StrPath | None = None,
+    *,
+    text: str | None = None,
+    mode: Literal["all", "async", "sync", "demand"] = "all",
+    profile: _StrPath | None = None,
+    bandwidths: tuple[float, float] | None = None,
+) -> dict[str, Any]:
+    """Feasibility per mode, paging per slot, minimum period (as ``oversub plan --json``)."""
+
+@overload
+def run_schedule(
+    config: _StrPath | None = None,
+    *,
+    text: str | None = None,
+    mode: Literal["async", "sync", "demand"] = "async",
+    hyperperiods: int = 3,
+    warmup: int = 1,
+    profile: _StrPath | None = None,
+    bandwidths: tuple[float, float] | None = None,
+    pin_threads: bool = False,
+    at_min_period: bool = False,
+    settle_s: float = 0.5,
+) -> dict[str, Any]: ...
+@overload
+def run_schedule(
+    config: _StrPath | None = None,
+    *,
+    text: str | None = None,
+    mode: Literal["all"],
+    hyperperiods: int = 3,
+    warmup: int = 1,
+    profile: _StrPath | None = None,
+    bandwidths: tuple[float, float] | None = None,
+    pin_threads: bool = False,
+    at_min_period: bool = False,
+    settle_s: float = 0.5,
+) -> dict[Literal["modes"], dict[str, dict[str, Any]]]: ...
+def sim_uvm(
+    *,
+    workloads: str | Sequence[str] | None = None,
+    traces: _StrPath | Sequence[_StrPath] | None = None,
+    ratios: float | str | Sequence[float | str] | None = None,
+    policies: str | Sequence[str] | None = None,
+    suite: bool = False,
+    quick: bool = False,
+    scale: float | None = None,
+    seed: int = 1,
+    graph: _StrPath | None = None,
+    profile: _StrPath | None = None,
+    l2: _Size | None = None,
+    eviction: Literal["allocation", "lru"] = "allocation",
+    eviction_unit: Literal["page", "group", "block"] = "page",
+    threads: int | None = None,
+) -> dict[str, Any]:
+    """The unified-memory migration-policy simulator: runs, speedups, cost_model, ... (as ``oversub sim uvm``)."""
+
+def sim_swap(
+    *,
+    scenarios: str | Sequence[str] | None = None,
+    scenario_files: _StrPath | Sequence[_StrPath] | None = None,
+    suite: bool = False,
+    policies: str | Sequence[str] | None = None,
+    alpha_rules: str | Sequence[str] | None = None,
+    capacity: _Size | None = None,
+    sms: int | None = None,
+    evictable: Literal["not-transferring", "between-subtasks"] | None = None,
+    direct_access: Literal["overlapped", "serial"] | None = None,
+    profile: _StrPath | None = None,
+    seed: int = 1,
+    priorities: Literal["contention", "measured", "given"] = "contention",
+    check: bool = False,
+) -> dict[str, Any]:
+    """The contention-aware swap-space simulator: scenarios, summaries (as ``oversub sim swap``)."""
+
+def _rust_paging_loop(buffers: list[Buffer], rounds: int) -> tuple[float, int]: ...
