@@ -118,7 +118,7 @@ def on_demand(weights, compute: Compute, repeats: int, passes: int) -> dict:
 def foreknowledge(weights, compute: Compute, repeats: int, passes: int) -> dict:
     """The next layer's page-in starts before the current layer computes; waits measure the paging not hidden."""
     order = [buf for _ in range(passes) for buf in weights]
-    wait_s = compute_s = release_s = 0.0
+    wait_s = compute_s = release_s = start_s = 0.0
     start = time.perf_counter()
     x = compute.x0
     pending = order[0].page_in_async()
@@ -128,6 +128,8 @@ def foreknowledge(weights, compute: Compute, repeats: int, passes: int) -> dict:
         t1 = time.perf_counter()
         if i + 1 < len(order):
             pending = order[i + 1].page_in_async()
+        t_started = time.perf_counter()
+        start_s += t_started - t1  # starting the read is paging work on the critical path, not compute
         w = compute.weights(buf)
         x = compute.layer(x, w, repeats)
         compute.sync()
@@ -136,11 +138,13 @@ def foreknowledge(weights, compute: Compute, repeats: int, passes: int) -> dict:
         buf.page_out()
         release_s += time.perf_counter() - t2
         wait_s += t1 - t0
-        compute_s += t2 - t1
+        compute_s += t2 - t_started
     return {
         "total_s": time.perf_counter() - start,
         "wait_s": wait_s,
+        "start_s": start_s,
         "release_s": release_s,
+        "exposed_paging_s": wait_s + start_s + release_s,
         "compute_s": compute_s,
         "out": x,
     }
@@ -182,7 +186,7 @@ def run(
     device: str = "host",
     framework: str = "numpy",
     compute_ratio: float = 1.0,
-    passes: int = 2,
+    passes: int = 3,
     batch: int = 64,
     store: str | None = None,
 ) -> dict:
@@ -206,7 +210,7 @@ def run(
         same = _same(compute, demand.pop("out"), fk.pop("out"))
         n = layers * passes
         paging_s = demand["paging_s"]
-        hidden = 1.0 - (fk["wait_s"] + fk["release_s"]) / paging_s if paging_s > 0 else 0.0
+        hidden = 1.0 - fk["exposed_paging_s"] / paging_s if paging_s > 0 else 0.0
         return {
             "layers": layers,
             "layer_bytes": layer_size,
@@ -254,7 +258,7 @@ def main(argv: list[str] | None = None) -> int:
         default=1.0,
         help="compute per layer as a multiple of the paging time per layer (default 1.0)",
     )
-    p.add_argument("--passes", type=int, default=2, help="forward passes per run (default 2)")
+    p.add_argument("--passes", type=int, default=3, help="forward passes per run (default 3)")
     p.add_argument("--batch", type=int, default=64, help="activation rows to calibrate with (default 64)")
     p.add_argument("--store", default=None, help="directory for the swap store (default: a temporary one)")
     p.add_argument("--json", metavar="FILE", help="also write the figures as JSON ('-' for stdout)")
@@ -285,9 +289,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     d, f = r["on_demand"], r["foreknowledge"]
     rows = [
-        ("run", "total s", "waited for paging s", "compute s"),
+        ("run", "total s", "paging not hidden s", "compute s"),
         ("on demand", f"{d['total_s']:.3f}", f"{d['paging_s']:.3f}", f"{d['compute_s']:.3f}"),
-        ("foreknowledge", f"{f['total_s']:.3f}", f"{f['wait_s'] + f['release_s']:.3f}", f"{f['compute_s']:.3f}"),
+        ("foreknowledge", f"{f['total_s']:.3f}", f"{f['exposed_paging_s']:.3f}", f"{f['compute_s']:.3f}"),
     ]
     widths = [max(len(row[i]) for row in rows) for i in range(4)]
     for i, row in enumerate(rows):
