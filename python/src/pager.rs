@@ -757,7 +757,10 @@ impl Handle {
 
     /// Finishes the operation if it is complete (or `block`); returns the outcome once known.
     fn settle(&self, block: bool) -> Option<Result<(), Raised>> {
-        let mut st = lock(&self.state);
+        Self::settle_locked(&mut lock(&self.state), block)
+    }
+
+    fn settle_locked(st: &mut HandleState, block: bool) -> Option<Result<(), Raised>> {
         if st.outcome.is_none() {
             let complete = st.ticket.as_ref().is_none_or(Ticket::is_complete);
             if complete || block {
@@ -774,9 +777,16 @@ impl Handle {
 
 #[pymethods]
 impl Handle {
-    /// Whether the operation has completed (then `wait()` returns at once).
+    /// Whether the operation has completed (then `wait()` returns at once). Never blocks: while another thread
+    /// is inside `wait()`, the answer is False until that wait has finished the operation.
     fn done(&self) -> bool {
-        self.settle(false).is_some()
+        match self.state.try_lock() {
+            Ok(mut st) => Self::settle_locked(&mut st, false).is_some(),
+            Err(std::sync::TryLockError::Poisoned(p)) => {
+                Self::settle_locked(&mut p.into_inner(), false).is_some()
+            }
+            Err(std::sync::TryLockError::WouldBlock) => false,
+        }
     }
 
     /// Waits for the operation (GIL released) and raises its error, if any.

@@ -377,3 +377,27 @@ def test_errors_module_names_every_class():
         cls = getattr(oversub, name)
         assert issubclass(cls, oversub.Error)
         assert cls.__doc__
+
+
+def test_one_handle_waited_from_many_threads(pool):
+    space = pool.address_space()
+    bufs = [space.alloc(MiB) for _ in range(4)]
+    handles = [b.page_out_async() for b in bufs]
+    errors_seen: list[BaseException] = []
+
+    def waiter(h):
+        try:
+            h.wait()
+            assert h.done()
+        except BaseException as e:  # noqa: BLE001
+            errors_seen.append(e)
+
+    threads = [threading.Thread(target=waiter, args=(h,)) for h in handles for _ in range(3)]
+    for t in threads:
+        t.start()
+    polls = sum(1 for h in handles if h.done())  # done() never blocks, whatever the waiters do
+    for t in threads:
+        t.join()
+    assert not errors_seen
+    assert 0 <= polls <= len(handles)
+    assert all(b.state == "paged_out" for b in bufs)
