@@ -48,6 +48,8 @@ class Compute:
             import torch
 
             self.torch = torch
+            if device != "cuda" and os.environ.get("OPENBLAS_NUM_THREADS") == "1":
+                torch.set_num_threads(1)  # as for NumPy: the other core is the pager's
             self.x0 = torch.randn(batch, dim, device="cuda" if device == "cuda" else "cpu") * 0.01
         else:
             import numpy as np
