@@ -112,6 +112,17 @@ impl ToRaised for oversub_sched::RunError {
     }
 }
 
+impl ToRaised for oversub_sched::SetupError {
+    fn to_raised(&self) -> Raised {
+        match self {
+            oversub_sched::SetupError::Profile(e) => e.to_raised(),
+            oversub_sched::SetupError::Io(e) => e.to_raised(),
+            oversub_sched::SetupError::Pager(e) => e.to_raised(),
+            _ => Raised::new("ProfileError", self.to_string()),
+        }
+    }
+}
+
 impl ToRaised for oversub_sim::uvm::SimError {
     fn to_raised(&self) -> Raised {
         Raised::new("SimError", self.to_string())

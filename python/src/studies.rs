@@ -2,32 +2,28 @@
 //!
 //! Each function mirrors an `oversub` command and returns what its `--json` output holds, as dicts and lists:
 //! `load_schedule` (the validated configuration), `plan_schedule` (`oversub plan`), `run_schedule` (`oversub run`),
-//! `sim_uvm` (`oversub sim uvm`) and `sim_swap` (`oversub sim swap`). The command-line glue they need (choosing the
-//! store's bandwidths, sizing the pool, parsing names) is repeated here, since the command is a binary. Long work runs
-//! with the GIL released, so other Python threads keep running.
+//! `sim_uvm` (`oversub sim uvm`) and `sim_swap` (`oversub sim swap`). The glue they share with the command (the
+//! store's bandwidths, the pool, the JSON documents) lives in the library crates (`oversub_sched::setup` and
+//! `report`, `oversub_sim::uvm::report`, `oversub_sim::swap::report`); only the Python argument handling is here.
+//! Long work runs with the GIL released, so other Python threads keep running.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::path::PathBuf;
 use std::time::Instant;
 
-use oversub_accel::{DeviceMemory, HostMemory};
-use oversub_core::{BufferFlags, Pool, PoolConfig};
-use oversub_io::SwapStore;
-use oversub_profile::{Profile, SwapMachine};
-use oversub_sched::plan::{self, feasible_table, max_oversubscription};
-use oversub_sched::{Bandwidths, DeviceKind, Mode, RunOptions, RunResult, System, Work};
+use oversub_sched::plan::{self, feasible_table};
+use oversub_sched::setup::{self, BandwidthSource, StoreSpeed};
+use oversub_sched::{Bandwidths, DeviceKind, Mode, PlanDoc, RunOptions, RunResult, System, Work};
+use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios::{self as swap_scenarios, BUILTIN};
 use oversub_sim::swap::{
-    run_study, DirectAccess, Evictable, Policy as SwapPolicy, PrioritySource, Scenario, Study,
-    StudyOptions,
+    run_study, DirectAccess, Evictable, PrioritySource, Scenario, StudyOptions,
 };
 use oversub_sim::uvm::cost::CostModel;
-use oversub_sim::uvm::policy::{Policy as UvmPolicy, LAZY_PG_STAT_THRESHOLDS};
-use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, SimConfig, SimResult};
-use oversub_sim::uvm::suite::{
-    ratio_percent, run_suite, speedups, SpeedupRow, SuiteSpec, TraceSource,
-};
+use oversub_sim::uvm::policy::Policy as UvmPolicy;
+use oversub_sim::uvm::report::{self as uvm_report, UvmDoc};
+use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, SimConfig};
+use oversub_sim::uvm::suite::{self, run_suite, SuiteSpec, TraceSource};
 use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
 use oversub_tenants::swap::AlphaRule;
 use pyo3::exceptions::{PyTypeError, PyValueError};
@@ -160,104 +156,6 @@ fn paths_arg(obj: Option<&Bound<'_, PyAny>>, what: &str) -> PyResult<Vec<PathBuf
 // ---------------------------------------------------------------------------------------------------------------
 // The schedule runtime: bandwidths, pools, analyses (as `oversub plan` and `oversub run` do them).
 
-/// The store's bandwidths and where they came from.
-#[derive(Debug, Clone, Copy)]
-struct StoreSpeed {
-    bw: Bandwidths,
-    /// "given", "profile" or "measured".
-    source: &'static str,
-}
-
-/// The store's bandwidths from a platform profile's `[storage]` table (docs/profile.md).
-fn read_profile(path: &Path) -> Result<Bandwidths, Raised> {
-    let profile = Profile::load(path).map_err(raised)?;
-    let storage = profile.storage.ok_or_else(|| {
-        Raised::new(
-            "ProfileError",
-            format!(
-                "{} has no [storage] table: run `oversub probe` to measure the store, or add one",
-                path.display()
-            ),
-        )
-    })?;
-    // Positive and finite: `Profile::load` checked.
-    Ok(Bandwidths {
-        read_bytes_per_s: storage.read_bytes_per_s,
-        write_bytes_per_s: storage.write_bytes_per_s,
-    })
-}
-
-fn store_dir(store: Option<&Path>) -> PathBuf {
-    match store {
-        Some(p) if p.is_dir() => p.to_path_buf(),
-        Some(p) => p
-            .parent()
-            .map_or_else(std::env::temp_dir, Path::to_path_buf),
-        None => std::env::temp_dir(),
-    }
-}
-
-/// The pager's page-in and page-out speed on the store: the slowest of three round trips of `size` bytes, since
-/// plans need speeds the store keeps up under sustained load, not its best (as `oversub plan` measures it).
-fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths, Raised> {
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(size)
-            .create_temp(&store_dir(store))
-            .map_err(raised)?,
-    );
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    let pool = Pool::new(PoolConfig::new(size), device, store).map_err(raised)?;
-    let space = pool.address_space();
-    let b = space.alloc(size, BufferFlags::DEFAULT).map_err(raised)?;
-    let chunk = vec![0x5Au8; 4 << 20];
-    let mut offset = 0u64;
-    while offset < size {
-        let n = (size - offset).min(chunk.len() as u64);
-        let part = chunk.get(..n as usize).unwrap_or(&chunk);
-        space.write(b, offset, part).map_err(raised)?;
-        offset += n;
-    }
-    let (mut reads, mut writes) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        let t = Instant::now();
-        space.page_out(b).map_err(raised)?;
-        writes.push(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        space.page_in(b).map_err(raised)?;
-        reads.push(t.elapsed().as_secs_f64());
-    }
-    let slowest = |v: &[f64]| v.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
-    Ok(Bandwidths {
-        read_bytes_per_s: size as f64 / slowest(&reads),
-        write_bytes_per_s: size as f64 / slowest(&writes),
-    })
-}
-
-/// Given bandwidths, else the profile's, else measured on the configuration's store.
-fn store_speed(
-    given: Option<Bandwidths>,
-    profile: Option<&Path>,
-    system: &System,
-) -> Result<StoreSpeed, Raised> {
-    if let Some(bw) = given {
-        return Ok(StoreSpeed {
-            bw,
-            source: "given",
-        });
-    }
-    if let Some(p) = profile {
-        return Ok(StoreSpeed {
-            bw: read_profile(p)?,
-            source: "profile",
-        });
-    }
-    Ok(StoreSpeed {
-        bw: measure_bandwidths(system.platform.store.as_deref(), 256 << 20)?,
-        source: "measured",
-    })
-}
-
 /// `bandwidths=(read, write)`, checked.
 fn bandwidths_arg(given: Option<(f64, f64)>) -> PyResult<Option<Bandwidths>> {
     let Some((read, write)) = given else {
@@ -276,131 +174,6 @@ fn bandwidths_arg(given: Option<(f64, f64)>) -> PyResult<Option<Bandwidths>> {
     }))
 }
 
-/// What one slot of the steady state pages, and the time it has for it.
-#[derive(Debug, Serialize)]
-struct SlotPaging {
-    component: String,
-    cpu: usize,
-    gpu: Option<usize>,
-    /// Offset of the slot in the hyperperiod.
-    start_s: f64,
-    page_outs: usize,
-    page_ins: usize,
-    /// Bytes that cross to or from the store.
-    io_bytes: u64,
-    /// Store time the operations take at the plan's bandwidths.
-    paging_s: f64,
-    /// Time between the paging's issue and the slot's start.
-    available_s: f64,
-    /// Why the slot cannot run as planned; None when it can.
-    problem: Option<String>,
-}
-
-/// The analysis of one mode (`oversub plan --json`, plus the steady-state paging per slot).
-#[derive(Debug, Serialize)]
-struct ModeAnalysis {
-    target_period_s: f64,
-    feasible_at_target: bool,
-    min_feasible_period_s: Option<f64>,
-    page_outs_per_hyperperiod: usize,
-    bytes_paged_per_hyperperiod: u64,
-    min_capacity_bytes: Option<u64>,
-    max_oversubscription: Option<f64>,
-    problems: Vec<String>,
-    slots: Vec<SlotPaging>,
-}
-
-fn analyse(system: &System, mode: Mode, bw: Bandwidths) -> ModeAnalysis {
-    let p = plan::plan(system, mode, plan::ANALYSIS_HYPERPERIODS, bw);
-    let name = |c: usize| {
-        system
-            .components
-            .get(c)
-            .map_or_else(|| format!("component {c}"), |x| x.name.clone())
-    };
-    let mut problems: Vec<String> = p
-        .slots
-        .iter()
-        .filter(|s| s.instance.hyperperiod > 0)
-        .filter_map(|s| {
-            s.problem.as_ref().map(|m| {
-                format!(
-                    "{} at {:.1} ms (CPU {}): {m}",
-                    name(s.instance.component),
-                    (s.instance.start_s - s.instance.hyperperiod as f64 * p.hyperperiod_s) * 1e3,
-                    s.instance.cpu
-                )
-            })
-        })
-        .collect();
-    problems.dedup();
-    let last = p.hyperperiods.saturating_sub(1);
-    let base = last as f64 * p.hyperperiod_s;
-    let slots = p
-        .slots
-        .iter()
-        .filter(|s| s.instance.hyperperiod == last)
-        .map(|s| SlotPaging {
-            component: name(s.instance.component),
-            cpu: s.instance.cpu,
-            gpu: s.instance.gpu,
-            start_s: s.instance.start_s - base,
-            page_outs: s.page_outs.len(),
-            page_ins: s.page_ins.len(),
-            io_bytes: s.ops().map(|o| o.io_bytes).sum(),
-            // An empty sum is -0.0.
-            paging_s: s.paging_s() + 0.0,
-            available_s: s.instance.start_s - s.issue_s,
-            problem: s.problem.clone(),
-        })
-        .collect();
-    let ov = max_oversubscription(system, mode, bw);
-    ModeAnalysis {
-        target_period_s: system.table.hyperperiod_s,
-        feasible_at_target: plan::steady_feasible(system, mode, bw),
-        min_feasible_period_s: feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s),
-        page_outs_per_hyperperiod: p.steady_page_outs_per_hyperperiod(),
-        bytes_paged_per_hyperperiod: p.steady_io_bytes_per_hyperperiod(),
-        min_capacity_bytes: ov.map(|o| o.0),
-        max_oversubscription: ov.map(|o| o.1),
-        problems,
-        slots,
-    }
-}
-
-#[derive(Debug, Serialize)]
-struct PlanOut {
-    read_bytes_per_s: f64,
-    write_bytes_per_s: f64,
-    bandwidth_source: &'static str,
-    demand_bytes: u64,
-    capacity_bytes: u64,
-    hyperperiod_s: f64,
-    modes: BTreeMap<&'static str, ModeAnalysis>,
-}
-
-/// A pool and store sized for `system` (as `oversub run` sizes them).
-fn pool_for(system: &System) -> Result<Pool, Raised> {
-    let n = system.buffers().len() as u64;
-    // Reservations are whole pages: a page of slack per buffer keeps the planned capacity exact in bytes.
-    let slack = n * 4096;
-    let store_bytes = system.demand_bytes() + n * (2 << 20) + (64 << 20);
-    let dir = store_dir(system.platform.store.as_deref());
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(store_bytes)
-            .create_temp(&dir)
-            .map_err(raised)?,
-    );
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    Pool::new(
-        PoolConfig::new(system.platform.capacity_bytes + slack),
-        device,
-        store,
-    )
-    .map_err(raised)
-}
-
 /// One run as `run_schedule` returns it: the run's record and the figures `oversub run --json` adds.
 #[derive(Debug, Serialize)]
 struct RunOut {
@@ -413,7 +186,7 @@ struct RunOut {
     at_min_period: bool,
     read_bytes_per_s: f64,
     write_bytes_per_s: f64,
-    bandwidth_source: &'static str,
+    bandwidth_source: BandwidthSource,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -441,7 +214,7 @@ fn run_one(
         system.clone()
     };
     let p = plan::plan(&table, mode, s.hyperperiods + s.warmup, speed.bw);
-    let pool = pool_for(&table)?;
+    let pool = setup::pool_for(&table).map_err(raised)?;
     let space = pool.address_space();
     let options = RunOptions {
         pin_threads: s.pin_threads,
@@ -661,21 +434,10 @@ fn plan_schedule<'py>(
     let modes = parse_modes(mode, true)?;
     let given = bandwidths_arg(bandwidths)?;
     let out = py
-        .detach(|| -> Result<PlanOut, Raised> {
+        .detach(|| -> Result<PlanDoc, Raised> {
             let system = load(&src)?;
-            let speed = store_speed(given, profile.as_deref(), &system)?;
-            Ok(PlanOut {
-                read_bytes_per_s: speed.bw.read_bytes_per_s,
-                write_bytes_per_s: speed.bw.write_bytes_per_s,
-                bandwidth_source: speed.source,
-                demand_bytes: system.demand_bytes(),
-                capacity_bytes: system.platform.capacity_bytes,
-                hyperperiod_s: system.table.hyperperiod_s,
-                modes: modes
-                    .iter()
-                    .map(|&m| (m.name(), analyse(&system, m, speed.bw)))
-                    .collect(),
-            })
+            let speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
+            Ok(PlanDoc::new(&system, speed, &modes))
         })
         .map_err(|r| r.to_pyerr(py))?;
     to_python(py, &out)
@@ -770,7 +532,7 @@ fn run_schedule<'py>(
     let runs = py
         .detach(|| -> Result<Vec<(Mode, RunOut)>, Raised> {
             let system = load(&src)?;
-            let speed = store_speed(given, profile.as_deref(), &system)?;
+            let speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
             modes
                 .iter()
                 .map(|&m| run_one(&system, m, speed, settings).map(|r| (m, r)))
@@ -793,18 +555,11 @@ fn run_schedule<'py>(
 
 /// A ratio as the command line takes it: percent (`200`, `200%`) or a factor (`2x`).
 fn parse_ratio(text: &str) -> PyResult<f64> {
-    let t = text.trim();
-    let (number, scale) = if let Some(x) = t.strip_suffix(['x', 'X']) {
-        (x, 1.0)
-    } else {
-        (t.trim_end_matches('%'), 0.01)
-    };
-    match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
-        _ => Err(PyValueError::new_err(format!(
+    suite::parse_ratio(text).ok_or_else(|| {
+        PyValueError::new_err(format!(
             "bad ratio {text:?}: give a percentage such as 200 or \"200%\" (or \"2x\")"
-        ))),
-    }
+        ))
+    })
 }
 
 /// Ratios: numbers are percent; strings as on the command line; one value or a sequence.
@@ -842,121 +597,6 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
         out.extend(one(&item?)?);
     }
     Ok(out)
-}
-
-fn parse_uvm_policies(names: &[String]) -> Result<Vec<UvmPolicy>, Raised> {
-    if names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case("all")) {
-        return Ok(UvmPolicy::suite());
-    }
-    let mut out: Vec<UvmPolicy> = Vec::new();
-    for name in names {
-        let p = UvmPolicy::parse(name).map_err(raised)?;
-        let bare = !name.contains([':', '(', '=']);
-        let expanded: Vec<UvmPolicy> = match p {
-            UvmPolicy::LazyPgStatSw { .. } if bare => LAZY_PG_STAT_THRESHOLDS
-                .iter()
-                .map(|&threshold| UvmPolicy::LazyPgStatSw { threshold })
-                .collect(),
-            other => vec![other],
-        };
-        for p in expanded {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// A policy's speed-up over LazyGrpHW on its workload and ratio (per threshold for LazyPgStatSW).
-fn speedup_of(rows: &[SpeedupRow], r: &SimResult) -> Option<f64> {
-    let label = r.policy.to_string();
-    rows.iter()
-        .find(|s| {
-            s.workload == r.workload
-                && s.ratio_percent == ratio_percent(r.ratio)
-                && s.label == label
-        })
-        .map(|s| s.speedup)
-        .or_else(|| {
-            let base = rows.iter().find(|s| {
-                s.workload == r.workload
-                    && s.ratio_percent == ratio_percent(r.ratio)
-                    && s.label == "LazyGrpHW"
-            })?;
-            (r.est_time_s > 0.0).then(|| base.est_time_s / r.est_time_s)
-        })
-}
-
-#[derive(Debug, Serialize)]
-struct UvmRun {
-    workload: String,
-    ratio: u32,
-    policy: String,
-    est_time_s: f64,
-    speedup_vs_lazygrphw: Option<f64>,
-    faults: u64,
-    migrations: u64,
-    prefetches: u64,
-    evictions: u64,
-    evictions_per_page: f64,
-    remote_accesses: u64,
-    cache_hits: u64,
-    gpu_mem_accesses: u64,
-    bytes_h2d: u64,
-    bytes_d2h: u64,
-    accesses: u64,
-    footprint_bytes: u64,
-    gpu_memory_bytes: u64,
-    sim_seconds: f64,
-}
-
-/// `oversub sim uvm --json`.
-#[derive(Debug, Serialize)]
-struct UvmDoc {
-    runs: Vec<UvmRun>,
-    speedups: Vec<SpeedupRow>,
-    cost_model: CostModel,
-    eviction: EvictionOrder,
-    eviction_unit: EvictionUnit,
-    wall_seconds: f64,
-}
-
-fn uvm_doc(results: &[SimResult], spec: &SuiteSpec, wall_seconds: f64) -> UvmDoc {
-    let rows = speedups(results);
-    let page = spec.template.cost.page_bytes;
-    let runs = results
-        .iter()
-        .map(|r| UvmRun {
-            workload: r.workload.clone(),
-            ratio: ratio_percent(r.ratio),
-            policy: r.policy.to_string(),
-            est_time_s: r.est_time_s,
-            speedup_vs_lazygrphw: speedup_of(&rows, r),
-            faults: r.counters.faults,
-            migrations: r.counters.migrations,
-            prefetches: r.counters.prefetches,
-            evictions: r.counters.evictions,
-            evictions_per_page: r.evictions_per_page,
-            remote_accesses: r.counters.remote_accesses,
-            cache_hits: r.counters.cache_hits,
-            gpu_mem_accesses: r.counters.gpu_mem_accesses,
-            bytes_h2d: r.counters.bytes_h2d,
-            bytes_d2h: r.counters.bytes_d2h,
-            accesses: r.counters.accesses,
-            footprint_bytes: r.footprint_pages * page,
-            gpu_memory_bytes: r.capacity_pages * page,
-            sim_seconds: r.sim_seconds,
-        })
-        .collect();
-    UvmDoc {
-        runs,
-        speedups: rows,
-        cost_model: spec.template.cost.clone(),
-        eviction: spec.template.eviction,
-        eviction_unit: spec.template.eviction_unit,
-        wall_seconds,
-    }
 }
 
 /// Simulates page-migration policies for unified memory under oversubscription (Chang et al., SYSTOR'21), as
@@ -1092,7 +732,7 @@ fn sim_uvm<'py>(
                 }
             }
             sources.extend(trace_paths.into_iter().map(TraceSource::File));
-            let policies = parse_uvm_policies(&policy_names)?;
+            let policies = uvm_report::parse_policies(&policy_names).map_err(raised)?;
             let mut cost = match &profile {
                 Some(p) => CostModel::from_profile(p).map_err(raised)?,
                 None => CostModel::default(),
@@ -1115,7 +755,11 @@ fn sim_uvm<'py>(
             };
             let started = Instant::now();
             let results = run_suite(&spec, &|_| {}).map_err(raised)?;
-            Ok(uvm_doc(&results, &spec, started.elapsed().as_secs_f64()))
+            Ok(UvmDoc::new(
+                &results,
+                &spec,
+                started.elapsed().as_secs_f64(),
+            ))
         })
         .map_err(|r| r.to_pyerr(py))?;
     to_python(py, &doc)
@@ -1123,117 +767,6 @@ fn sim_uvm<'py>(
 
 // ---------------------------------------------------------------------------------------------------------------
 // `oversub sim swap`.
-
-#[derive(Debug, Serialize)]
-struct SwapTask {
-    task: String,
-    /// 1 is the highest priority.
-    priority: usize,
-    lengthened_latency_s: f64,
-    response_s: f64,
-    alone_s: f64,
-    degree: f64,
-    alpha: f64,
-    swap_outs: u32,
-}
-
-#[derive(Debug, Serialize)]
-struct SwapRun {
-    name: String,
-    policy: &'static str,
-    policy_label: String,
-    tasks: Vec<SwapTask>,
-    makespan_s: f64,
-    swap_outs: u32,
-    memory_peak_bytes: u64,
-}
-
-#[derive(Debug, Serialize)]
-struct SwapSummary {
-    name: String,
-    figure: Option<&'static str>,
-    highest: String,
-    highest_proposed_lengthened_s: Option<f64>,
-    lowest: String,
-    lowest_cut_vs_baseline_pct: Option<f64>,
-    lowest_cut_vs_mat_pct: Option<f64>,
-    paper_cut_vs_baseline_pct: Option<f64>,
-    paper_cut_vs_mat_pct: Option<f64>,
-}
-
-#[derive(Debug, Serialize)]
-struct SwapProfile {
-    path: String,
-    swap: SwapMachine,
-}
-
-/// `oversub sim swap --json`.
-#[derive(Debug, Serialize)]
-struct SwapDoc {
-    scenarios: Vec<SwapRun>,
-    summaries: Vec<SwapSummary>,
-    seed: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    profile: Option<SwapProfile>,
-}
-
-fn task_name(study: &Study, i: usize) -> String {
-    study
-        .tasks
-        .get(i)
-        .map_or_else(|| format!("task {i}"), |t| t.name.clone())
-}
-
-fn swap_doc(studies: &[Study], seed: u64, profile: Option<SwapProfile>) -> SwapDoc {
-    let mut scenarios = Vec::new();
-    let mut summaries = Vec::new();
-    for st in studies {
-        for r in &st.runs {
-            let at = |v: &[f64], i: usize| v.get(i).copied().unwrap_or(f64::NAN);
-            scenarios.push(SwapRun {
-                name: st.scenario.name.clone(),
-                policy: r.policy.key(),
-                policy_label: r.policy.to_string(),
-                tasks: st
-                    .tasks
-                    .iter()
-                    .enumerate()
-                    .map(|(i, t)| SwapTask {
-                        task: t.name.clone(),
-                        priority: t.rank + 1,
-                        lengthened_latency_s: at(&r.lengthened_s, i),
-                        response_s: at(&r.response_s, i),
-                        alone_s: t.alone_s,
-                        degree: t.degree,
-                        alpha: at(&r.alpha, i),
-                        swap_outs: r.outcome.swap_outs.get(i).copied().unwrap_or(0),
-                    })
-                    .collect(),
-                makespan_s: r.outcome.makespan_ns as f64 / 1e9,
-                swap_outs: r.outcome.swap_outs.iter().sum(),
-                memory_peak_bytes: r.outcome.memory_peak_bytes,
-            });
-        }
-        let s = st.summary(None);
-        summaries.push(SwapSummary {
-            name: st.scenario.name.clone(),
-            figure: st.scenario.paper.map(|p| p.figure),
-            highest: task_name(st, s.highest),
-            highest_proposed_lengthened_s: s.highest_proposed_s,
-            lowest: task_name(st, s.lowest),
-            lowest_cut_vs_baseline_pct: s.vs_baseline_pct,
-            lowest_cut_vs_mat_pct: s.vs_mat_pct,
-            paper_cut_vs_baseline_pct: st.scenario.paper.map(|p| p.vs_baseline_pct),
-            paper_cut_vs_mat_pct: st.scenario.paper.map(|p| p.vs_mat_pct),
-        });
-    }
-    SwapDoc {
-        scenarios,
-        summaries,
-        seed,
-        profile,
-    }
-}
 
 /// Simulates contention-aware swap space management (Yang & Chen) as ``oversub sim swap --json`` does: each
 /// scenario under Baseline (LRU swapping), MaT (SM throttling) and the proposed policy (Alg. 1 priorities, Alg. 2
@@ -1352,44 +885,12 @@ fn sim_swap<'py>(
         || scenario_names.iter().any(|s| s.eq_ignore_ascii_case("all"));
     let doc = py
         .detach(|| -> Result<SwapDoc, Raised> {
-            let mut policies: Vec<SwapPolicy> = Vec::new();
-            let mut push = |p: SwapPolicy| {
-                if !policies.contains(&p) {
-                    policies.push(p);
-                }
-            };
-            let all_policies = suite
-                || policy_names.is_empty()
-                || policy_names.iter().any(|p| p.eq_ignore_ascii_case("all"));
-            if all_policies {
-                push(SwapPolicy::Baseline);
-                push(SwapPolicy::Mat);
-                for &r in &rules {
-                    push(SwapPolicy::Proposed(r));
-                }
-            }
-            for name in &policy_names {
-                if name.eq_ignore_ascii_case("all") {
-                    continue;
-                }
-                if name.eq_ignore_ascii_case("proposed") {
-                    for &r in &rules {
-                        push(SwapPolicy::Proposed(r));
-                    }
-                } else {
-                    push(SwapPolicy::parse(name, AlphaRule::Fraction).map_err(raised)?);
-                }
-            }
-            let swap_profile = match &profile {
-                Some(path) => Some(SwapProfile {
-                    path: path.display().to_string(),
-                    swap: Profile::load(path)
-                        .map_err(raised)?
-                        .swap
-                        .unwrap_or_default(),
-                }),
-                None => None,
-            };
+            let policies = expand_policies(&policy_names, &rules, suite).map_err(raised)?;
+            let swap_profile = profile
+                .as_deref()
+                .map(ProfileSwap::load)
+                .transpose()
+                .map_err(raised)?;
             let mut names: Vec<String> = Vec::new();
             if all_scenarios {
                 names.extend(BUILTIN.iter().map(|s| s.to_string()));
@@ -1441,7 +942,7 @@ fn sim_swap<'py>(
                     Raised::new(r.class, format!("{}: {}", s.name, r.message))
                 })?);
             }
-            Ok(swap_doc(&studies, seed, swap_profile))
+            Ok(SwapDoc::new(&studies, seed, swap_profile))
         })
         .map_err(|r| r.to_pyerr(py))?;
     to_python(py, &doc)

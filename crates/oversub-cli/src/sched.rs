@@ -7,14 +7,12 @@ use std::time::Instant;
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use oversub_accel::{DeviceMemory, HostMemory};
-use oversub_core::{BufferFlags, Pool, PoolConfig};
-use oversub_io::SwapStore;
 use oversub_report::{
     format_bytes, format_seconds, text_table, HtmlBlock, HtmlReport, MarkerKind, SpanKind, Timeline,
 };
-use oversub_sched::plan::{self, feasible_table, max_oversubscription};
-use oversub_sched::{Bandwidths, Mode, RunOptions, RunResult, System};
+use oversub_sched::plan::{self, feasible_table};
+use oversub_sched::setup::{self, StoreSpeed};
+use oversub_sched::{Bandwidths, Mode, PlanDoc, RunOptions, RunResult, System};
 use serde::Serialize;
 
 use crate::bench::BoxError;
@@ -108,77 +106,22 @@ pub struct DemoArgs {
     max_unit: u64,
 }
 
-/// The store's bandwidths from a platform profile's `[storage]` table (docs/profile.md).
-fn read_profile(path: &Path) -> Result<Bandwidths, BoxError> {
-    let profile = oversub_profile::Profile::load(path)?;
-    let storage = profile.storage.ok_or_else(|| {
-        format!(
-            "{} has no [storage] table: run `oversub probe` to measure the store, or add one",
-            path.display()
-        )
-    })?;
-    // Positive and finite: `Profile::load` checked.
-    Ok(Bandwidths {
-        read_bytes_per_s: storage.read_bytes_per_s,
-        write_bytes_per_s: storage.write_bytes_per_s,
-    })
-}
-
-fn store_dir(store: Option<&Path>) -> PathBuf {
-    match store {
-        Some(p) if p.is_dir() => p.to_path_buf(),
-        Some(p) => p
-            .parent()
-            .map_or_else(std::env::temp_dir, Path::to_path_buf),
-        None => std::env::temp_dir(),
+/// The store's bandwidths from the profile, else measured, said on stderr.
+fn bandwidths(profile: Option<&Path>, system: &System) -> Result<StoreSpeed, BoxError> {
+    let speed = setup::store_speed(None, profile, system)?;
+    match profile {
+        Some(p) => eprintln!(
+            "store bandwidths from {}: {}",
+            p.display(),
+            describe_bw(speed.bw)
+        ),
+        None => eprintln!(
+            "store measured with the pager ({} round trips, slowest of 3): {}",
+            format_bytes(setup::MEASURE_BYTES),
+            describe_bw(speed.bw)
+        ),
     }
-}
-
-/// Measures the pager's page-in and page-out speed on the store: the slowest of three round trips of `size` bytes,
-/// since plans need speeds the store keeps up under sustained load, not its best.
-fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths, BoxError> {
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(size)
-            .create_temp(&store_dir(store))?,
-    );
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    let pool = Pool::new(PoolConfig::new(size), device, store)?;
-    let space = pool.address_space();
-    let b = space.alloc(size, BufferFlags::DEFAULT)?;
-    let ptr = space.host_ptr(b)?;
-    // SAFETY: the buffer is resident and `size` bytes long; nothing else uses it.
-    unsafe { std::ptr::write_bytes(ptr, 0x5A, size as usize) };
-    let (mut reads, mut writes) = (Vec::new(), Vec::new());
-    for _ in 0..3 {
-        let t = Instant::now();
-        space.page_out(b)?;
-        writes.push(t.elapsed().as_secs_f64());
-        let t = Instant::now();
-        space.page_in(b)?;
-        reads.push(t.elapsed().as_secs_f64());
-    }
-    let slowest = |v: &[f64]| v.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
-    Ok(Bandwidths {
-        read_bytes_per_s: size as f64 / slowest(&reads),
-        write_bytes_per_s: size as f64 / slowest(&writes),
-    })
-}
-
-fn bandwidths(profile: Option<&Path>, system: &System) -> Result<Bandwidths, BoxError> {
-    if let Some(p) = profile {
-        let bw = read_profile(p)?;
-        eprintln!("store bandwidths from {}: {}", p.display(), describe_bw(bw));
-        return Ok(bw);
-    }
-    let size = 256 << 20;
-    let bw = measure_bandwidths(system.platform.store.as_deref(), size)?;
-    eprintln!(
-        "store measured with the pager ({} round trips, slowest of 3): {}",
-        format_bytes(size),
-        describe_bw(bw)
-    );
-    Ok(bw)
+    Ok(speed)
 }
 
 fn describe_bw(bw: Bandwidths) -> String {
@@ -191,52 +134,6 @@ fn describe_bw(bw: Bandwidths) -> String {
 
 fn load(path: &Path) -> Result<System, BoxError> {
     Ok(oversub_sched::load_system(path)?)
-}
-
-/// The analysis of one mode.
-#[derive(Debug, Serialize)]
-struct ModeAnalysis {
-    target_period_s: f64,
-    feasible_at_target: bool,
-    min_feasible_period_s: Option<f64>,
-    page_outs_per_hyperperiod: usize,
-    bytes_paged_per_hyperperiod: u64,
-    min_capacity_bytes: Option<u64>,
-    max_oversubscription: Option<f64>,
-    problems: Vec<String>,
-}
-
-fn analyse(system: &System, mode: Mode, bw: Bandwidths) -> ModeAnalysis {
-    let p = plan::plan(system, mode, plan::ANALYSIS_HYPERPERIODS, bw);
-    let steady: Vec<String> = p
-        .slots
-        .iter()
-        .filter(|s| s.instance.hyperperiod > 0)
-        .filter_map(|s| {
-            s.problem.as_ref().map(|m| {
-                format!(
-                    "{} at {:.1} ms (CPU {}): {m}",
-                    system.components[s.instance.component].name,
-                    (s.instance.start_s - s.instance.hyperperiod as f64 * p.hyperperiod_s) * 1e3,
-                    s.instance.cpu
-                )
-            })
-        })
-        .collect();
-    let mut problems = steady;
-    problems.dedup();
-    let min_period = min_feasible_period(system, mode, bw);
-    let ov = max_oversubscription(system, mode, bw);
-    ModeAnalysis {
-        target_period_s: system.table.hyperperiod_s,
-        feasible_at_target: plan::steady_feasible(system, mode, bw),
-        min_feasible_period_s: min_period,
-        page_outs_per_hyperperiod: p.steady_page_outs_per_hyperperiod(),
-        bytes_paged_per_hyperperiod: p.steady_io_bytes_per_hyperperiod(),
-        min_capacity_bytes: ov.map(|o| o.0),
-        max_oversubscription: ov.map(|o| o.1),
-        problems,
-    }
 }
 
 /// The shortest period at which `mode` runs the table (async: stretched uniformly; sync and demand: repacked).
@@ -265,11 +162,9 @@ fn opt_period(p: Option<f64>) -> String {
 pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
     let system = load(&args.config)?;
     println!("{}: {}", args.config.display(), describe_system(&system));
-    let bw = bandwidths(args.profile.as_deref(), &system)?;
-    let analyses: BTreeMap<&'static str, ModeAnalysis> = Mode::ALL
-        .iter()
-        .map(|&m| (m.name(), analyse(&system, m, bw)))
-        .collect();
+    let speed = bandwidths(args.profile.as_deref(), &system)?;
+    let doc = PlanDoc::new(&system, speed, &Mode::ALL);
+    let analyses = &doc.modes;
     let rows: Vec<Vec<String>> = Mode::ALL
         .iter()
         .filter_map(|m| analyses.get(m.name()).map(|a| (m, a)))
@@ -312,22 +207,21 @@ pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
         }
     }
     // Per slot: what async paging needs and the time it has (the previous slot on the CPU).
-    let p = plan::plan(&system, Mode::Async, plan::ANALYSIS_HYPERPERIODS, bw);
-    let last = p.hyperperiods.saturating_sub(1);
-    let rows: Vec<Vec<String>> = p
-        .slots
+    let steady = analyses
+        .get(Mode::Async.name())
+        .and_then(|a| a.slots.as_deref())
+        .unwrap_or_default();
+    let rows: Vec<Vec<String>> = steady
         .iter()
-        .filter(|s| s.instance.hyperperiod == last)
         .map(|s| {
-            let base = last as f64 * p.hyperperiod_s;
             vec![
-                system.components[s.instance.component].name.clone(),
-                format!("CPU {}", s.instance.cpu),
-                format_seconds(s.instance.start_s - base),
-                format!("{} out, {} in", s.page_outs.len(), s.page_ins.len()),
-                format_bytes(s.ops().map(|o| o.io_bytes).sum()),
-                format_seconds(s.paging_s()),
-                format_seconds(s.instance.start_s - s.issue_s),
+                s.component.clone(),
+                format!("CPU {}", s.cpu),
+                format_seconds(s.start_s),
+                format!("{} out, {} in", s.page_outs, s.page_ins),
+                format_bytes(s.io_bytes),
+                format_seconds(s.paging_s),
+                format_seconds(s.available_s),
                 s.problem.clone().unwrap_or_else(|| "ok".into()),
             ]
         })
@@ -350,46 +244,12 @@ pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
         )
     );
     if let Some(path) = &args.json {
-        #[derive(Serialize)]
-        struct Out<'a> {
-            read_bytes_per_s: f64,
-            write_bytes_per_s: f64,
-            demand_bytes: u64,
-            capacity_bytes: u64,
-            modes: &'a BTreeMap<&'static str, ModeAnalysis>,
-        }
-        let out = Out {
-            read_bytes_per_s: bw.read_bytes_per_s,
-            write_bytes_per_s: bw.write_bytes_per_s,
-            demand_bytes: system.demand_bytes(),
-            capacity_bytes: system.platform.capacity_bytes,
-            modes: &analyses,
-        };
+        let out = doc.brief();
         std::fs::write(path, serde_json::to_string_pretty(&out)?)
             .map_err(|e| format!("writing {}: {e}", path.display()))?;
         eprintln!("wrote {}", path.display());
     }
     Ok(())
-}
-
-/// A pool and store sized for `system`.
-fn pool_for(system: &System) -> Result<Pool, BoxError> {
-    let n = system.buffers().len() as u64;
-    // Reservations are whole pages: a page of slack per buffer keeps the planned capacity exact in bytes.
-    let slack = n * 4096;
-    let store_bytes = system.demand_bytes() + n * (2 << 20) + (64 << 20);
-    let dir = store_dir(system.platform.store.as_deref());
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(store_bytes)
-            .create_temp(&dir)?,
-    );
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    Ok(Pool::new(
-        PoolConfig::new(system.platform.capacity_bytes + slack),
-        device,
-        store,
-    )?)
 }
 
 /// A progress bar counting slot instances.
@@ -415,7 +275,7 @@ fn run_mode(
     bar: &ProgressBar,
 ) -> Result<RunResult, BoxError> {
     let p = plan::plan(system, mode, hyperperiods + warmup, bw);
-    let pool = pool_for(system)?;
+    let pool = setup::pool_for(system)?;
     let space = pool.address_space();
     let progress_bar = bar.clone();
     let base = bar.position();
@@ -626,7 +486,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     if args.hyperperiods == 0 {
         return Err("--hyperperiods must be at least 1".into());
     }
-    let bw = bandwidths(args.profile.as_deref(), &system)?;
+    let bw = bandwidths(args.profile.as_deref(), &system)?.bw;
     let modes = args.mode.modes();
     let several = modes.len() > 1;
     let mut results = Vec::new();
@@ -715,7 +575,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     eprintln!(
         "oversub demo: the paper's example (Figs. 5-8), run for real with the three paging modes"
     );
-    let bw = measure_bandwidths(args.store.as_deref(), 256 << 20)?;
+    let bw = setup::measure_bandwidths(args.store.as_deref(), setup::MEASURE_BYTES)?;
     eprintln!("store measured with the pager: {}", describe_bw(bw));
     // One unit of memory per component, sized so one swap (a unit out and a unit in) takes 25% of a 500 ms slot at
     // the measured speeds (the paper's 1 GiB at 4 GiB/s took the whole slot; sustained transfers on a busy store

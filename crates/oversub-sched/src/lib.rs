@@ -7,11 +7,15 @@
 pub mod config;
 pub mod model;
 pub mod plan;
+pub mod report;
 pub mod run;
+pub mod setup;
 
 pub use config::{load_system, parse_system, ConfigError};
 pub use model::{
     BufferId, BufferSpec, Component, ComponentId, DeviceKind, Platform, Slot, System, Table, Work,
 };
 pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
+pub use report::{ModeAnalysis, PlanDoc, SlotPaging};
 pub use run::{run, OpRecord, RunError, RunOptions, RunResult, SlotRecord};
+pub use setup::{BandwidthSource, SetupError, StoreSpeed};

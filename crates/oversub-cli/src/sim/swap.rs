@@ -5,14 +5,14 @@ use std::path::{Path, PathBuf};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use oversub_profile::{Profile, SwapMachine};
+use oversub_profile::SwapMachine;
 use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
+use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios::{self, BUILTIN};
 use oversub_sim::swap::{
     run_study, Policy, PrioritySource, Scenario, Study, StudyOptions, Summary,
 };
 use oversub_tenants::swap::AlphaRule;
-use serde::Serialize;
 
 use crate::bench::BoxError;
 
@@ -111,55 +111,11 @@ fn parse_rules(args: &SwapArgs) -> Result<Vec<AlphaRule>, BoxError> {
 }
 
 fn parse_policies(args: &SwapArgs, rules: &[AlphaRule]) -> Result<Vec<Policy>, BoxError> {
-    let mut out: Vec<Policy> = Vec::new();
-    let mut push = |p: Policy| {
-        if !out.contains(&p) {
-            out.push(p);
-        }
-    };
-    let all = args.suite
-        || args.policy.is_empty()
-        || args
-            .policy
-            .iter()
-            .any(|p| p.trim().eq_ignore_ascii_case("all"));
-    if all {
-        push(Policy::Baseline);
-        push(Policy::Mat);
-        for &r in rules {
-            push(Policy::Proposed(r));
-        }
-    }
-    for name in &args.policy {
-        if name.trim().eq_ignore_ascii_case("all") {
-            continue;
-        }
-        if name.trim().eq_ignore_ascii_case("proposed") {
-            for &r in rules {
-                push(Policy::Proposed(r));
-            }
-        } else {
-            push(Policy::parse(name, AlphaRule::Fraction)?);
-        }
-    }
-    Ok(out)
-}
-
-/// `--profile`: the file and its `[swap]` table (empty when it has none).
-struct ProfileSwap {
-    path: PathBuf,
-    swap: SwapMachine,
+    Ok(expand_policies(&args.policy, rules, args.suite)?)
 }
 
 fn load_profile(args: &SwapArgs) -> Result<Option<ProfileSwap>, BoxError> {
-    let Some(path) = &args.profile else {
-        return Ok(None);
-    };
-    let profile = Profile::load(path)?;
-    Ok(Some(ProfileSwap {
-        path: path.clone(),
-        swap: profile.swap.unwrap_or_default(),
-    }))
+    Ok(args.profile.as_deref().map(ProfileSwap::load).transpose()?)
 }
 
 /// The one line saying which machine constants the profile set.
@@ -180,12 +136,12 @@ fn describe_profile(p: &ProfileSwap) -> String {
     if taken.is_empty() {
         format!(
             "{}: no [swap] bandwidths, so every scenario keeps its own machine constants",
-            p.path.display()
+            p.path
         )
     } else {
         format!(
             "machine constants from {} [swap], in every scenario: {}",
-            p.path.display(),
+            p.path,
             taken.join(", ")
         )
     }
@@ -244,7 +200,7 @@ fn load_scenarios(
         if let Some(p) = profile {
             s.system
                 .apply_profile(&p.swap)
-                .map_err(|e| format!("{}: {e}", p.path.display()))?;
+                .map_err(|e| format!("{}: {e}", p.path))?;
         }
         s.validate()?;
     }
@@ -299,7 +255,7 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
         println!("conservation checks passed on {runs} simulations");
     }
     if let Some(path) = &args.json {
-        let doc = JsonDoc::new(&studies, args.seed, profile.as_ref());
+        let doc = SwapDoc::new(&studies, args.seed, profile);
         write_file(path, &serde_json::to_string_pretty(&doc)?)?;
     }
     if let Some(dir) = &args.plot {
@@ -572,114 +528,6 @@ fn chart(study: &Study) -> BarChart {
         })
         .collect();
     c
-}
-
-#[derive(Serialize)]
-struct JsonTask {
-    task: String,
-    /// 1 is the highest priority.
-    priority: usize,
-    lengthened_latency_s: f64,
-    response_s: f64,
-    alone_s: f64,
-    degree: f64,
-    alpha: f64,
-    swap_outs: u32,
-}
-
-#[derive(Serialize)]
-struct JsonRun {
-    name: String,
-    policy: &'static str,
-    policy_label: String,
-    tasks: Vec<JsonTask>,
-    makespan_s: f64,
-    swap_outs: u32,
-    memory_peak_bytes: u64,
-}
-
-#[derive(Serialize)]
-struct JsonSummary {
-    name: String,
-    figure: Option<&'static str>,
-    highest: String,
-    highest_proposed_lengthened_s: Option<f64>,
-    lowest: String,
-    lowest_cut_vs_baseline_pct: Option<f64>,
-    lowest_cut_vs_mat_pct: Option<f64>,
-    paper_cut_vs_baseline_pct: Option<f64>,
-    paper_cut_vs_mat_pct: Option<f64>,
-}
-
-/// `--profile`: the file and the `[swap]` keys it set (those absent kept each scenario's values).
-#[derive(Serialize)]
-struct JsonProfile {
-    path: String,
-    swap: SwapMachine,
-}
-
-#[derive(Serialize)]
-struct JsonDoc {
-    scenarios: Vec<JsonRun>,
-    summaries: Vec<JsonSummary>,
-    seed: u64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    profile: Option<JsonProfile>,
-}
-
-impl JsonDoc {
-    fn new(studies: &[Study], seed: u64, profile: Option<&ProfileSwap>) -> Self {
-        let mut scenarios = Vec::new();
-        let mut summaries = Vec::new();
-        for st in studies {
-            for r in &st.runs {
-                scenarios.push(JsonRun {
-                    name: st.scenario.name.clone(),
-                    policy: r.policy.key(),
-                    policy_label: r.policy.to_string(),
-                    tasks: st
-                        .tasks
-                        .iter()
-                        .enumerate()
-                        .map(|(i, t)| JsonTask {
-                            task: t.name.clone(),
-                            priority: t.rank + 1,
-                            lengthened_latency_s: r.lengthened_s[i],
-                            response_s: r.response_s[i],
-                            alone_s: t.alone_s,
-                            degree: t.degree,
-                            alpha: r.alpha[i],
-                            swap_outs: r.outcome.swap_outs[i],
-                        })
-                        .collect(),
-                    makespan_s: r.outcome.makespan_ns as f64 / 1e9,
-                    swap_outs: r.outcome.swap_outs.iter().sum(),
-                    memory_peak_bytes: r.outcome.memory_peak_bytes,
-                });
-            }
-            let s = st.summary(None);
-            summaries.push(JsonSummary {
-                name: st.scenario.name.clone(),
-                figure: st.scenario.paper.map(|p| p.figure),
-                highest: st.tasks[s.highest].name.clone(),
-                highest_proposed_lengthened_s: s.highest_proposed_s,
-                lowest: st.tasks[s.lowest].name.clone(),
-                lowest_cut_vs_baseline_pct: s.vs_baseline_pct,
-                lowest_cut_vs_mat_pct: s.vs_mat_pct,
-                paper_cut_vs_baseline_pct: st.scenario.paper.map(|p| p.vs_baseline_pct),
-                paper_cut_vs_mat_pct: st.scenario.paper.map(|p| p.vs_mat_pct),
-            });
-        }
-        JsonDoc {
-            scenarios,
-            summaries,
-            seed,
-            profile: profile.map(|p| JsonProfile {
-                path: p.path.display().to_string(),
-                swap: p.swap.clone(),
-            }),
-        }
-    }
 }
 
 #[cfg(test)]

@@ -10,13 +10,13 @@ use oversub_report::{
     HtmlReport,
 };
 use oversub_sim::uvm::cost::CostModel;
-use oversub_sim::uvm::policy::{Policy, LAZY_PG_STAT_THRESHOLDS};
+use oversub_sim::uvm::policy::Policy;
+use oversub_sim::uvm::report::{parse_policies, speedup_of, UvmDoc};
 use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, SimConfig, SimResult};
 use oversub_sim::uvm::suite::{
-    geomean, ratio_percent, run_suite, speedups, SpeedupRow, SuiteEvent, SuiteSpec, TraceSource,
+    self, geomean, ratio_percent, run_suite, SpeedupRow, SuiteEvent, SuiteSpec, TraceSource,
 };
 use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
-use serde::Serialize;
 
 use crate::bench::BoxError;
 
@@ -129,42 +129,9 @@ pub struct UvmArgs {
 }
 
 fn parse_ratio(text: &str) -> Result<f64, BoxError> {
-    let t = text.trim();
-    let (number, scale) = if let Some(x) = t.strip_suffix(['x', 'X']) {
-        (x, 1.0)
-    } else {
-        (t.trim_end_matches('%'), 0.01)
-    };
-    match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
-        _ => {
-            Err(format!("bad ratio `{text}`: give a percentage such as 200 or 200% (or 2x)").into())
-        }
-    }
-}
-
-fn parse_policies(names: &[String]) -> Result<Vec<Policy>, BoxError> {
-    if names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case("all")) {
-        return Ok(Policy::suite());
-    }
-    let mut out: Vec<Policy> = Vec::new();
-    for name in names {
-        let p = Policy::parse(name)?;
-        let bare = !name.contains([':', '(', '=']);
-        let expanded: Vec<Policy> = match p {
-            Policy::LazyPgStatSw { .. } if bare => LAZY_PG_STAT_THRESHOLDS
-                .iter()
-                .map(|&threshold| Policy::LazyPgStatSw { threshold })
-                .collect(),
-            other => vec![other],
-        };
-        for p in expanded {
-            if !out.contains(&p) {
-                out.push(p);
-            }
-        }
-    }
-    Ok(out)
+    suite::parse_ratio(text).ok_or_else(|| {
+        format!("bad ratio `{text}`: give a percentage such as 200 or 200% (or 2x)").into()
+    })
 }
 
 fn parse_sources(args: &UvmArgs) -> Result<Vec<TraceSource>, BoxError> {
@@ -271,8 +238,9 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
     bar.finish_and_clear();
     let wall_s = started.elapsed().as_secs_f64();
 
-    let rows = speedups(&results);
-    print!("{}", runs_table(&results, &rows));
+    let doc = UvmDoc::new(&results, &spec, wall_s);
+    let rows = &doc.speedups;
+    print!("{}", runs_table(&results, rows));
     let sim_s: f64 = results.iter().map(|r| r.sim_seconds).sum();
     let accesses: u64 = results.iter().map(|r| r.counters.accesses).sum();
     println!(
@@ -283,17 +251,16 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
         accesses as f64 / sim_s.max(1e-9) / 1e6,
         format_seconds(wall_s)
     );
-    let figure = figure_tables(&rows, &spec);
+    let figure = figure_tables(rows, &spec);
     if !figure.is_empty() {
         println!("\n{figure}");
     }
 
-    let doc = JsonDoc::new(&results, &rows, &spec, wall_s);
     if let Some(path) = &args.json {
         write_file(path, &serde_json::to_string_pretty(&doc)?)?;
     }
     if let Some(path) = &args.csv {
-        write_file(path, &csv(&results, &rows))?;
+        write_file(path, &csv(&results, rows))?;
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -301,7 +268,7 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
             &dir.join("results.json"),
             &serde_json::to_string_pretty(&doc)?,
         )?;
-        write_file(&dir.join("results.csv"), &csv(&results, &rows))?;
+        write_file(&dir.join("results.csv"), &csv(&results, rows))?;
         let mut report = HtmlReport::new("oversub sim uvm: page migration under oversubscription");
         report.push(HtmlBlock::Paragraph(format!(
             "{} runs of {} policies on {} traces at ratios {}; estimated times from the SYSTOR'21 cost model \
@@ -319,14 +286,14 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
             spec.template.cost.pci_bytes_per_s / 1e9,
             format_bytes(spec.template.cost.l2_bytes),
         )));
-        for (file, title, chart) in figures(&rows, &spec) {
+        for (file, title, chart) in figures(rows, &spec) {
             let svg = chart.to_svg();
             write_file(&dir.join(file), &svg)?;
             report.push(HtmlBlock::Heading(title));
             report.push(HtmlBlock::Svg(svg));
         }
         report.push(HtmlBlock::Heading("All runs".into()));
-        report.push(HtmlBlock::Pre(runs_table(&results, &rows)));
+        report.push(HtmlBlock::Pre(runs_table(&results, rows)));
         report
             .write(&dir.join("report.html"))
             .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))?;
@@ -340,26 +307,6 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
 
 fn write_file(path: &Path, text: &str) -> Result<(), BoxError> {
     std::fs::write(path, text).map_err(|e| format!("{}: {e}", path.display()).into())
-}
-
-fn speedup_of(rows: &[SpeedupRow], r: &SimResult) -> Option<f64> {
-    let label = r.policy.to_string();
-    rows.iter()
-        .find(|s| {
-            s.workload == r.workload
-                && s.ratio_percent == ratio_percent(r.ratio)
-                && s.label == label
-        })
-        .map(|s| s.speedup)
-        .or_else(|| {
-            // LazyPgStatSW rows are reported as their best threshold; per-threshold speed-up from that base.
-            let base = rows.iter().find(|s| {
-                s.workload == r.workload
-                    && s.ratio_percent == ratio_percent(r.ratio)
-                    && s.label == "LazyGrpHW"
-            })?;
-            (r.est_time_s > 0.0).then(|| base.est_time_s / r.est_time_s)
-        })
 }
 
 fn runs_table(results: &[SimResult], rows: &[SpeedupRow]) -> String {
@@ -558,82 +505,6 @@ fn figures(rows: &[SpeedupRow], spec: &SuiteSpec) -> Vec<(String, String, BarCha
     out
 }
 
-#[derive(Serialize)]
-struct JsonRun {
-    workload: String,
-    ratio: u32,
-    policy: String,
-    est_time_s: f64,
-    speedup_vs_lazygrphw: Option<f64>,
-    faults: u64,
-    migrations: u64,
-    prefetches: u64,
-    evictions: u64,
-    evictions_per_page: f64,
-    remote_accesses: u64,
-    cache_hits: u64,
-    gpu_mem_accesses: u64,
-    bytes_h2d: u64,
-    bytes_d2h: u64,
-    accesses: u64,
-    footprint_bytes: u64,
-    gpu_memory_bytes: u64,
-    sim_seconds: f64,
-}
-
-#[derive(Serialize)]
-struct JsonDoc<'a> {
-    runs: Vec<JsonRun>,
-    speedups: &'a [SpeedupRow],
-    cost_model: &'a CostModel,
-    eviction: EvictionOrder,
-    eviction_unit: EvictionUnit,
-    wall_seconds: f64,
-}
-
-impl<'a> JsonDoc<'a> {
-    fn new(
-        results: &[SimResult],
-        rows: &'a [SpeedupRow],
-        spec: &'a SuiteSpec,
-        wall_seconds: f64,
-    ) -> Self {
-        let page = spec.template.cost.page_bytes;
-        let runs = results
-            .iter()
-            .map(|r| JsonRun {
-                workload: r.workload.clone(),
-                ratio: ratio_percent(r.ratio),
-                policy: r.policy.to_string(),
-                est_time_s: r.est_time_s,
-                speedup_vs_lazygrphw: speedup_of(rows, r),
-                faults: r.counters.faults,
-                migrations: r.counters.migrations,
-                prefetches: r.counters.prefetches,
-                evictions: r.counters.evictions,
-                evictions_per_page: r.evictions_per_page,
-                remote_accesses: r.counters.remote_accesses,
-                cache_hits: r.counters.cache_hits,
-                gpu_mem_accesses: r.counters.gpu_mem_accesses,
-                bytes_h2d: r.counters.bytes_h2d,
-                bytes_d2h: r.counters.bytes_d2h,
-                accesses: r.counters.accesses,
-                footprint_bytes: r.footprint_pages * page,
-                gpu_memory_bytes: r.capacity_pages * page,
-                sim_seconds: r.sim_seconds,
-            })
-            .collect();
-        Self {
-            runs,
-            speedups: rows,
-            cost_model: &spec.template.cost,
-            eviction: spec.template.eviction,
-            eviction_unit: spec.template.eviction_unit,
-            wall_seconds,
-        }
-    }
-}
-
 fn csv(results: &[SimResult], rows: &[SpeedupRow]) -> String {
     let mut out = String::from(
         "workload,ratio,policy,est_time_s,speedup_vs_lazygrphw,faults,migrations,prefetches,evictions,\
@@ -676,14 +547,5 @@ mod tests {
         assert_eq!(parse_ratio("3x").unwrap(), 3.0);
         assert!(parse_ratio("-5").is_err());
         assert!(parse_ratio("lots").is_err());
-    }
-
-    #[test]
-    fn bare_lazy_pg_stat_expands_to_the_papers_thresholds() {
-        let p = parse_policies(&["lazy-pg-stat-sw".into(), "dynamap".into()]).unwrap();
-        assert_eq!(p.len(), 6);
-        let p = parse_policies(&["lazy-pg-stat-sw:8".into()]).unwrap();
-        assert_eq!(p, vec![Policy::LazyPgStatSw { threshold: 8 }]);
-        assert_eq!(parse_policies(&[]).unwrap().len(), Policy::suite().len());
     }
 }

@@ -9,6 +9,7 @@ pub mod cache;
 pub mod cost;
 mod error;
 pub mod policy;
+pub mod report;
 pub mod sim;
 pub mod suite;
 pub mod trace;

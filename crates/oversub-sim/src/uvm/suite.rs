@@ -271,6 +271,21 @@ pub struct SpeedupRow {
     pub speedup: f64,
 }
 
+/// An oversubscription ratio as the command line spells it: percent (`200`, `200%` → 2.0) or a factor (`2x` → 2.0).
+/// None unless it is a finite, non-negative number.
+pub fn parse_ratio(text: &str) -> Option<f64> {
+    let t = text.trim();
+    let (number, scale) = if let Some(x) = t.strip_suffix(['x', 'X']) {
+        (x, 1.0)
+    } else {
+        (t.trim_end_matches('%'), 0.01)
+    };
+    match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Some(v * scale),
+        _ => None,
+    }
+}
+
 /// Ratio as the paper writes it (2.0 → 200).
 pub fn ratio_percent(ratio: f64) -> u32 {
     (ratio * 100.0).round().max(0.0) as u32

@@ -1,0 +1,208 @@
+//! What running a schedule needs around the planner and the executor: the store's bandwidths (given, from a
+//! platform profile, or measured through the pager) and a pool and store sized for a configuration.
+//!
+//! `oversub plan`, `oversub run` and the Python bindings share these, so the plans they make assume the same speeds
+//! and the runs page through the same kind of pool.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Instant;
+
+use oversub_accel::{DeviceMemory, HostMemory};
+use oversub_core::{BufferFlags, PagerError, Pool, PoolConfig};
+use oversub_io::{IoError, SwapStore};
+use oversub_profile::{Profile, ProfileError};
+use serde::Serialize;
+
+use crate::model::System;
+use crate::plan::Bandwidths;
+
+/// Bytes of one round trip when the store's bandwidths are measured ([`measure_bandwidths`]): 256 MiB.
+pub const MEASURE_BYTES: u64 = 256 << 20;
+
+/// Why the store's bandwidths could not be found, or a pool could not be set up.
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    /// The platform profile could not be read or is not valid.
+    #[error(transparent)]
+    Profile(#[from] ProfileError),
+    /// The platform profile has no `[storage]` table to take the bandwidths from.
+    #[error(
+        "{} has no [storage] table: run `oversub probe` to measure the store, or add one",
+        path.display()
+    )]
+    NoStorage {
+        /// The profile.
+        path: PathBuf,
+    },
+    /// The swap store could not be created.
+    #[error(transparent)]
+    Io(#[from] IoError),
+    /// The pool could not be created, or paging failed while measuring.
+    #[error(transparent)]
+    Pager(#[from] PagerError),
+}
+
+/// Where the store's bandwidths came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BandwidthSource {
+    /// Given by the caller.
+    Given,
+    /// A platform profile's `[storage]` table.
+    Profile,
+    /// Measured through the pager on the configuration's store ([`measure_bandwidths`]).
+    Measured,
+}
+
+impl BandwidthSource {
+    /// `"given"`, `"profile"` or `"measured"`, as the JSON documents write it.
+    pub fn name(self) -> &'static str {
+        match self {
+            BandwidthSource::Given => "given",
+            BandwidthSource::Profile => "profile",
+            BandwidthSource::Measured => "measured",
+        }
+    }
+}
+
+/// The store's bandwidths and where they came from.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct StoreSpeed {
+    /// Page-in and page-out speeds.
+    pub bw: Bandwidths,
+    /// Where they came from.
+    pub source: BandwidthSource,
+}
+
+/// The store's bandwidths from a platform profile's `[storage]` table (docs/profile.md).
+pub fn bandwidths_from_profile(path: &Path) -> Result<Bandwidths, SetupError> {
+    let profile = Profile::load(path)?;
+    let storage = profile.storage.ok_or_else(|| SetupError::NoStorage {
+        path: path.to_path_buf(),
+    })?;
+    // Positive and finite: `Profile::load` checked.
+    Ok(Bandwidths {
+        read_bytes_per_s: storage.read_bytes_per_s,
+        write_bytes_per_s: storage.write_bytes_per_s,
+    })
+}
+
+/// The folder a swap store goes in: `store` itself when it is a folder, else the folder holding it; none given,
+/// the system's temporary directory.
+pub fn store_dir(store: Option<&Path>) -> PathBuf {
+    match store {
+        Some(p) if p.is_dir() => p.to_path_buf(),
+        Some(p) => p
+            .parent()
+            .map_or_else(std::env::temp_dir, Path::to_path_buf),
+        None => std::env::temp_dir(),
+    }
+}
+
+/// Measures the pager's page-in and page-out speed on the store (see [`store_dir`]): the slowest of three round
+/// trips of `size` bytes, since plans need speeds the store keeps up under sustained load, not its best.
+pub fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths, SetupError> {
+    let store = Arc::new(
+        SwapStore::builder()
+            .capacity_bytes(size)
+            .create_temp(&store_dir(store))?,
+    );
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    let pool = Pool::new(PoolConfig::new(size), device, store)?;
+    let space = pool.address_space();
+    let b = space.alloc(size, BufferFlags::DEFAULT)?;
+    let chunk = vec![0x5Au8; 4 << 20];
+    let mut offset = 0u64;
+    while offset < size {
+        let n = (size - offset).min(chunk.len() as u64);
+        let part = chunk.get(..n as usize).unwrap_or(&chunk);
+        space.write(b, offset, part)?;
+        offset += n;
+    }
+    let (mut reads, mut writes) = (Vec::new(), Vec::new());
+    for _ in 0..3 {
+        let t = Instant::now();
+        space.page_out(b)?;
+        writes.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        space.page_in(b)?;
+        reads.push(t.elapsed().as_secs_f64());
+    }
+    let slowest = |v: &[f64]| v.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
+    Ok(Bandwidths {
+        read_bytes_per_s: size as f64 / slowest(&reads),
+        write_bytes_per_s: size as f64 / slowest(&writes),
+    })
+}
+
+/// The store's bandwidths for `system`: `given`, else the `[storage]` table of `profile`, else measured on the
+/// configuration's store ([`measure_bandwidths`] with [`MEASURE_BYTES`]).
+pub fn store_speed(
+    given: Option<Bandwidths>,
+    profile: Option<&Path>,
+    system: &System,
+) -> Result<StoreSpeed, SetupError> {
+    let (bw, source) = match (given, profile) {
+        (Some(bw), _) => (bw, BandwidthSource::Given),
+        (None, Some(p)) => (bandwidths_from_profile(p)?, BandwidthSource::Profile),
+        (None, None) => (
+            measure_bandwidths(system.platform.store.as_deref(), MEASURE_BYTES)?,
+            BandwidthSource::Measured,
+        ),
+    };
+    Ok(StoreSpeed { bw, source })
+}
+
+/// A pool (host memory as device memory) and a temporary swap store sized for `system`: the platform's capacity
+/// plus a page of slack per buffer (reservations are whole pages, so the planned capacity stays exact in bytes),
+/// and a store that holds every buffer with room to spare, in [`store_dir`] of the platform's store.
+pub fn pool_for(system: &System) -> Result<Pool, SetupError> {
+    let n = system.buffers().len() as u64;
+    let slack = n * 4096;
+    let store_bytes = system.demand_bytes() + n * (2 << 20) + (64 << 20);
+    let dir = store_dir(system.platform.store.as_deref());
+    let store = Arc::new(
+        SwapStore::builder()
+            .capacity_bytes(store_bytes)
+            .create_temp(&dir)?,
+    );
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    Ok(Pool::new(
+        PoolConfig::new(system.platform.capacity_bytes + slack),
+        device,
+        store,
+    )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_dir_is_the_folder_or_the_files_folder() {
+        let dir = tempfile::tempdir().unwrap();
+        assert_eq!(store_dir(Some(dir.path())), dir.path());
+        let file = dir.path().join("swap.bin");
+        assert_eq!(store_dir(Some(&file)), dir.path());
+        assert_eq!(store_dir(None), std::env::temp_dir());
+    }
+
+    #[test]
+    fn a_profile_without_storage_is_a_typed_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.toml");
+        std::fs::write(&path, "[profile]\nversion = 1\n").unwrap();
+        match bandwidths_from_profile(&path) {
+            Err(SetupError::NoStorage { path: p }) => assert_eq!(p, path),
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn measured_bandwidths_are_positive() {
+        let dir = tempfile::tempdir().unwrap();
+        let bw = measure_bandwidths(Some(dir.path()), 8 << 20).unwrap();
+        assert!(bw.read_bytes_per_s > 0.0 && bw.write_bytes_per_s > 0.0);
+    }
+}

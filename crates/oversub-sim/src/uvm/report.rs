@@ -1,0 +1,177 @@
+//! A suite's results as serializable documents: what `oversub sim uvm --json` writes and the Python bindings'
+//! `sim_uvm` returns.
+
+use serde::Serialize;
+
+use super::cost::CostModel;
+use super::policy::{Policy, LAZY_PG_STAT_THRESHOLDS};
+use super::sim::{EvictionOrder, EvictionUnit, SimResult};
+use super::suite::{ratio_percent, speedups, SpeedupRow, SuiteSpec};
+use super::SimError;
+
+/// Policies named as on the command line: none or `all` is the whole suite ([`Policy::suite`]); a bare
+/// `lazy-pg-stat-sw` (no threshold) stands for the paper's thresholds ([`LAZY_PG_STAT_THRESHOLDS`]). Each policy
+/// appears once, in the order first named.
+pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>, SimError> {
+    if names.is_empty() || names.iter().any(|n| n.eq_ignore_ascii_case("all")) {
+        return Ok(Policy::suite());
+    }
+    let mut out: Vec<Policy> = Vec::new();
+    for name in names {
+        let p = Policy::parse(name)?;
+        let bare = !name.contains([':', '(', '=']);
+        let expanded: Vec<Policy> = match p {
+            Policy::LazyPgStatSw { .. } if bare => LAZY_PG_STAT_THRESHOLDS
+                .iter()
+                .map(|&threshold| Policy::LazyPgStatSw { threshold })
+                .collect(),
+            other => vec![other],
+        };
+        for p in expanded {
+            if !out.contains(&p) {
+                out.push(p);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A run's speed-up over LazyGrpHW on its workload and ratio, from the figures' rows ([`speedups`]); for a
+/// LazyPgStatSW threshold, which the rows reduce to the best one, from LazyGrpHW's time. None without a LazyGrpHW
+/// run to compare with.
+pub fn speedup_of(rows: &[SpeedupRow], r: &SimResult) -> Option<f64> {
+    let label = r.policy.to_string();
+    let ratio = ratio_percent(r.ratio);
+    rows.iter()
+        .find(|s| s.workload == r.workload && s.ratio_percent == ratio && s.label == label)
+        .map(|s| s.speedup)
+        .or_else(|| {
+            let base = rows.iter().find(|s| {
+                s.workload == r.workload && s.ratio_percent == ratio && s.label == "LazyGrpHW"
+            })?;
+            (r.est_time_s > 0.0).then(|| base.est_time_s / r.est_time_s)
+        })
+}
+
+/// One run of a suite as a row of the JSON document.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct RunRow {
+    /// The trace's name.
+    pub workload: String,
+    /// Oversubscription ratio, percent.
+    pub ratio: u32,
+    /// The policy, as the figures name it.
+    pub policy: String,
+    /// Estimated run time, seconds.
+    pub est_time_s: f64,
+    /// LazyGrpHW's time over this one ([`speedup_of`]).
+    pub speedup_vs_lazygrphw: Option<f64>,
+    /// Driver service events: faults on unmapped pages and access-counter notifications.
+    pub faults: u64,
+    /// Pages moved to the GPU, prefetched ones included.
+    pub migrations: u64,
+    /// Of those, pages the prefetcher brought.
+    pub prefetches: u64,
+    /// Pages evicted.
+    pub evictions: u64,
+    /// Evictions per page touched.
+    pub evictions_per_page: f64,
+    /// L2 misses served from host memory over the bus.
+    pub remote_accesses: u64,
+    /// Accesses served by the L2.
+    pub cache_hits: u64,
+    /// L2 misses served by GPU memory.
+    pub gpu_mem_accesses: u64,
+    /// Bytes over the bus to the GPU.
+    pub bytes_h2d: u64,
+    /// Bytes over the bus to the host.
+    pub bytes_d2h: u64,
+    /// Accesses simulated.
+    pub accesses: u64,
+    /// Bytes the trace touches.
+    pub footprint_bytes: u64,
+    /// GPU memory, bytes.
+    pub gpu_memory_bytes: u64,
+    /// Wall time of the simulation itself, seconds.
+    pub sim_seconds: f64,
+}
+
+impl RunRow {
+    /// The row of `r`, with its speed-up over LazyGrpHW and pages of `page_bytes`.
+    pub fn new(r: &SimResult, speedup: Option<f64>, page_bytes: u64) -> Self {
+        let c = &r.counters;
+        RunRow {
+            workload: r.workload.clone(),
+            ratio: ratio_percent(r.ratio),
+            policy: r.policy.to_string(),
+            est_time_s: r.est_time_s,
+            speedup_vs_lazygrphw: speedup,
+            faults: c.faults,
+            migrations: c.migrations,
+            prefetches: c.prefetches,
+            evictions: c.evictions,
+            evictions_per_page: r.evictions_per_page,
+            remote_accesses: c.remote_accesses,
+            cache_hits: c.cache_hits,
+            gpu_mem_accesses: c.gpu_mem_accesses,
+            bytes_h2d: c.bytes_h2d,
+            bytes_d2h: c.bytes_d2h,
+            accesses: c.accesses,
+            footprint_bytes: r.footprint_pages * page_bytes,
+            gpu_memory_bytes: r.capacity_pages * page_bytes,
+            sim_seconds: r.sim_seconds,
+        }
+    }
+}
+
+/// A suite's results: every run, the figures' speed-ups and the settings they were simulated with.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UvmDoc {
+    /// One row per run, in the results' order.
+    pub runs: Vec<RunRow>,
+    /// The figures' rows ([`speedups`]).
+    pub speedups: Vec<SpeedupRow>,
+    /// The cost model's constants.
+    pub cost_model: CostModel,
+    /// The eviction order.
+    pub eviction: EvictionOrder,
+    /// The unit evicted at once.
+    pub eviction_unit: EvictionUnit,
+    /// Wall time of the whole suite, seconds.
+    pub wall_seconds: f64,
+}
+
+impl UvmDoc {
+    /// The document of `results`, run from `spec` in `wall_seconds`.
+    pub fn new(results: &[SimResult], spec: &SuiteSpec, wall_seconds: f64) -> Self {
+        let rows = speedups(results);
+        let page = spec.template.cost.page_bytes;
+        let runs = results
+            .iter()
+            .map(|r| RunRow::new(r, speedup_of(&rows, r), page))
+            .collect();
+        UvmDoc {
+            runs,
+            speedups: rows,
+            cost_model: spec.template.cost.clone(),
+            eviction: spec.template.eviction,
+            eviction_unit: spec.template.eviction_unit,
+            wall_seconds,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bare_lazy_pg_stat_expands_to_the_papers_thresholds() {
+        let p = parse_policies(&["lazy-pg-stat-sw".into(), "dynamap".into()]).unwrap();
+        assert_eq!(p.len(), LAZY_PG_STAT_THRESHOLDS.len() + 1);
+        let p = parse_policies(&["lazy-pg-stat-sw:8".into()]).unwrap();
+        assert_eq!(p, vec![Policy::LazyPgStatSw { threshold: 8 }]);
+        assert_eq!(parse_policies(&[]).unwrap().len(), Policy::suite().len());
+        assert!(parse_policies(&["nope".into()]).is_err());
+    }
+}
