@@ -345,11 +345,11 @@ impl AddressSpace {
             if b.info().py()?.state != BufferState::PagedOut {
                 continue;
             }
-            match b.space.space.page_in_async(b.handle) {
+            match b.start_in() {
                 Ok(t) => tickets.push(t),
                 Err(e) => {
                     let _ = finish_all(py, tickets);
-                    return Err(e.to_raised().into());
+                    return Err(e);
                 }
             }
         }

@@ -249,73 +249,93 @@ struct DlManagedTensorVersioned {
     dl_tensor: DlTensor,
 }
 
-/// The versioned managed tensor with what it points to (first field first, as for [`Exported`]).
-#[repr(C)]
-#[derive(Debug)]
-struct ExportedVersioned {
-    tensor: DlManagedTensorVersioned,
-    shape: [i64; 1],
-    core: Arc<BufCore>,
+/// The two managed-tensor layouts (legacy and versioned), for the code they share.
+trait ManagedTensor: Sized {
+    /// The capsule's name before a consumer takes it.
+    const CAPSULE_NAME: &'static CStr;
+    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
+    fn dl_tensor(&mut self) -> &mut DlTensor;
 }
 
-unsafe extern "C" fn dl_deleter_versioned(tensor: *mut DlManagedTensorVersioned) {
-    if tensor.is_null() {
-        return;
+impl ManagedTensor for DlManagedTensor {
+    const CAPSULE_NAME: &'static CStr = CAPSULE_NAME;
+    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
+        self.deleter
     }
-    // SAFETY: as for `dl_deleter`, with ExportedVersioned.
-    let exported = unsafe { Box::from_raw(tensor.cast::<ExportedVersioned>()) };
-    release_buffer(&exported.core);
+    fn dl_tensor(&mut self) -> &mut DlTensor {
+        &mut self.dl_tensor
+    }
 }
 
-unsafe extern "C" fn capsule_destructor_versioned(capsule: *mut ffi::PyObject) {
-    // SAFETY: as for `capsule_destructor`, with the versioned name.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, VERSIONED_CAPSULE_NAME.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(capsule, VERSIONED_CAPSULE_NAME.as_ptr())
-                .cast::<DlManagedTensorVersioned>();
-            if !p.is_null() {
-                if let Some(d) = (*p).deleter {
-                    d(p);
-                }
-            }
-        }
+impl ManagedTensor for DlManagedTensorVersioned {
+    const CAPSULE_NAME: &'static CStr = VERSIONED_CAPSULE_NAME;
+    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
+        self.deleter
+    }
+    fn dl_tensor(&mut self) -> &mut DlTensor {
+        &mut self.dl_tensor
     }
 }
 
 /// The managed tensor with what it points to; `tensor` comes first so a pointer to it is a pointer to the whole.
 #[repr(C)]
 #[derive(Debug)]
-struct Exported {
-    tensor: DlManagedTensor,
+struct Exported<T> {
+    tensor: T,
     shape: [i64; 1],
     core: Arc<BufCore>,
 }
 
 /// DLPack's deleter: ends the view. Called by the consumer, or by the capsule if nobody consumed it.
-unsafe extern "C" fn dl_deleter(tensor: *mut DlManagedTensor) {
+unsafe extern "C" fn dl_deleter<T>(tensor: *mut T) {
     if tensor.is_null() {
         return;
     }
-    // SAFETY: every DlManagedTensor we hand out is the first field of a leaked Box<Exported>, and DLPack calls
-    // the deleter once.
-    let exported = unsafe { Box::from_raw(tensor.cast::<Exported>()) };
+    // SAFETY: every managed tensor we hand out is the first field of a leaked Box<Exported<T>> (`into_capsule`),
+    // and DLPack calls the deleter once.
+    let exported = unsafe { Box::from_raw(tensor.cast::<Exported<T>>()) };
     release_buffer(&exported.core);
 }
 
-/// The capsule's destructor: frees an unconsumed tensor (a consumer renames the capsule "used_dltensor").
-unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
+/// The capsule's destructor: frees an unconsumed tensor (a consumer renames the capsule "used_…").
+unsafe extern "C" fn capsule_destructor<T: ManagedTensor>(capsule: *mut ffi::PyObject) {
     // SAFETY: CPython calls this with the capsule being destroyed; IsValid checks the name without raising.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE_NAME.as_ptr()) == 1 {
-            let p =
-                ffi::PyCapsule_GetPointer(capsule, CAPSULE_NAME.as_ptr()).cast::<DlManagedTensor>();
+        if ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 1 {
+            let p = ffi::PyCapsule_GetPointer(capsule, T::CAPSULE_NAME.as_ptr()).cast::<T>();
             if !p.is_null() {
-                if let Some(d) = (*p).deleter {
+                if let Some(d) = (*p).deleter() {
                     d(p);
                 }
             }
         }
     }
+}
+
+/// Boxes `tensor` with its shape and a hold on the buffer and wraps it in a new capsule; null (with the Python
+/// error set) if the capsule could not be made, in which case nothing is leaked.
+fn into_capsule<T: ManagedTensor>(tensor: T, len: i64, core: Arc<BufCore>) -> *mut ffi::PyObject {
+    let mut exported = Box::new(Exported {
+        tensor,
+        shape: [len],
+        core,
+    });
+    exported.tensor.dl_tensor().shape = exported.shape.as_mut_ptr();
+    let raw = Box::into_raw(exported);
+    // SAFETY: `raw` is a valid leaked box whose first field is the managed tensor; the capsule's destructor or
+    // the consumer frees it exactly once through `dl_deleter::<T>`.
+    let capsule = unsafe {
+        ffi::PyCapsule_New(
+            raw.cast::<c_void>(),
+            T::CAPSULE_NAME.as_ptr(),
+            Some(capsule_destructor::<T>),
+        )
+    };
+    if capsule.is_null() {
+        // SAFETY: the capsule was not made, so nothing else owns `raw`.
+        drop(unsafe { Box::from_raw(raw) });
+    }
+    capsule
 }
 
 /// `__dlpack_device__`: (kDLCPU, 0) or (kDLCUDA, ordinal).
@@ -390,63 +410,26 @@ pub(crate) fn dlpack<'py>(
         byte_offset: 0,
     };
     let capsule = if versioned {
-        let mut exported = Box::new(ExportedVersioned {
-            tensor: DlManagedTensorVersioned {
-                version: DlPackVersion { major: 1, minor: 0 },
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(dl_deleter_versioned),
-                // A stored read-only buffer's bytes must not change (later page-outs do not write them again).
-                flags: if core.read_only && info.stored {
-                    DL_FLAG_READ_ONLY
-                } else {
-                    0
-                },
-                dl_tensor: tensor,
+        let tensor = DlManagedTensorVersioned {
+            version: DlPackVersion { major: 1, minor: 0 },
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(dl_deleter::<DlManagedTensorVersioned>),
+            // A stored read-only buffer's bytes must not change (later page-outs do not write them again).
+            flags: if core.read_only && info.stored {
+                DL_FLAG_READ_ONLY
+            } else {
+                0
             },
-            shape: [len],
-            core: Arc::clone(&core),
-        });
-        exported.tensor.dl_tensor.shape = exported.shape.as_mut_ptr();
-        let raw = Box::into_raw(exported);
-        // SAFETY: `raw` is a valid leaked box whose first field is the managed tensor; the capsule's destructor
-        // or the consumer frees it exactly once through `dl_deleter_versioned`.
-        let capsule = unsafe {
-            ffi::PyCapsule_New(
-                raw.cast::<c_void>(),
-                VERSIONED_CAPSULE_NAME.as_ptr(),
-                Some(capsule_destructor_versioned),
-            )
+            dl_tensor: tensor,
         };
-        if capsule.is_null() {
-            // SAFETY: the capsule was not made, so nothing else owns `raw`; the view was not counted yet.
-            drop(unsafe { Box::from_raw(raw) });
-        }
-        capsule
+        into_capsule(tensor, len, Arc::clone(&core))
     } else {
-        let mut exported = Box::new(Exported {
-            tensor: DlManagedTensor {
-                dl_tensor: tensor,
-                manager_ctx: std::ptr::null_mut(),
-                deleter: Some(dl_deleter),
-            },
-            shape: [len],
-            core: Arc::clone(&core),
-        });
-        exported.tensor.dl_tensor.shape = exported.shape.as_mut_ptr();
-        let raw = Box::into_raw(exported);
-        // SAFETY: as above, through `dl_deleter`.
-        let capsule = unsafe {
-            ffi::PyCapsule_New(
-                raw.cast::<c_void>(),
-                CAPSULE_NAME.as_ptr(),
-                Some(capsule_destructor),
-            )
+        let tensor = DlManagedTensor {
+            dl_tensor: tensor,
+            manager_ctx: std::ptr::null_mut(),
+            deleter: Some(dl_deleter::<DlManagedTensor>),
         };
-        if capsule.is_null() {
-            // SAFETY: the capsule was not made, so nothing else owns `raw`.
-            drop(unsafe { Box::from_raw(raw) });
-        }
-        capsule
+        into_capsule(tensor, len, Arc::clone(&core))
     };
     if capsule.is_null() {
         return Err(PyErr::fetch(py));

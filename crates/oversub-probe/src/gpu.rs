@@ -34,7 +34,6 @@
 //! the same for NVRTC, which only the kernel-based probes need: without it they are listed in
 //! [`GpuResults::skipped`] and the others still run.
 
-use std::ffi::CString;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -45,7 +44,7 @@ use cudarc::driver::{
     result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg,
 };
-use cudarc::nvrtc;
+use oversub_accel::cuda::loading::{can_dlopen, load_module};
 use serde::Serialize;
 
 use crate::derive::{mean, median, per_event_s, rate_per_s};
@@ -280,28 +279,16 @@ pub fn detect() -> Result<(), ProbeError> {
 /// Whether NVRTC (the run-time compiler the kernel-based probes need) can be loaded, under the names cudarc's
 /// loader tries.
 pub fn detect_nvrtc() -> Result<(), ProbeError> {
-    let names = cudarc::get_lib_name_candidates("nvrtc");
-    if names.iter().any(|n| can_dlopen(n)) {
-        return Ok(());
-    }
-    Err(ProbeError::Unavailable {
+    oversub_accel::cuda::loading::detect_nvrtc(
+        "the kernel-based GPU probes (managed faults, preemption) are skipped",
+    )
+    .map_err(|e| ProbeError::Unavailable {
         what: "NVRTC",
-        why: format!(
-            "no NVRTC library found (tried {}): the kernel-based GPU probes (managed faults, preemption) are \
-             skipped",
-            linux_names(&names)
-        ),
+        why: match e {
+            oversub_accel::AccelError::Unsupported(why) => why,
+            other => other.to_string(),
+        },
     })
-}
-
-/// The candidates that can be Linux sonames, for messages.
-fn linux_names(names: &[String]) -> String {
-    names
-        .iter()
-        .filter(|n| n.contains(".so"))
-        .cloned()
-        .collect::<Vec<_>>()
-        .join(", ")
 }
 
 /// The driver library, under its soname or any name cudarc's loader tries (so that when this finds one, the
@@ -320,21 +307,6 @@ fn driver_library() -> Result<(), ProbeError> {
             "no CUDA driver found ({DRIVER_SONAME} could not be loaded): GPU probes skipped"
         ),
     })
-}
-
-fn can_dlopen(name: &str) -> bool {
-    let Ok(c) = CString::new(name) else {
-        return false;
-    };
-    // SAFETY: `c` is a NUL-terminated name; dlopen returns null or a handle. Loading runs the library's
-    // initialisers, as cudarc's loader would when it loads the same library.
-    let handle = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
-    if handle.is_null() {
-        return false;
-    }
-    // SAFETY: `handle` came from the dlopen above and is closed once.
-    unsafe { libc::dlclose(handle) };
-    true
 }
 
 /// `cuInit` and the device count; errors when there is no device or the driver is too old. Returns the driver's
@@ -1058,25 +1030,10 @@ struct Kernels {
 }
 
 impl Kernels {
-    /// Compiles [`KERNELS_SRC`] to a cubin for the device's architecture and, if that cannot be built or loaded,
-    /// to PTX. Errors say why, in words.
+    /// Compiles [`KERNELS_SRC`] (a cubin for the device, PTX as the fallback) and finds the kernels. Errors say
+    /// why, in words.
     fn load(ctx: &Arc<CudaContext>) -> Result<Self, String> {
-        let (major, minor) = ctx
-            .compute_capability()
-            .map_err(|e| format!("querying the compute capability: {:?}", e.0))?;
-        let cubin_failed = match compile_cubin(major, minor) {
-            Ok(image) => match ctx.load_module(nvrtc::Ptx::from_binary(image)) {
-                Ok(m) => return Self::from_module(&m),
-                Err(e) => format!("loading the sm_{major}{minor} cubin: {:?}", e.0),
-            },
-            Err(why) => why,
-        };
-        let ptx = nvrtc::compile_ptx(KERNELS_SRC)
-            .map_err(|e| format!("{cubin_failed}; compiling PTX: {e}"))?;
-        let m = ctx
-            .load_module(ptx)
-            .map_err(|e| format!("{cubin_failed}; loading the PTX: {:?}", e.0))?;
-        Self::from_module(&m)
+        Self::from_module(&load_module(ctx, KERNELS_SRC)?)
     }
 
     fn from_module(m: &Arc<cudarc::driver::CudaModule>) -> Result<Self, String> {
@@ -1090,55 +1047,6 @@ impl Kernels {
             tiny: f("oversub_tiny")?,
         })
     }
-}
-
-/// An NVRTC program, destroyed on drop.
-struct Program(nvrtc::sys::nvrtcProgram);
-
-impl Drop for Program {
-    fn drop(&mut self) {
-        // SAFETY: the program came from nvrtcCreateProgram and is destroyed once.
-        let _ = unsafe { nvrtc::result::destroy_program(self.0) };
-    }
-}
-
-/// Compiles the kernels to a cubin for `sm_<major><minor>`.
-fn compile_cubin(major: i32, minor: i32) -> Result<Vec<u8>, String> {
-    let src = CString::new(KERNELS_SRC).map_err(|e| format!("kernel source: {e}"))?;
-    let prog = Program(
-        nvrtc::result::create_program(&src, None)
-            .map_err(|e| format!("nvrtcCreateProgram: {:?}", e.0))?,
-    );
-    let arch = format!("--gpu-architecture=sm_{major}{minor}");
-    // SAFETY: `prog` is a live program; `src` outlives it (declared before it).
-    if let Err(e) = unsafe { nvrtc::result::compile_program(prog.0, std::slice::from_ref(&arch)) } {
-        // SAFETY: as above.
-        let log = unsafe { nvrtc::result::get_program_log(prog.0) }
-            .map(|l| {
-                let bytes: Vec<u8> = l.iter().map(|&c| c as u8).take_while(|&b| b != 0).collect();
-                String::from_utf8_lossy(&bytes)
-                    .trim()
-                    .chars()
-                    .take(400)
-                    .collect::<String>()
-            })
-            .unwrap_or_default();
-        return Err(format!("nvrtcCompileProgram {arch}: {:?}: {log}", e.0));
-    }
-    let mut size: usize = 0;
-    // SAFETY: `prog` is a compiled program; valid out-pointer.
-    unsafe { nvrtc::sys::nvrtcGetCUBINSize(prog.0, &mut size) }
-        .result()
-        .map_err(|e| format!("nvrtcGetCUBINSize: {:?}", e.0))?;
-    if size == 0 {
-        return Err(format!("NVRTC produced no cubin for {arch}"));
-    }
-    let mut image = vec![0_u8; size];
-    // SAFETY: `image` has the `size` bytes the call writes.
-    unsafe { nvrtc::sys::nvrtcGetCUBIN(prog.0, image.as_mut_ptr().cast()) }
-        .result()
-        .map_err(|e| format!("nvrtcGetCUBIN: {:?}", e.0))?;
-    Ok(image)
 }
 
 /// Synchronises a stream on drop: spinners launched on it have ended before anything they use is freed.

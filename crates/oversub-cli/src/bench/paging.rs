@@ -307,6 +307,21 @@ pub(super) struct PagerIo {
     pub(super) mean_request_latency_s: f64,
 }
 
+impl std::fmt::Display for PagerIo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} read in {} requests, {} written in {} requests, {} errors, mean request latency {}",
+            format_bytes(self.bytes_read),
+            self.read_requests,
+            format_bytes(self.bytes_written),
+            self.write_requests,
+            self.errors,
+            format_seconds(self.mean_request_latency_s)
+        )
+    }
+}
+
 impl From<oversub_io::IoCountersSnapshot> for PagerIo {
     fn from(c: oversub_io::IoCountersSnapshot) -> Self {
         let requests = c.reads + c.writes;
@@ -526,15 +541,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let ratios = ratios(&results);
     print_tables(args.size, &results, &ratios);
     let pager_io = PagerIo::from(store.engine().counters());
-    println!(
-        "pager I/O: {} read in {} requests, {} written in {} requests, {} errors, mean request latency {}",
-        format_bytes(pager_io.bytes_read),
-        pager_io.read_requests,
-        format_bytes(pager_io.bytes_written),
-        pager_io.write_requests,
-        pager_io.errors,
-        format_seconds(pager_io.mean_request_latency_s)
-    );
+    println!("pager I/O: {pager_io}");
 
     let report = Report {
         size_bytes: args.size,

@@ -46,7 +46,7 @@ use oversub_core::{
     AddressSpace, Buffer, BufferFlags, HostTierConfig, Pool, PoolConfig, StagingConfig,
 };
 use oversub_io::{Direction, IoEngine, SwapStore, UringEngine};
-use oversub_report::{format_bytes, format_seconds, text_table, BoxPlot, BoxSeries, Summary};
+use oversub_report::{format_bytes, text_table, BoxPlot, BoxSeries, Summary};
 use serde::Serialize;
 
 use super::paging::{
@@ -526,15 +526,7 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
         println!("unified_memory: not measured ({why})");
     }
     let pager_io = PagerIo::from(store.engine().counters());
-    println!(
-        "pager I/O: {} read in {} requests, {} written in {} requests, {} errors, mean request latency {}",
-        format_bytes(pager_io.bytes_read),
-        pager_io.read_requests,
-        format_bytes(pager_io.bytes_written),
-        pager_io.write_requests,
-        pager_io.errors,
-        format_seconds(pager_io.mean_request_latency_s)
-    );
+    println!("pager I/O: {pager_io}");
 
     let report = Report {
         device: "cuda",
