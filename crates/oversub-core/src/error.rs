@@ -106,6 +106,26 @@ pub enum PagerError {
     /// The device-memory backend failed.
     #[error(transparent)]
     Device(#[from] AccelError),
+    /// The pool was created in another process: this is a forked child, which has the parent's memory but not its
+    /// I/O threads, so any transfer would wait forever. Create a new pool in the child (Python's multiprocessing:
+    /// the "spawn" or "forkserver" start method).
+    #[error("this pool belongs to process {pool_pid}, and process {pid} is a fork of it: a forked child cannot page (the pool's I/O threads did not survive the fork); create a new pool in the child")]
+    Forked {
+        /// The process that created the pool.
+        pool_pid: u32,
+        /// This process.
+        pid: u32,
+    },
+    /// The completion of a transfer never ran: a device backend, an I/O engine or a staging thread panicked
+    /// while finishing it. The operation failed; the buffer keeps its earlier state (a stored copy is never
+    /// given up).
+    #[error("the transfer of {buffer} failed without completing: {reason}")]
+    CompletionLost {
+        /// The buffer.
+        buffer: Buffer,
+        /// What was lost.
+        reason: &'static str,
+    },
     /// Internal bookkeeping broke an invariant; reported instead of panicking.
     #[error("internal error: {0}")]
     Internal(&'static str),

@@ -88,33 +88,38 @@ impl GatedIo {
         &self.gate
     }
 
-    /// Queues a transfer of `mem` (contiguous, `slot.len()` bytes) to or from `slot`, chunk by chunk.
+    /// Queues a transfer of `mem` (contiguous) to or from the part of `slot` that starts at `offset`, chunk by
+    /// chunk.
     ///
     /// # Safety
     /// As [`SwapStore::submit`]: `mem` stays valid (and, for reads, otherwise untouched) and the slot allocated
     /// until `on_done` has run.
-    pub(crate) unsafe fn submit(
+    pub(crate) unsafe fn submit_part(
         &self,
         direction: Direction,
         slot: &Slot,
+        offset: u64,
         mem: IoVec,
         on_done: IoCallback,
     ) -> Result<(), IoError> {
-        if mem.len as u64 != slot.len() {
-            return Err(IoError::InvalidArgument(format!(
-                "memory is {} bytes but the slot is {} bytes",
-                mem.len,
-                slot.len()
-            )));
-        }
+        let end = offset
+            .checked_add(mem.len as u64)
+            .filter(|&end| end <= slot.len())
+            .ok_or_else(|| {
+                IoError::InvalidArgument(format!(
+                    "{} bytes at offset {offset} lie outside the slot of {} bytes",
+                    mem.len,
+                    slot.len()
+                ))
+            })?;
         let mut chunks = Vec::new();
-        let mut off = 0u64;
-        while off < slot.len() {
-            let n = self.chunk_bytes.min(slot.len() - off);
+        let mut off = offset;
+        while off < end {
+            let n = self.chunk_bytes.min(end - off);
             chunks.push((
                 slot.view(off, n)?,
                 IoVec {
-                    ptr: mem.ptr.wrapping_add(off as usize),
+                    ptr: mem.ptr.wrapping_add((off - offset) as usize),
                     len: n as usize,
                 },
             ));

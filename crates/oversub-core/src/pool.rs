@@ -19,8 +19,11 @@ use crate::PagerError;
 pub struct PoolConfig {
     /// Device memory the pool may hand out, in bytes (accounted in whole reservations).
     pub capacity_bytes: u64,
-    /// Take a checksum of each buffer at page-out and verify it at page-in. It costs a pass over the bytes on each
-    /// side (about 10 GB/s), so it is off by default and on in the tests.
+    /// Take a checksum (xxh3 per 8 MiB piece) of each buffer at page-out and verify it at page-in, so a store that
+    /// flips bits or acknowledges a write it did not finish gives `ChecksumMismatch` instead of wrong bytes. On by
+    /// default: each piece is hashed on the I/O thread as its I/O completes, overlapping the rest of the transfer
+    /// (cost measured by `oversub bench paging`, docs/benchmarks.md). Covers buffers the host can address that go
+    /// to the store; the host tier and the staging path (CUDA) are not checksummed.
     pub verify_checksums: bool,
     /// Obey a memory arbiter: storage I/O and copies run in chunks of the gate's size, one at a time, and none
     /// starts unless the arbiter's current grant covers it to its end.
@@ -37,11 +40,11 @@ pub struct PoolConfig {
 }
 
 impl PoolConfig {
-    /// A pool of `capacity_bytes` without checksums or arbiter.
+    /// A pool of `capacity_bytes` with checksums and no arbiter.
     pub fn new(capacity_bytes: u64) -> Self {
         PoolConfig {
             capacity_bytes,
-            verify_checksums: false,
+            verify_checksums: true,
             gate: None,
             gate_calibration_samples: 16,
             swap_rule: AlphaRule::Fraction,
@@ -120,6 +123,8 @@ pub(crate) struct PoolShared {
     pub(crate) host_tier: Option<HostTier>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
+    /// The process that made the pool: a forked child has its memory but not its I/O threads.
+    pid: u32,
     /// Address spaces registered as tenants, and the plan over them.
     pub(crate) tenants: Mutex<Tenants>,
 }
@@ -179,6 +184,7 @@ impl Pool {
                 host_tier,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
+                pid: std::process::id(),
                 tenants: Mutex::new(Tenants::new(config.swap_rule)),
             }),
         })
@@ -285,6 +291,44 @@ impl PoolShared {
         }
     }
 
+    /// Refuses work in a forked child, whose transfers would wait forever for I/O threads that did not survive the
+    /// fork.
+    pub(crate) fn check_fork(&self) -> Result<(), PagerError> {
+        let pid = std::process::id();
+        if pid == self.pid {
+            Ok(())
+        } else {
+            Err(PagerError::Forked {
+                pool_pid: self.pid,
+                pid,
+            })
+        }
+    }
+
+    /// Submits the transfer of `mem` to or from the part of `slot` that starts at `offset`: straight to the store,
+    /// or chunk by chunk under the arbiter's gate.
+    ///
+    /// # Safety
+    /// As [`SwapStore::submit`]: `mem` stays valid (for reads, otherwise untouched) until `on_done` has run.
+    pub(crate) unsafe fn submit_io_part(
+        &self,
+        direction: oversub_io::Direction,
+        slot: &oversub_io::Slot,
+        offset: u64,
+        mem: oversub_io::IoVec,
+        on_done: oversub_io::IoCallback,
+    ) -> Result<(), oversub_io::IoError> {
+        match &self.gated {
+            // SAFETY: forwarded from our caller.
+            Some(g) => unsafe { g.submit_part(direction, slot, offset, mem, on_done) },
+            None => {
+                let view = slot.view(offset, mem.len as u64)?;
+                // SAFETY: forwarded from our caller.
+                unsafe { self.store.submit_view(direction, &view, &[mem], on_done) }
+            }
+        }
+    }
+
     /// Submits a whole-slot transfer: straight to the store, or chunk by chunk under the arbiter's gate.
     ///
     /// # Safety
@@ -298,7 +342,7 @@ impl PoolShared {
     ) -> Result<(), oversub_io::IoError> {
         match &self.gated {
             // SAFETY: forwarded from our caller.
-            Some(g) => unsafe { g.submit(direction, slot, mem, on_done) },
+            Some(g) => unsafe { g.submit_part(direction, slot, 0, mem, on_done) },
             // SAFETY: forwarded from our caller.
             None => unsafe { self.store.submit(direction, slot, &[mem], on_done) },
         }

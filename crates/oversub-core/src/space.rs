@@ -117,7 +117,8 @@ pub enum OpKind {
 
 /// An asynchronous operation in flight: the I/O has been submitted. [`Ticket::finish`] (or
 /// [`AddressSpace::finish`]) waits for it if needed and completes the mapping or the release. A ticket dropped
-/// unfinished is finished by its drop (which may block), so no buffer is left in an in-flight state.
+/// unfinished is finished by its drop (which may block), so no buffer is left in an in-flight state. The ticket
+/// owns its buffer until then: a buffer freed meanwhile is released when the ticket finishes.
 #[derive(Debug)]
 #[must_use = "an unfinished ticket blocks in its drop; call finish() to see the result"]
 pub struct Ticket {
@@ -149,6 +150,12 @@ impl Ticket {
         *lock(&self.op.completed_at)
     }
 
+    /// Waits up to `timeout` for the I/O side to complete, without finishing the operation; true when it has
+    /// (then [`finish`](Self::finish) does not block). Lets a caller wait in slices, e.g. to answer signals.
+    pub fn wait_timeout(&self, timeout: std::time::Duration) -> bool {
+        self.op.wait_complete(timeout)
+    }
+
     /// Waits for the I/O if it is still running and completes the operation.
     pub fn finish(mut self) -> Result<(), PagerError> {
         self.finished = true;
@@ -171,8 +178,13 @@ impl Drop for Ticket {
 enum OpFailure {
     Io(IoError),
     Copy(AccelError),
-    Checksum { expected: u64, actual: u64 },
+    Checksum {
+        expected: u64,
+        actual: u64,
+    },
     Release(AccelError),
+    /// The completion never ran to its end (a backend or engine thread panicked, or a worker dropped it).
+    Lost(&'static str),
 }
 
 impl From<TransferError> for OpFailure {
@@ -187,7 +199,7 @@ impl From<TransferError> for OpFailure {
 /// The completion of a page-out's copy away (to the store or the host tier): release the memory, then settle.
 fn release_when_copied(
     device: Arc<dyn oversub_accel::DeviceMemory>,
-    op: Arc<OpState>,
+    done: Completion,
     reservation: Reservation,
 ) -> crate::staging::TransferCallback {
     Box::new(move |result: Result<(), TransferError>| {
@@ -197,8 +209,92 @@ fn release_when_copied(
                 .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
             Err(err) => Err(Failed::kept_memory(err.into())),
         };
-        op.complete(outcome);
+        done.complete(outcome);
     })
+}
+
+/// Completes its operation exactly once: with the outcome it is given or, when it is dropped unused (the callback
+/// that owned it unwound from a panic, or a worker dropped it), with a failure, so that no waiter hangs.
+#[derive(Debug)]
+struct Completion {
+    op: Arc<OpState>,
+    done: bool,
+}
+
+impl Completion {
+    fn new(op: &Arc<OpState>) -> Self {
+        Completion {
+            op: Arc::clone(op),
+            done: false,
+        }
+    }
+
+    fn complete(mut self, outcome: Result<(), Failed>) {
+        self.done = true;
+        self.op.complete(outcome);
+    }
+}
+
+impl Drop for Completion {
+    fn drop(&mut self) {
+        if !self.done {
+            self.op.complete(Err(Failed::kept_memory(OpFailure::Lost(
+                "its completion was dropped (a panic in a device backend, engine or worker thread)",
+            ))));
+        }
+    }
+}
+
+/// Bytes hashed as one piece. A checksummed transfer is submitted in pieces of this size, and each piece is hashed
+/// on the I/O thread as soon as its own I/O is done, while the later pieces are still in flight: the hash then
+/// adds about one piece's hashing time to a transfer instead of a pass over the whole buffer.
+const CHECKSUM_PIECE_BYTES: u64 = 8 << 20;
+
+/// A buffer's checksum: the xxh3 of each [`CHECKSUM_PIECE_BYTES`] piece of its bytes, in order.
+type Checksums = Arc<[u64]>;
+
+fn piece_count(size_bytes: u64) -> usize {
+    size_bytes.div_ceil(CHECKSUM_PIECE_BYTES).max(1) as usize
+}
+
+/// The pieces of one checksummed transfer: their hashes as they come in, the first failure, and what runs when the
+/// last piece is done. If a piece's callback is lost, the last reference to this drops `finish`, whose own
+/// [`Completion`] then fails the operation.
+struct PieceSet {
+    remaining: std::sync::atomic::AtomicUsize,
+    hashes: Mutex<Vec<u64>>,
+    failure: Mutex<Option<OpFailure>>,
+    finish: Mutex<Option<PiecesDone>>,
+}
+
+type PiecesDone = Box<dyn FnOnce(Result<Checksums, OpFailure>) + Send>;
+
+impl PieceSet {
+    fn new(pieces: usize, finish: PiecesDone) -> Arc<Self> {
+        Arc::new(PieceSet {
+            remaining: std::sync::atomic::AtomicUsize::new(pieces),
+            hashes: Mutex::new(vec![0; pieces]),
+            failure: Mutex::new(None),
+            finish: Mutex::new(Some(finish)),
+        })
+    }
+
+    fn fail(&self, cause: OpFailure) {
+        lock(&self.failure).get_or_insert(cause);
+    }
+
+    /// Counts `n` pieces as done; the last one runs `finish`.
+    fn done(&self, n: usize) {
+        if self.remaining.fetch_sub(n, Ordering::AcqRel) == n {
+            let outcome = match lock(&self.failure).take() {
+                Some(cause) => Err(cause),
+                None => Ok(Checksums::from(std::mem::take(&mut *lock(&self.hashes)))),
+            };
+            if let Some(finish) = lock(&self.finish).take() {
+                finish(outcome);
+            }
+        }
+    }
 }
 
 /// A failed operation and whether its memory is already given back.
@@ -223,6 +319,8 @@ struct OpState {
     done: Condvar,
     /// When the I/O side completed (for timelines: the I/O may end long before `finish` is called).
     completed_at: Mutex<Option<std::time::Instant>>,
+    /// The checksum a page-out took on the I/O side, for `finish` to keep with the buffer.
+    checksum: Mutex<Option<Checksums>>,
 }
 
 impl OpState {
@@ -234,6 +332,16 @@ impl OpState {
 
     fn is_complete(&self) -> bool {
         lock(&self.outcome).is_some()
+    }
+
+    /// Waits up to `timeout` for the outcome without taking it; true when it is there.
+    fn wait_complete(&self, timeout: std::time::Duration) -> bool {
+        let guard = lock(&self.outcome);
+        let (guard, _) = self
+            .done
+            .wait_timeout_while(guard, timeout, |o| o.is_none())
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        guard.is_some()
     }
 
     fn wait(&self) -> Result<(), Failed> {
@@ -269,8 +377,15 @@ struct Entry {
     host: Option<HostSlot>,
     /// The slot (or host copy) holds the buffer's current bytes.
     stored: bool,
-    checksum: Option<u64>,
+    /// The stored copy's checksum, when it was taken (checksums on, host-addressable memory, written to the store).
+    checksum: Option<Checksums>,
     op: Option<Arc<OpState>>,
+    /// A copy or direct store transfer is using the buffer without the space lock (see [`AccessGuard`]); paging
+    /// calls wait for it to end. While it runs, the entry's slot is held by the guard.
+    busy: bool,
+    /// The buffer was freed while an operation or access used it: callers no longer see it, and it is released
+    /// when that ends.
+    free_pending: bool,
     /// The reservation's memory counts against the pool: from alloc or page-in start until the memory is known to
     /// be released (a decommit that failed leaves it charged, so the accounting never undercounts).
     charged: bool,
@@ -289,6 +404,8 @@ pub(crate) struct SpaceShared {
     id: u32,
     pool: Arc<PoolShared>,
     state: Mutex<SpaceState>,
+    /// Signalled when an access ends (a buffer stops being `busy`).
+    idle: Condvar,
     /// Bytes of device memory this space's buffers are charged for, and the most it may hold: its resident quota
     /// when it is a tenant the planner made a victim, otherwise unlimited.
     pub(crate) usage: Arc<SpaceUsage>,
@@ -335,6 +452,13 @@ struct SendPtr(*mut u8);
 // SAFETY: the pointer is only dereferenced while its buffer is pinned in an in-flight state (see the submit calls).
 unsafe impl Send for SendPtr {}
 
+impl SendPtr {
+    /// The address `bytes` further on (a method, so closures capture the whole `SendPtr`, not its raw field).
+    fn add(self, bytes: u64) -> SendPtr {
+        SendPtr(self.0.wrapping_add(bytes as usize))
+    }
+}
+
 fn checksum(ptr: SendPtr, len: u64) -> u64 {
     // SAFETY: callers pass a committed range of at least `len` bytes that nothing writes during the call.
     let bytes = unsafe { std::slice::from_raw_parts(ptr.0, len as usize) };
@@ -348,6 +472,7 @@ impl AddressSpace {
                 id,
                 pool,
                 state: Mutex::new(SpaceState::default()),
+                idle: Condvar::new(),
                 usage: Arc::new(SpaceUsage::default()),
                 tenant,
             }),
@@ -386,6 +511,7 @@ impl AddressSpace {
     /// Allocates a resident buffer of `size_bytes`, zero-filled, charged to the pool in whole granules.
     pub fn alloc(&self, size_bytes: u64, flags: BufferFlags) -> Result<Buffer, PagerError> {
         let pool = &self.shared.pool;
+        pool.check_fork()?;
         if size_bytes == 0 {
             return Err(PagerError::InvalidSize(
                 "a buffer needs at least one byte".into(),
@@ -444,6 +570,8 @@ impl AddressSpace {
             stored: false,
             checksum: None,
             op: None,
+            busy: false,
+            free_pending: false,
             charged: true,
             last_use: 0,
         });
@@ -483,6 +611,8 @@ impl AddressSpace {
             stored: true,
             checksum: None,
             op: None,
+            busy: false,
+            free_pending: false,
             charged: false,
             last_use: 0,
         });
@@ -490,16 +620,17 @@ impl AddressSpace {
         Ok(buffer)
     }
 
-    /// Frees a resident or paged-out buffer: its memory, its store slot and its address.
+    /// Frees a buffer: its memory, its store slot and its address. A buffer with an operation in flight (or a copy
+    /// running on another thread) is gone for callers at once and released when that ends: the operation's ticket
+    /// still finishes, and nothing leaks whichever of the two comes last.
     pub fn free(&self, buffer: Buffer) -> Result<(), PagerError> {
         let entry = {
             let mut st = lock(&self.shared.state);
             let e = self.shared.entry_mut(&mut st, buffer)?;
-            if e.op.is_some() {
-                return Err(PagerError::OperationInFlight {
-                    buffer,
-                    state: e.state,
-                });
+            if e.op.is_some() || e.busy {
+                e.free_pending = true;
+                tracing::debug!(%buffer, "free deferred until its operation ends");
+                return Ok(());
             }
             st.buffers
                 .remove(&buffer.index)
@@ -528,8 +659,9 @@ impl AddressSpace {
     pub fn buffers(&self) -> Vec<Buffer> {
         let st = lock(&self.shared.state);
         st.buffers
-            .keys()
-            .map(|&index| Buffer {
+            .iter()
+            .filter(|(_, e)| !e.free_pending)
+            .map(|(&index, _)| Buffer {
                 space: self.shared.id,
                 index,
             })
@@ -545,18 +677,22 @@ impl AddressSpace {
 
     /// Copies `data` into a resident buffer at `offset`.
     pub fn write(&self, buffer: Buffer, offset: u64, data: &[u8]) -> Result<(), PagerError> {
-        let mut st = lock(&self.shared.state);
-        let e = self
-            .shared
-            .accessible(&mut st, buffer, offset, data.len() as u64)?;
-        if e.flags.read_only && e.stored {
-            return Err(PagerError::ReadOnly(buffer));
-        }
-        let dst = e.reservation.addr.offset(offset);
+        self.shared.pool.check_fork()?;
+        let (dst, _access) = {
+            let mut st = self.shared.lock_idle(buffer)?;
+            let e = self
+                .shared
+                .accessible(&mut st, buffer, offset, data.len() as u64)?;
+            if e.flags.read_only && e.stored {
+                return Err(PagerError::ReadOnly(buffer));
+            }
+            let dst = e.reservation.addr.offset(offset);
+            (dst, self.shared.begin_access(e, buffer))
+        };
         let device = &self.shared.pool.device;
         self.shared.pool.copy_chunked(data.len(), |off, n| {
-            // SAFETY: the span was checked to lie inside the buffer, which is resident (committed); the space lock
-            // keeps paging calls on it out until the copy is done.
+            // SAFETY: the span was checked to lie inside the buffer, which is resident (committed); the access guard
+            // keeps paging calls on it waiting until the copy is done.
             unsafe { device.copy_from_host(dst.offset(off as u64), &data[off..off + n]) }
         })?;
         Ok(())
@@ -564,11 +700,15 @@ impl AddressSpace {
 
     /// Copies bytes of a resident buffer from `offset` into `out`.
     pub fn read(&self, buffer: Buffer, offset: u64, out: &mut [u8]) -> Result<(), PagerError> {
-        let mut st = lock(&self.shared.state);
-        let e = self
-            .shared
-            .accessible(&mut st, buffer, offset, out.len() as u64)?;
-        let src = e.reservation.addr.offset(offset);
+        self.shared.pool.check_fork()?;
+        let (src, _access) = {
+            let mut st = self.shared.lock_idle(buffer)?;
+            let e = self
+                .shared
+                .accessible(&mut st, buffer, offset, out.len() as u64)?;
+            let src = e.reservation.addr.offset(offset);
+            (src, self.shared.begin_access(e, buffer))
+        };
         let device = &self.shared.pool.device;
         self.shared.pool.copy_chunked(out.len(), |off, n| {
             // SAFETY: as in `write`.
@@ -586,13 +726,16 @@ impl AddressSpace {
         offset: u64,
         out: &mut [u8],
     ) -> Result<(), PagerError> {
-        let mut st = lock(&self.shared.state);
+        self.shared.pool.check_fork()?;
+        let mut st = self.shared.lock_idle(buffer)?;
         let e = self
             .shared
             .in_bounds(&mut st, buffer, offset, out.len() as u64)?;
         match e.state {
             BufferState::Resident => {
                 let src = e.reservation.addr.offset(offset);
+                let _access = self.shared.begin_access(e, buffer);
+                drop(st);
                 let device = &self.shared.pool.device;
                 self.shared.pool.copy_chunked(out.len(), |off, n| {
                     // SAFETY: as in `read`.
@@ -602,10 +745,13 @@ impl AddressSpace {
             }
             BufferState::PagedOut => {
                 if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
+                    // A memory copy: quick enough to do under the lock.
                     tier.read(hs, offset, out);
                     return Ok(());
                 }
-                let slot = e
+                let access = self.shared.begin_access(e, buffer);
+                drop(st);
+                let slot = access
                     .slot
                     .as_ref()
                     .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
@@ -620,7 +766,8 @@ impl AddressSpace {
     /// otherwise straight into its copy on the store (partial blocks at either end are read, patched and written
     /// back). The counterpart of [`read_direct`](Self::read_direct).
     pub fn write_direct(&self, buffer: Buffer, offset: u64, data: &[u8]) -> Result<(), PagerError> {
-        let mut st = lock(&self.shared.state);
+        self.shared.pool.check_fork()?;
+        let mut st = self.shared.lock_idle(buffer)?;
         let e = self
             .shared
             .in_bounds(&mut st, buffer, offset, data.len() as u64)?;
@@ -630,6 +777,8 @@ impl AddressSpace {
         match e.state {
             BufferState::Resident => {
                 let dst = e.reservation.addr.offset(offset);
+                let _access = self.shared.begin_access(e, buffer);
+                drop(st);
                 let device = &self.shared.pool.device;
                 self.shared.pool.copy_chunked(data.len(), |off, n| {
                     // SAFETY: as in `write`.
@@ -638,18 +787,19 @@ impl AddressSpace {
                 Ok(())
             }
             BufferState::PagedOut => {
-                if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
-                    e.checksum = None;
-                    tier.write(hs, offset, data);
-                    return Ok(());
-                }
-                let slot = e
-                    .slot
-                    .as_ref()
-                    .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
                 // The checksum taken at page-out no longer describes the stored bytes (even if this write fails
                 // half-way, so drop it first).
                 e.checksum = None;
+                if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
+                    tier.write(hs, offset, data);
+                    return Ok(());
+                }
+                let access = self.shared.begin_access(e, buffer);
+                drop(st);
+                let slot = access
+                    .slot
+                    .as_ref()
+                    .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
                 self.shared
                     .store_range(slot, offset, StoreAccess::Write(data))
             }
@@ -682,11 +832,15 @@ impl AddressSpace {
     }
 
     /// Starts a page-out: the write is submitted when this returns; the memory is released by the I/O side as soon
-    /// as the write completes, and [`Ticket::finish`] marks the buffer paged out.
+    /// as the write completes, and [`Ticket::finish`] marks the buffer paged out. With checksums on, the bytes are
+    /// hashed on the I/O side, piece by piece as their writes complete.
     pub fn page_out_async(&self, buffer: Buffer) -> Result<Ticket, PagerError> {
         let shared = &self.shared;
         let pool = &shared.pool;
-        let mut st = lock(&shared.state);
+        pool.check_fork()?;
+        // Outstanding accelerator work may still write the buffer. A device-wide wait, so not under the space lock.
+        pool.device.synchronize()?;
+        let mut st = shared.lock_idle(buffer)?;
         let e = shared.entry_mut(&mut st, buffer)?;
         if e.flags.unpageable {
             return Err(PagerError::Unpageable(buffer));
@@ -696,13 +850,11 @@ impl AddressSpace {
             BufferState::PagedOut => return Err(PagerError::AlreadyPagedOut(buffer)),
             state => return Err(PagerError::OperationInFlight { buffer, state }),
         }
-        // Outstanding accelerator work may still write the buffer.
-        pool.device.synchronize()?;
         let op = Arc::new(OpState::default());
         if e.flags.read_only && e.stored {
             // The store already holds these bytes: only the memory goes.
-            // SAFETY: the buffer is resident with no operation in flight and the space lock is held, so nothing of
-            // ours uses its memory; callers' own pointers are void once they page the buffer out.
+            // SAFETY: the buffer is resident with no operation or access in flight and the space lock is held, so
+            // nothing of ours uses its memory; callers' own pointers are void once they page the buffer out.
             let released = unsafe { pool.device.decommit(&e.reservation) };
             op.complete(released.map_err(|e| Failed::kept_memory(OpFailure::Release(e))));
         } else if let Some((tier, hs)) = pool
@@ -710,8 +862,11 @@ impl AddressSpace {
             .as_ref()
             .and_then(|t| t.allocate(e.io_bytes).map(|hs| (t, hs)))
         {
-            let on_done =
-                release_when_copied(Arc::clone(&pool.device), Arc::clone(&op), e.reservation);
+            let on_done = release_when_copied(
+                Arc::clone(&pool.device),
+                Completion::new(&op),
+                e.reservation,
+            );
             // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
             // the entry's alone.
             if let Err(err) = unsafe {
@@ -728,26 +883,71 @@ impl AddressSpace {
                 return Err(err);
             }
             e.host = Some(hs);
+            e.checksum = None;
         } else {
-            let host = pool.device.host_ptr(&e.reservation).map(SendPtr);
             let slot = pool.store.allocate(e.io_bytes)?;
             // Checksums are taken where the host can read the buffer (not through the staging path).
-            let checksum_before = host
-                .filter(|_| pool.verify_checksums)
-                .map(|ptr| checksum(ptr, e.size_bytes));
-            let on_done =
-                release_when_copied(Arc::clone(&pool.device), Arc::clone(&op), e.reservation);
-            // SAFETY: the memory stays committed until on_done has run: the buffer is marked PagingOut below (under
-            // the same lock), `free` refuses buffers with an operation in flight, and the address space is kept
-            // alive by the ticket, whose finish waits for on_done.
-            if let Err(err) = unsafe {
-                pool.submit_transfer(Direction::Write, &slot, &e.reservation, e.io_bytes, on_done)
-            } {
+            let hashed = pool
+                .device
+                .host_ptr(&e.reservation)
+                .map(SendPtr)
+                .filter(|_| pool.verify_checksums);
+            // SAFETY (both submits): the memory stays committed and unchanged until the completion has run: the
+            // buffer is marked PagingOut below (under the same lock), `free` defers while an operation is in
+            // flight, and the address space is kept alive by the ticket, whose finish waits for the completion.
+            let submitted = match hashed {
+                Some(ptr) => {
+                    let device = Arc::clone(&pool.device);
+                    let done = Completion::new(&op);
+                    let reservation = e.reservation;
+                    let finish: PiecesDone = Box::new(move |hashed| {
+                        let outcome = match hashed {
+                            Ok(sums) => {
+                                *lock(&done.op.checksum) = Some(sums);
+                                // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
+                                unsafe { device.decommit(&reservation) }
+                                    .map_err(|e| Failed::kept_memory(OpFailure::Release(e)))
+                            }
+                            Err(cause) => Err(Failed::kept_memory(cause)),
+                        };
+                        done.complete(outcome);
+                    });
+                    unsafe {
+                        submit_hashed(
+                            pool,
+                            Direction::Write,
+                            &slot,
+                            ptr,
+                            e.io_bytes,
+                            e.size_bytes,
+                            None,
+                            finish,
+                        )
+                    }
+                }
+                None => {
+                    let on_done = release_when_copied(
+                        Arc::clone(&pool.device),
+                        Completion::new(&op),
+                        e.reservation,
+                    );
+                    unsafe {
+                        pool.submit_transfer(
+                            Direction::Write,
+                            &slot,
+                            &e.reservation,
+                            e.io_bytes,
+                            on_done,
+                        )
+                    }
+                }
+            };
+            if let Err(err) = submitted {
                 pool.store.release(slot);
                 return Err(err);
             }
             e.slot = Some(slot);
-            e.checksum = checksum_before;
+            e.checksum = None;
         }
         e.state = BufferState::PagingOut;
         e.op = Some(Arc::clone(&op));
@@ -762,11 +962,13 @@ impl AddressSpace {
     }
 
     /// Starts a page-in: memory is committed at the buffer's address and the read submitted when this returns;
-    /// [`Ticket::finish`] waits for the read (and the checksum, if on) and marks the buffer resident.
+    /// [`Ticket::finish`] waits for the read (and the checksum, if on, verified piece by piece on the I/O side)
+    /// and marks the buffer resident.
     pub fn page_in_async(&self, buffer: Buffer) -> Result<Ticket, PagerError> {
         let shared = &self.shared;
         let pool = &shared.pool;
-        let mut st = lock(&shared.state);
+        pool.check_fork()?;
+        let mut st = shared.lock_idle(buffer)?;
         let e = shared.entry_mut(&mut st, buffer)?;
         if e.flags.unpageable {
             return Err(PagerError::Unpageable(buffer));
@@ -797,22 +999,12 @@ impl AddressSpace {
         pool.device
             .commit(&e.reservation)
             .map_err(|x| undo(x.into()))?;
-        let host = pool.device.host_ptr(&e.reservation).map(SendPtr);
         let op = Arc::new(OpState::default());
-        let on_done = {
+        let settle = {
             let device = Arc::clone(&pool.device);
-            let op = Arc::clone(&op);
+            let done = Completion::new(&op);
             let reservation = e.reservation;
-            let expected = e.checksum;
-            let size = e.size_bytes;
-            Box::new(move |result: Result<(), TransferError>| {
-                let mut outcome = result.map_err(OpFailure::from);
-                if let (Ok(()), Some(expected), Some(ptr)) = (&outcome, expected, host) {
-                    let actual = checksum(ptr, size);
-                    if actual != expected {
-                        outcome = Err(OpFailure::Checksum { expected, actual });
-                    }
-                }
+            move |outcome: Result<(), OpFailure>| {
                 let mut released = false;
                 if outcome.is_err() {
                     // Give the memory back now; finish only has to settle the state.
@@ -822,14 +1014,22 @@ impl AddressSpace {
                         Err(err) => tracing::warn!("decommit after a failed page-in: {err}"),
                     }
                 }
-                op.complete(outcome.map_err(|cause| Failed {
+                done.complete(outcome.map_err(|cause| Failed {
                     cause,
                     memory_released: released,
                 }));
-            })
+            }
         };
+        let hashed = pool
+            .device
+            .host_ptr(&e.reservation)
+            .map(SendPtr)
+            .filter(|_| pool.verify_checksums)
+            .zip(e.checksum.clone());
         match (&e.host, &pool.host_tier, &e.slot) {
             (Some(hs), Some(tier), _) => {
+                let on_done: crate::staging::TransferCallback =
+                    Box::new(move |r| settle(r.map_err(OpFailure::from)));
                 // SAFETY: as below.
                 unsafe {
                     tier.submit(
@@ -843,14 +1043,41 @@ impl AddressSpace {
                 }
                 .map_err(undo)?;
             }
-            (_, _, Some(slot)) => {
-                // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its
-                // ticket's finish has waited for on_done, and nothing else touches the memory meanwhile.
-                unsafe {
-                    pool.submit_transfer(Direction::Read, slot, &e.reservation, e.io_bytes, on_done)
+            (_, _, Some(slot)) => match hashed {
+                Some((ptr, expected)) => {
+                    let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
+                    // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its
+                    // ticket's finish has waited for the completion, and nothing else touches the memory meanwhile.
+                    unsafe {
+                        submit_hashed(
+                            pool,
+                            Direction::Read,
+                            slot,
+                            ptr,
+                            e.io_bytes,
+                            e.size_bytes,
+                            Some(expected),
+                            finish,
+                        )
+                    }
+                    .map_err(undo)?;
                 }
-                .map_err(undo)?;
-            }
+                None => {
+                    let on_done: crate::staging::TransferCallback =
+                        Box::new(move |r| settle(r.map_err(OpFailure::from)));
+                    // SAFETY: as above.
+                    unsafe {
+                        pool.submit_transfer(
+                            Direction::Read,
+                            slot,
+                            &e.reservation,
+                            e.io_bytes,
+                            on_done,
+                        )
+                    }
+                    .map_err(undo)?;
+                }
+            },
             _ => {
                 return Err(undo(PagerError::Internal(
                     "paged-out buffer has no stored copy",
@@ -910,7 +1137,7 @@ impl AddressSpace {
             let st = lock(&self.shared.state);
             st.buffers
                 .iter()
-                .filter(|(_, e)| e.state == from && !e.flags.unpageable)
+                .filter(|(_, e)| e.state == from && !e.flags.unpageable && !e.free_pending)
                 .map(|(&index, _)| Buffer {
                     space: self.shared.id,
                     index,
@@ -1046,7 +1273,11 @@ impl SpaceShared {
             .buffers
             .iter()
             .filter(|(_, e)| {
-                e.state == BufferState::Resident && !e.flags.unpageable && e.op.is_none()
+                e.state == BufferState::Resident
+                    && !e.flags.unpageable
+                    && e.op.is_none()
+                    && !e.busy
+                    && !e.free_pending
             })
             .map(|(&index, e)| {
                 (
@@ -1063,17 +1294,63 @@ impl SpaceShared {
         found.into_iter().map(|(_, b, bytes)| (b, bytes)).collect()
     }
 
+    /// The live entry of `buffer`: one freed while in use is unknown to callers.
     fn entry_mut<'a>(
         &self,
         st: &'a mut SpaceState,
         buffer: Buffer,
     ) -> Result<&'a mut Entry, PagerError> {
-        if buffer.space != self.id {
-            return Err(PagerError::UnknownBuffer(buffer));
-        }
-        st.buffers
-            .get_mut(&buffer.index)
+        self.any_entry_mut(st, buffer)
+            .filter(|e| !e.free_pending)
             .ok_or(PagerError::UnknownBuffer(buffer))
+    }
+
+    /// The entry of `buffer`, freed or not (for settling its operation or access).
+    fn any_entry_mut<'a>(&self, st: &'a mut SpaceState, buffer: Buffer) -> Option<&'a mut Entry> {
+        if buffer.space != self.id {
+            return None;
+        }
+        st.buffers.get_mut(&buffer.index)
+    }
+
+    /// The space's lock, once no copy or direct store transfer (an [`AccessGuard`]) is using `buffer`.
+    fn lock_idle(&self, buffer: Buffer) -> Result<MutexGuard<'_, SpaceState>, PagerError> {
+        let mut st = lock(&self.state);
+        while self.entry_mut(&mut st, buffer)?.busy {
+            st = self
+                .idle
+                .wait(st)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        Ok(st)
+    }
+
+    /// Marks `e` busy for an access that runs after the space lock is dropped, and takes its slot into the guard
+    /// for that time. The entry must not be busy (callers hold the guard of [`lock_idle`](Self::lock_idle)).
+    fn begin_access(&self, e: &mut Entry, buffer: Buffer) -> AccessGuard<'_> {
+        e.busy = true;
+        AccessGuard {
+            space: self,
+            buffer,
+            slot: e.slot.take(),
+        }
+    }
+
+    /// Removes a freed entry whose last user is done; the caller releases it outside the lock.
+    fn take_if_freed(&self, st: &mut SpaceState, buffer: Buffer) -> Option<Entry> {
+        let e = self.any_entry_mut(st, buffer)?;
+        if e.free_pending && e.op.is_none() && !e.busy {
+            st.buffers.remove(&buffer.index)
+        } else {
+            None
+        }
+    }
+
+    fn release_logged(&self, buffer: Buffer, entry: Entry) {
+        tracing::debug!(%buffer, "releasing a buffer freed while in use");
+        if let Err(err) = self.release_entry(entry) {
+            tracing::warn!(%buffer, "releasing a buffer freed while in use: {err}");
+        }
     }
 
     /// The entry, if `offset..offset + len` lies inside it (in any state); counts as a use.
@@ -1223,7 +1500,9 @@ impl SpaceShared {
         let outcome = op.wait();
         let pool = &self.pool;
         let mut st = lock(&self.state);
-        let e = self.entry_mut(&mut st, buffer)?;
+        let e = self
+            .any_entry_mut(&mut st, buffer)
+            .ok_or(PagerError::UnknownBuffer(buffer))?;
         if !e
             .op
             .as_ref()
@@ -1245,6 +1524,9 @@ impl SpaceShared {
             (OpKind::PageOut, Ok(())) => {
                 e.state = BufferState::PagedOut;
                 e.stored = true;
+                if let Some(sums) = lock(&op.checksum).take() {
+                    e.checksum = Some(sums);
+                }
                 uncharge(e);
                 Ok(())
             }
@@ -1259,6 +1541,9 @@ impl SpaceShared {
                 // stays charged until a page-in (which commits the range again) or free.
                 e.state = BufferState::PagedOut;
                 e.stored = true;
+                if let Some(sums) = lock(&op.checksum).take() {
+                    e.checksum = Some(sums);
+                }
                 Err(err.into())
             }
             (OpKind::PageOut, Err(failed)) => {
@@ -1287,15 +1572,24 @@ impl SpaceShared {
                 Ok(())
             }
             (OpKind::PageIn, Err(failed)) => {
-                // The stored copy is untouched; the memory was given back by on_done unless that failed.
+                // The stored copy is untouched; the memory was given back by the completion unless that failed or
+                // never ran to its end: then try once more here, so that a lost completion leaks nothing.
                 e.state = BufferState::PagedOut;
-                if failed.memory_released {
+                // SAFETY: the operation is over (its outcome is in) and the buffer is not resident, so nothing of
+                // ours uses the memory.
+                if failed.memory_released || unsafe { pool.device.decommit(&e.reservation) }.is_ok()
+                {
                     uncharge(e);
                 }
                 Err(failure_to_error(buffer, failed.cause))
             }
         };
         tracing::debug!(%buffer, ?kind, ok = result.is_ok(), "finished");
+        let freed = self.take_if_freed(&mut st, buffer);
+        drop(st);
+        if let Some(entry) = freed {
+            self.release_logged(buffer, entry);
+        }
         result
     }
 
@@ -1321,6 +1615,106 @@ impl SpaceShared {
     }
 }
 
+/// A copy or direct store transfer running on a buffer without the space lock. While it lives the buffer is
+/// `busy` (paging calls on it wait, `free` defers) and its slot is held here; dropping it puts the slot back, wakes
+/// the waiters and releases the buffer if it was freed meanwhile.
+struct AccessGuard<'a> {
+    space: &'a SpaceShared,
+    buffer: Buffer,
+    slot: Option<Slot>,
+}
+
+impl Drop for AccessGuard<'_> {
+    fn drop(&mut self) {
+        let freed = {
+            let mut st = lock(&self.space.state);
+            if let Some(e) = self.space.any_entry_mut(&mut st, self.buffer) {
+                e.busy = false;
+                if let Some(slot) = self.slot.take() {
+                    e.slot = Some(slot);
+                }
+            }
+            self.space.take_if_freed(&mut st, self.buffer)
+        };
+        self.space.idle.notify_all();
+        if let Some(entry) = freed {
+            self.space.release_logged(self.buffer, entry);
+        }
+    }
+}
+
+/// Submits the transfer of host-addressable memory at `ptr` to or from `slot` in [`CHECKSUM_PIECE_BYTES`] pieces,
+/// each hashed on the I/O thread when its own I/O is done (after a write: the bytes written, which do not change
+/// while the buffer is in flight; after a read: the bytes read) and compared with `expected` when given. `finish`
+/// runs once, after the last piece, with the hashes or the first failure. Returns `Err` only when nothing was
+/// submitted (then `finish` never runs).
+///
+/// # Safety
+/// As [`PoolShared::submit_transfer`]: `ptr..ptr + io_bytes` stays valid and otherwise untouched, and the slot
+/// allocated, until `finish` has run.
+#[allow(clippy::too_many_arguments)]
+unsafe fn submit_hashed(
+    pool: &PoolShared,
+    direction: Direction,
+    slot: &Slot,
+    ptr: SendPtr,
+    io_bytes: u64,
+    size_bytes: u64,
+    expected: Option<Checksums>,
+    finish: PiecesDone,
+) -> Result<(), PagerError> {
+    let pieces = piece_count(size_bytes);
+    if expected.as_ref().is_some_and(|e| e.len() != pieces) {
+        return Err(PagerError::Internal(
+            "stored checksum does not match the buffer's size",
+        ));
+    }
+    let set = PieceSet::new(pieces, finish);
+    for k in 0..pieces {
+        let start = k as u64 * CHECKSUM_PIECE_BYTES;
+        let end = if k + 1 == pieces {
+            io_bytes
+        } else {
+            start + CHECKSUM_PIECE_BYTES
+        };
+        let hashed_len = end.min(size_bytes).saturating_sub(start);
+        let want = expected.as_ref().map(|e| e[k]);
+        let piece_set = Arc::clone(&set);
+        let at = ptr.add(start);
+        let on_done: oversub_io::IoCallback = Box::new(move |result| {
+            match result {
+                Ok(_) => {
+                    let actual = checksum(at, hashed_len);
+                    lock(&piece_set.hashes)[k] = actual;
+                    if let Some(expected) = want.filter(|&w| w != actual) {
+                        piece_set.fail(OpFailure::Checksum { expected, actual });
+                    }
+                }
+                Err(e) => piece_set.fail(OpFailure::Io(e)),
+            }
+            piece_set.done(1);
+        });
+        let mem = IoVec {
+            ptr: at.0,
+            len: usize::try_from(end - start)
+                .map_err(|_| PagerError::InvalidSize("buffer too large".into()))?,
+        };
+        // SAFETY: forwarded from our caller; the piece lies inside the range and the slot.
+        match unsafe { pool.submit_io_part(direction, slot, start, mem, on_done) } {
+            Ok(()) => {}
+            // Nothing is in flight yet: the caller undoes the operation.
+            Err(e) if k == 0 => return Err(e.into()),
+            // Earlier pieces are in flight: fail the operation once they are done.
+            Err(e) => {
+                set.fail(OpFailure::Io(e));
+                set.done(pieces - k);
+                break;
+            }
+        }
+    }
+    Ok(())
+}
+
 fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError {
     match failure {
         OpFailure::Io(err) => err.into(),
@@ -1331,6 +1725,7 @@ fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError {
         },
         OpFailure::Release(err) => err.into(),
         OpFailure::Copy(err) => err.into(),
+        OpFailure::Lost(reason) => PagerError::CompletionLost { buffer, reason },
     }
 }
 

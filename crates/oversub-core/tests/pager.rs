@@ -83,10 +83,6 @@ fn async_and_all(engine: Arc<dyn oversub_io::IoEngine>) {
     let t = space.page_out_async(bufs[0]).unwrap();
     assert_eq!(space.info(bufs[0]).unwrap().state, BufferState::PagingOut);
     assert!(matches!(
-        space.free(bufs[0]),
-        Err(PagerError::OperationInFlight { .. })
-    ));
-    assert!(matches!(
         space.page_out_async(bufs[0]),
         Err(PagerError::OperationInFlight { .. })
     ));
@@ -112,6 +108,57 @@ fn async_and_all(engine: Arc<dyn oversub_io::IoEngine>) {
         assert!(back == pattern(i as u64, back.len()));
     }
     assert_eq!(pool.stats().used_bytes, used);
+}
+
+/// A buffer freed while its page-out or page-in is in flight disappears for callers at once and is released when
+/// the ticket finishes (or is dropped), whichever order: nothing stays charged or allocated.
+fn free_in_flight(engine: Arc<dyn oversub_io::IoEngine>) {
+    let pool = pool_with(engine, 64 * MIB, 256 * MIB);
+    let store_free = pool.stats().store_free_bytes;
+    let space = pool.address_space();
+    for (finish_by_drop, read_only) in [(false, false), (true, false), (false, true), (true, true)]
+    {
+        let flags = if read_only {
+            BufferFlags::READ_ONLY
+        } else {
+            BufferFlags::DEFAULT
+        };
+        let b = space.alloc(9 * MIB + 5, flags).unwrap();
+        space.write(b, 0, &pattern(7, 4096)).unwrap();
+        let out = space.page_out_async(b).unwrap();
+        space.free(b).unwrap();
+        assert!(matches!(space.info(b), Err(PagerError::UnknownBuffer(_))));
+        assert!(matches!(space.free(b), Err(PagerError::UnknownBuffer(_))));
+        assert!(space.buffers().is_empty());
+        if finish_by_drop {
+            drop(out);
+        } else {
+            out.finish().unwrap();
+        }
+        assert_eq!(pool.stats().used_bytes, 0);
+        assert_eq!(pool.stats().store_free_bytes, store_free);
+        // The same during a page-in.
+        let b = space.alloc(9 * MIB + 5, flags).unwrap();
+        space.page_out(b).unwrap();
+        let back = space.page_in_async(b).unwrap();
+        space.free(b).unwrap();
+        if finish_by_drop {
+            drop(back);
+        } else {
+            back.finish().unwrap();
+        }
+        assert_eq!(pool.stats().used_bytes, 0, "page-in, read_only={read_only}");
+        assert_eq!(pool.stats().store_free_bytes, store_free);
+        assert_eq!(space.charged_bytes(), 0);
+    }
+}
+
+#[test]
+fn freeing_a_buffer_in_flight_releases_it_when_the_operation_ends() {
+    for (name, engine) in engines() {
+        eprintln!("engine {name}");
+        free_in_flight(engine);
+    }
 }
 
 #[test]
