@@ -50,7 +50,6 @@ fn paging_benchmark_writes_json_and_plots() {
         .arg(&json)
         .arg("--plot")
         .arg(&plot)
-        .arg("--verify")
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -78,6 +77,8 @@ fn paging_benchmark_writes_json_and_plots() {
         "demand_paging_read",
         "raw_limit_read",
         "raw_limit_write",
+        "unchecked_page_in",
+        "unchecked_page_out",
         "async_page_in_start",
         "async_page_in_finish",
         "async_page_out_start",

@@ -34,6 +34,7 @@
 
 mod error;
 mod gated;
+mod hasher;
 mod host_tier;
 mod pool;
 mod preempt;

@@ -121,6 +121,8 @@ pub(crate) struct PoolShared {
     pub(crate) staging: Option<Staging>,
     /// The host-memory tier, when configured.
     pub(crate) host_tier: Option<HostTier>,
+    /// The checksum thread, when checksums are on and the host can address device memory.
+    pub(crate) hasher: Option<Arc<crate::hasher::Hasher>>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     /// The process that made the pool: a forked child has its memory but not its I/O threads.
@@ -174,8 +176,14 @@ impl Pool {
             )?),
             None => None,
         };
+        let hasher = if config.verify_checksums && device.host_accessible() {
+            Some(Arc::new(crate::hasher::Hasher::start()?))
+        } else {
+            None
+        };
         Ok(Pool {
             shared: Arc::new(PoolShared {
+                hasher,
                 device,
                 store,
                 verify_checksums: config.verify_checksums,

@@ -892,9 +892,9 @@ impl AddressSpace {
                 .host_ptr(&e.reservation)
                 .map(SendPtr)
                 .filter(|_| pool.verify_checksums);
-            // SAFETY (both submits): the memory stays committed and unchanged until the completion has run: the
-            // buffer is marked PagingOut below (under the same lock), `free` defers while an operation is in
-            // flight, and the address space is kept alive by the ticket, whose finish waits for the completion.
+            // Both submits below rely on this: the memory stays committed and unchanged until the completion has
+            // run: the buffer is marked PagingOut below (under the same lock), `free` defers while an operation is
+            // in flight, and the address space is kept alive by the ticket, whose finish waits for the completion.
             let submitted = match hashed {
                 Some(ptr) => {
                     let device = Arc::clone(&pool.device);
@@ -912,6 +912,7 @@ impl AddressSpace {
                         };
                         done.complete(outcome);
                     });
+                    // SAFETY: see above.
                     unsafe {
                         submit_hashed(
                             pool,
@@ -931,6 +932,7 @@ impl AddressSpace {
                         Completion::new(&op),
                         e.reservation,
                     );
+                    // SAFETY: see above.
                     unsafe {
                         pool.submit_transfer(
                             Direction::Write,
@@ -1681,18 +1683,27 @@ unsafe fn submit_hashed(
         let want = expected.as_ref().map(|e| e[k]);
         let piece_set = Arc::clone(&set);
         let at = ptr.add(start);
-        let on_done: oversub_io::IoCallback = Box::new(move |result| {
-            match result {
-                Ok(_) => {
+        let hasher = pool.hasher.clone();
+        let on_done: oversub_io::IoCallback = Box::new(move |result| match result {
+            Ok(_) => {
+                let hash = move || {
                     let actual = checksum(at, hashed_len);
                     lock(&piece_set.hashes)[k] = actual;
                     if let Some(expected) = want.filter(|&w| w != actual) {
                         piece_set.fail(OpFailure::Checksum { expected, actual });
                     }
+                    piece_set.done(1);
+                };
+                // On the checksum thread, so the engine's thread goes back to its queue at once.
+                match hasher {
+                    Some(h) => h.run(Box::new(hash)),
+                    None => hash(),
                 }
-                Err(e) => piece_set.fail(OpFailure::Io(e)),
             }
-            piece_set.done(1);
+            Err(e) => {
+                piece_set.fail(OpFailure::Io(e));
+                piece_set.done(1);
+            }
         });
         let mem = IoVec {
             ptr: at.0,

@@ -257,7 +257,7 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
     };
     let pool = Pool::new(
         PoolConfig::new(pool_capacity)
-            .verify_checksums(args.verify)
+            .verify_checksums(!args.no_checksums)
             .staging(staging),
         Arc::clone(&device),
         Arc::clone(&store),
