@@ -1,9 +1,10 @@
-//! The checksum worker: one thread per pool that hashes the pieces of checksummed transfers as their I/O completes,
+//! The checksum workers: threads of the pool that hash the pieces of checksummed transfers as their I/O completes,
 //! so that the I/O engine's thread goes straight back to keeping its queue full.
 
-use std::sync::mpsc::{channel, Sender};
 use std::sync::Mutex;
 use std::thread::JoinHandle;
+
+use crossbeam_channel::{unbounded, Sender};
 
 use crate::PagerError;
 
@@ -12,32 +13,38 @@ type HashJob = Box<dyn FnOnce() + Send>;
 #[derive(Debug)]
 pub(crate) struct Hasher {
     tx: Mutex<Option<Sender<HashJob>>>,
-    worker: Option<JoinHandle<()>>,
+    workers: Vec<JoinHandle<()>>,
 }
 
 impl Hasher {
-    pub(crate) fn start() -> Result<Hasher, PagerError> {
-        let (tx, rx) = channel::<HashJob>();
-        let worker = std::thread::Builder::new()
-            .name("oversub-hash".into())
-            .spawn(move || {
-                for job in rx {
-                    job();
-                }
-            })
-            .map_err(|source| {
-                PagerError::Store(oversub_io::IoError::Io {
-                    op: "spawning the checksum thread",
-                    source,
+    /// Starts `threads` workers (at least one).
+    pub(crate) fn start(threads: usize) -> Result<Hasher, PagerError> {
+        let (tx, rx) = unbounded::<HashJob>();
+        let mut workers = Vec::new();
+        for i in 0..threads.max(1) {
+            let rx = rx.clone();
+            let worker = std::thread::Builder::new()
+                .name(format!("oversub-hash-{i}"))
+                .spawn(move || {
+                    for job in rx {
+                        job();
+                    }
                 })
-            })?;
+                .map_err(|source| {
+                    PagerError::Store(oversub_io::IoError::Io {
+                        op: "spawning a checksum thread",
+                        source,
+                    })
+                })?;
+            workers.push(worker);
+        }
         Ok(Hasher {
             tx: Mutex::new(Some(tx)),
-            worker: Some(worker),
+            workers,
         })
     }
 
-    /// Runs `job` on the checksum thread, or here when that thread is gone (so a job is never lost).
+    /// Runs `job` on a checksum thread, or here when they are gone (so a job is never lost).
     pub(crate) fn run(&self, job: HashJob) {
         let sent = match &*crate::space::lock(&self.tx) {
             Some(tx) => tx.send(job).map_err(|e| e.0),
@@ -51,10 +58,11 @@ impl Hasher {
 
 impl Drop for Hasher {
     fn drop(&mut self) {
-        // Closing the channel lets the thread finish queued jobs and stop.
+        // Closing the channel lets the threads finish queued jobs and stop.
         drop(crate::space::lock(&self.tx).take());
-        if let Some(worker) = self.worker.take() {
-            if worker.thread().id() != std::thread::current().id() {
+        let me = std::thread::current().id();
+        for worker in self.workers.drain(..) {
+            if worker.thread().id() != me {
                 let _ = worker.join();
             }
         }

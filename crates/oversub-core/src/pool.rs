@@ -177,7 +177,9 @@ impl Pool {
             None => None,
         };
         let hasher = if config.verify_checksums && device.host_accessible() {
-            Some(Arc::new(crate::hasher::Hasher::start()?))
+            // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the caller
+            // and the engine on small machines.
+            Some(Arc::new(crate::hasher::Hasher::start(1)?))
         } else {
             None
         };

@@ -406,6 +406,57 @@ fn corrupted_store_is_caught_by_the_checksum() {
     assert_eq!(pool.stats().used_bytes, 0);
 }
 
+/// One flipped bit in the third 8 MiB piece of a buffer is caught at page-in (checksums are per piece), the buffer
+/// stays paged out, and once the bit is put back the page-in succeeds with every byte.
+#[test]
+fn a_flipped_bit_in_a_later_piece_is_caught() {
+    for (name, engine) in engines() {
+        eprintln!("{name}");
+        let pool = pool_with(engine, 32 * MIB, 64 * MIB);
+        let space = pool.address_space();
+        let len = (20 * MIB) as usize;
+        let bytes = pattern(11, len);
+        let b = space.alloc(len as u64, BufferFlags::DEFAULT).unwrap();
+        space.write(b, 0, &bytes).unwrap();
+        space.page_out(b).unwrap();
+        // Find the buffer's bytes at 17 MiB + 5 in the store file, whatever its layout, and flip one bit there
+        // (through a buffered descriptor of the same, already unlinked, file).
+        let buffered = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", pool.store().fd()))
+            .unwrap();
+        let fd = std::os::fd::AsRawFd::as_raw_fd(&buffered);
+        let file_len = pool.store().capacity_bytes() as usize + (1 << 20);
+        let mut file = vec![0u8; file_len];
+        // SAFETY: `file` has `file_len` writable bytes; a buffered pread of our own store.
+        let read = unsafe { libc::pread(fd, file.as_mut_ptr().cast(), file_len, 0) };
+        assert!(read > 0);
+        let at = 17 * MIB as usize + 5;
+        let needle = &bytes[at..at + 64];
+        let pos = file[..read as usize]
+            .windows(64)
+            .position(|w| w == needle)
+            .expect("the buffer's bytes are in the store");
+        let flip = |bit: u8| {
+            let mut byte = [file[pos] ^ bit];
+            // SAFETY: one byte from a live array into our own store file.
+            let n = unsafe { libc::pwrite(fd, byte.as_mut_ptr().cast(), 1, pos as libc::off_t) };
+            assert_eq!(n, 1);
+        };
+        flip(0x10);
+        let err = space.page_in(b).unwrap_err();
+        assert!(matches!(err, PagerError::ChecksumMismatch { .. }), "{err}");
+        assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
+        assert_eq!(pool.stats().used_bytes, 0);
+        flip(0);
+        space.page_in(b).unwrap();
+        let mut back = vec![0u8; len];
+        space.read(b, 0, &mut back).unwrap();
+        assert!(back == bytes);
+    }
+}
+
 #[test]
 fn a_dropped_space_gives_everything_back() {
     let (_, engine) = engines().remove(0);
