@@ -7,7 +7,9 @@ use std::time::Duration;
 
 use crate::clock::{Clock, MonotonicClock};
 use crate::phase::{Phase, PhaseKind, SlotWord, DEADLINE_MASK};
-use crate::region::{Layout, Region, LAYOUT_VERSION, MAGIC, MAX_TASKS};
+use crate::region::{
+    Layout, Region, SharedOptions, LAYOUT_BYTES, LAYOUT_VERSION, MAGIC, MAX_TASKS,
+};
 use crate::ArbiterError;
 
 /// The copy granularity of the SiΓ paper: 1 MiB saturates a copy engine and bounds the overrun into a memory phase.
@@ -135,6 +137,7 @@ impl Arbiter {
         config: ArbiterConfig,
         clock: Arc<dyn Clock>,
     ) -> Result<Arbiter, ArbiterError> {
+        let chunk_time = resolve(&config)?;
         let arbiter = Arbiter {
             inner: Arc::new(Inner {
                 region: Region::Heap(Box::default()),
@@ -142,7 +145,7 @@ impl Arbiter {
                 hooks: Mutex::new(Vec::new()),
             }),
         };
-        arbiter.init(config)?;
+        arbiter.init(&config, chunk_time);
         Ok(arbiter)
     }
 
@@ -164,57 +167,78 @@ impl Arbiter {
     /// Creates the shared arbiter `name` (file mode 0600; an existing one is an error). The file is removed when
     /// the last handle of this process goes.
     pub fn create_shared(name: &str, config: ArbiterConfig) -> Result<Arbiter, ArbiterError> {
-        Self::create_at(&Self::shared_path(name)?, config)
+        Self::create_shared_with(name, config, SharedOptions::default())
+    }
+
+    /// Creates the shared arbiter `name` with explicit options: a group to share it with, taking over the file of
+    /// a server that is gone.
+    pub fn create_shared_with(
+        name: &str,
+        config: ArbiterConfig,
+        options: SharedOptions,
+    ) -> Result<Arbiter, ArbiterError> {
+        Self::create_at_with(&Self::shared_path(name)?, config, options)
     }
 
     /// Creates a shared arbiter at an explicit path (for tests and unusual mounts).
     pub fn create_at(path: &Path, config: ArbiterConfig) -> Result<Arbiter, ArbiterError> {
+        Self::create_at_with(path, config, SharedOptions::default())
+    }
+
+    /// Creates a shared arbiter at an explicit path with explicit options.
+    pub fn create_at_with(
+        path: &Path,
+        config: ArbiterConfig,
+        options: SharedOptions,
+    ) -> Result<Arbiter, ArbiterError> {
+        // Checked and measured before the file exists, so that openers find it initialised as soon as possible
+        // (until its magic is published they are refused).
+        let chunk_time = resolve(&config)?;
         let arbiter = Arbiter {
             inner: Arc::new(Inner {
-                region: Region::create(path)?,
+                region: Region::create(path, &options)?,
                 clock: Arc::new(MonotonicClock),
                 hooks: Mutex::new(Vec::new()),
             }),
         };
-        arbiter.init(config)?;
+        arbiter.init(&config, chunk_time);
         tracing::info!(path = %path.display(), "shared arbiter created");
         Ok(arbiter)
     }
 
-    /// Opens the shared arbiter `name` created by another process (or this one).
+    /// Opens the shared arbiter `name` created by another process (or this one), if its file is this user's and
+    /// private to it (see [`SharedOptions`]).
     pub fn open_shared(name: &str) -> Result<Arbiter, ArbiterError> {
-        Self::open_at(&Self::shared_path(name)?)
+        Self::open_shared_with(name, SharedOptions::default())
+    }
+
+    /// Opens the shared arbiter `name`, also trusting the group or owner that `options` name.
+    pub fn open_shared_with(name: &str, options: SharedOptions) -> Result<Arbiter, ArbiterError> {
+        Self::open_at_with(&Self::shared_path(name)?, options)
     }
 
     /// Opens a shared arbiter at an explicit path.
     pub fn open_at(path: &Path) -> Result<Arbiter, ArbiterError> {
+        Self::open_at_with(path, SharedOptions::default())
+    }
+
+    /// Opens a shared arbiter at an explicit path with explicit options.
+    pub fn open_at_with(path: &Path, options: SharedOptions) -> Result<Arbiter, ArbiterError> {
         Ok(Arbiter {
             inner: Arc::new(Inner {
-                region: Region::open(path)?,
+                region: Region::open(path, &options)?,
                 clock: Arc::new(MonotonicClock),
                 hooks: Mutex::new(Vec::new()),
             }),
         })
     }
 
-    fn init(&self, config: ArbiterConfig) -> Result<(), ArbiterError> {
-        if config.chunk_bytes == 0 {
-            return Err(ArbiterError::InvalidConfig(
-                "the chunk size must be at least one byte".into(),
-            ));
-        }
-        if config.chunk_time.is_some_and(|d| d.is_zero()) {
-            return Err(ArbiterError::InvalidConfig(
-                "the chunk time must be longer than zero".into(),
-            ));
-        }
-        let chunk_time = match config.chunk_time {
-            Some(d) => d,
-            None => measure_copy_time(config.chunk_bytes),
-        };
+    fn init(&self, config: &ArbiterConfig, chunk_time: Duration) {
         let h = &self.layout().header;
         h.version.store(LAYOUT_VERSION, Ordering::Relaxed);
         h.slot_count.store(MAX_TASKS as u32, Ordering::Relaxed);
+        h.layout_bytes.store(LAYOUT_BYTES as u64, Ordering::Relaxed);
+        h.server_pid.store(std::process::id(), Ordering::Relaxed);
         h.stale_after_ns
             .store(duration_ns(config.stale_after), Ordering::Relaxed);
         h.chunk_time_ns
@@ -224,7 +248,6 @@ impl Arbiter {
             .store(duration_ns(config.poll).max(1), Ordering::Relaxed);
         // Published last: an opener that sees the magic sees a complete header.
         h.magic.store(MAGIC, Ordering::Release);
-        Ok(())
     }
 
     fn layout(&self) -> &Layout {
@@ -239,6 +262,17 @@ impl Arbiter {
     /// The shared file, for a shared arbiter.
     pub fn path(&self) -> Option<&Path> {
         self.inner.region.path()
+    }
+
+    /// The process that created (or last took over) the arbiter, as its header records it.
+    pub fn server_pid(&self) -> u32 {
+        self.layout().header.server_pid.load(Ordering::Relaxed)
+    }
+
+    /// For a server that took over the file of one that was gone ([`SharedOptions::take_over_stale`]): the pid
+    /// that file recorded (0 when its creator died before recording one). `None` otherwise.
+    pub fn taken_over_from(&self) -> Option<u32> {
+        self.inner.region.taken_over_from()
     }
 
     /// Chunk size in bytes.
@@ -507,6 +541,24 @@ impl Drop for Task {
             self.arbiter.release(self.index);
         }
     }
+}
+
+/// Checks a configuration; returns its chunk time, measured if it gives none.
+fn resolve(config: &ArbiterConfig) -> Result<Duration, ArbiterError> {
+    if config.chunk_bytes == 0 {
+        return Err(ArbiterError::InvalidConfig(
+            "the chunk size must be at least one byte".into(),
+        ));
+    }
+    if config.chunk_time.is_some_and(|d| d.is_zero()) {
+        return Err(ArbiterError::InvalidConfig(
+            "the chunk time must be longer than zero".into(),
+        ));
+    }
+    Ok(match config.chunk_time {
+        Some(d) => d,
+        None => measure_copy_time(config.chunk_bytes),
+    })
 }
 
 pub(crate) fn duration_ns(d: Duration) -> u64 {

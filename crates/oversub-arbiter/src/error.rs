@@ -29,6 +29,24 @@ pub enum ArbiterError {
         /// What did not match.
         reason: String,
     },
+    /// The shared-memory file is not one this process may trust: not a regular file (a symbolic link, a FIFO),
+    /// owned by another user, readable or writable by others, or not of the layout's size. Whoever can write the
+    /// file steers the transfers, so it is refused before it is mapped.
+    #[error("refusing {path}: {reason}")]
+    Untrusted {
+        /// The file.
+        path: String,
+        /// What failed the check.
+        reason: String,
+    },
+    /// The shared-memory file is served by a live process (its server lock is held), so it is not taken over.
+    #[error("{path} is in use by a running arbiter server{}", if *pid == 0 { String::new() } else { format!(" (pid {pid})") })]
+    InUse {
+        /// The file.
+        path: String,
+        /// The server's pid as its header records it; 0 when it records none yet.
+        pid: u32,
+    },
     /// A configuration value that cannot work (a zero chunk size or chunk time).
     #[error("invalid configuration: {0}")]
     InvalidConfig(String),

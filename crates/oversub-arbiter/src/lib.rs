@@ -4,8 +4,9 @@
 //! unload memory (`CPU_MEM(d)`), compute on cached data (`CPU_COM(d)`) or are done (`NO_OPER`). The transfer side
 //! (the pager's I/O and copies) asks before every chunk of work: during a memory phase it is told how long to
 //! wait; during a compute phase it gets a grant until the phase ends and the number of chunks that fit (Eq. 1).
-//! The state is a block of atomics, private to a process or shared through a 0600 file under /dev/shm; phases
-//! carry deadlines, so a crashed task cannot block transfers for longer than its phase plus a stale time.
+//! The state is a block of atomics, private to a process or shared through a 0600 file under /dev/shm (checked on
+//! its open descriptor before it is mapped: see [`SharedOptions`]); phases carry deadlines, so a crashed task
+//! cannot block transfers for longer than its phase plus a stale time.
 //! [`analysis`] bounds how long transfers and kernels take under arbitration (Sec. 6.3).
 //!
 //! ```
@@ -46,4 +47,4 @@ pub use clock::{Clock, FakeClock, MonotonicClock};
 pub use error::ArbiterError;
 pub use gate::{Admission, Gate, GateStats};
 pub use phase::{duration_from_secs, parse_duration, Phase, PhaseKind, MAX_PHASE};
-pub use region::{LAYOUT_VERSION, MAX_TASKS};
+pub use region::{SharedOptions, LAYOUT_VERSION, MAX_TASKS};

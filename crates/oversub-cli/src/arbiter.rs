@@ -6,7 +6,9 @@ use std::time::Duration;
 
 use clap::{Args, Subcommand};
 use oversub_arbiter::analysis::{kernel_bound, transfer_bound, KernelCase, PremPhases};
-use oversub_arbiter::{parse_duration, Arbiter, ArbiterConfig, ArbiterError, Phase, PhaseKind};
+use oversub_arbiter::{
+    parse_duration, Arbiter, ArbiterConfig, ArbiterError, Phase, PhaseKind, SharedOptions,
+};
 use oversub_report::{format_seconds, text_table};
 use serde::Serialize;
 
@@ -34,7 +36,8 @@ pub enum ArbiterCommand {
     /// task's phase lengths.
     Bound(BoundArgs),
     /// Create a shared arbiter under /dev/shm and keep it for a while (CPU tasks and pools in other processes
-    /// open it by name).
+    /// open it by name). SIGTERM or Ctrl-C stops it cleanly (exit status 0) and removes the file; the file of a
+    /// server that was killed outright is taken over.
     Serve(ServeArgs),
     /// Announce one phase to a shared arbiter from a script (the slot expires with the phase's deadline).
     Phase(PhaseArgs),
@@ -99,9 +102,38 @@ pub struct ServeArgs {
     /// T(Q) for a memcpy copy engine (default: measured now).
     #[arg(long, value_parser = dur)]
     chunk_time: Option<Duration>,
-    /// Remove a leftover file of that name first (from a server that was killed).
+    /// Remove any file of that name first, even one that is refused (another layout version, a wrong mode) or
+    /// that a running server holds. A file left by a server that is gone is taken over without this.
     #[arg(long)]
     replace: bool,
+    /// Share the arbiter with the members of this group (numeric gid): the file gets that group and mode 0660,
+    /// and clients pass --group too. Every member of the group can then steer the transfers.
+    #[arg(long)]
+    group: Option<u32>,
+}
+
+/// Whom a client trusts besides itself. By default an arbiter file must belong to this user and be private to it.
+#[derive(Debug, Args)]
+pub struct TrustArgs {
+    /// Also trust a file of this group (numeric gid) with mode up to 0660: for a server started with --group.
+    #[arg(long)]
+    group: Option<u32>,
+    /// Also trust a file owned by this user (numeric uid), mode 0600: e.g. root looking at a user's arbiter.
+    #[arg(long)]
+    owner: Option<u32>,
+}
+
+impl TrustArgs {
+    fn options(&self) -> SharedOptions {
+        let mut options = SharedOptions::new();
+        if let Some(gid) = self.group {
+            options = options.allow_group(gid);
+        }
+        if let Some(uid) = self.owner {
+            options = options.allow_owner(uid);
+        }
+        options
+    }
 }
 
 #[derive(Debug, Args)]
@@ -113,6 +145,8 @@ pub struct PhaseArgs {
     phase: String,
     /// Its length (e.g. 850us); not for NO_OPER.
     duration: Option<String>,
+    #[command(flatten)]
+    trust: TrustArgs,
 }
 
 #[derive(Debug, Args)]
@@ -123,6 +157,8 @@ pub struct StatusArgs {
     /// Print JSON instead of a table.
     #[arg(long)]
     json: bool,
+    #[command(flatten)]
+    trust: TrustArgs,
 }
 
 pub fn run(cmd: ArbiterCommand) -> Result<(), BoxError> {
@@ -270,17 +306,46 @@ fn bound(a: BoundArgs) -> Result<(), BoxError> {
 
 fn serve(a: ServeArgs) -> Result<(), BoxError> {
     let path = Arbiter::shared_path(&a.name)?;
-    if a.replace && path.exists() {
-        std::fs::remove_file(&path)?;
+    // Before the file exists: from its creation on, SIGTERM and SIGINT wait for `StopSignals::wait` instead of
+    // killing the process with the file still in place.
+    let stop = StopSignals::block()?;
+    if a.replace {
+        match std::fs::remove_file(&path) {
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => return Err(e.into()),
+            _ => {}
+        }
     }
-    let arbiter = Arbiter::create_shared(
-        &a.name,
-        ArbiterConfig {
-            stale_after: a.stale_after,
-            chunk_time: a.chunk_time,
-            ..ArbiterConfig::default()
-        },
-    )?;
+    let mut options = SharedOptions::new().take_over_stale(true);
+    if let Some(gid) = a.group {
+        options = options.allow_group(gid);
+    }
+    let config = ArbiterConfig {
+        stale_after: a.stale_after,
+        chunk_time: a.chunk_time,
+        ..ArbiterConfig::default()
+    };
+    let arbiter = match Arbiter::create_shared_with(&a.name, config, options) {
+        Ok(arbiter) => arbiter,
+        Err(e @ (ArbiterError::Untrusted { .. } | ArbiterError::Incompatible { .. })) => {
+            return Err(format!(
+                "{e}\n  if it is a left-over, remove it (rm {}) or run again with --replace",
+                path.display()
+            )
+            .into())
+        }
+        Err(e) => return Err(e.into()),
+    };
+    if let Some(pid) = arbiter.taken_over_from() {
+        let who = if pid == 0 {
+            String::new()
+        } else {
+            format!(" (pid {pid})")
+        };
+        println!(
+            "took over {}, left by a server that is gone{who}",
+            path.display()
+        );
+    }
     println!(
         "arbiter {:?} at {} (T(Q) {}, stale after {}); serving for {}",
         a.name,
@@ -289,13 +354,75 @@ fn serve(a: ServeArgs) -> Result<(), BoxError> {
         format_seconds(a.stale_after.as_secs_f64()),
         format_seconds(a.duration.as_secs_f64())
     );
-    std::thread::sleep(a.duration);
+    if let Some(signal) = stop.wait(a.duration)? {
+        println!("stopped by {signal}");
+    }
     let st = arbiter.stats();
     println!(
         "done: {} requests, {} grants, {} waits, {} announcements",
         st.requests, st.grants, st.waits, st.generation
     );
+    // Dropping the arbiter removes the file.
     Ok(())
+}
+
+/// SIGTERM and SIGINT, blocked in this thread and in every thread it starts later, so that they stay pending
+/// until `wait` takes them: the server then returns normally and its file is removed. Taking them synchronously
+/// needs no handler, so nothing has to be async-signal-safe. The mask is left in place until the process ends: a
+/// second signal during the clean-up waits too.
+struct StopSignals {
+    set: libc::sigset_t,
+}
+
+impl StopSignals {
+    fn block() -> std::io::Result<StopSignals> {
+        // SAFETY: sigset_t is plain data; sigemptyset initialises it before it is used.
+        let mut set: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: both write only into `set`, which we own; the signal numbers are valid.
+        unsafe {
+            libc::sigemptyset(&mut set);
+            libc::sigaddset(&mut set, libc::SIGTERM);
+            libc::sigaddset(&mut set, libc::SIGINT);
+        }
+        // SAFETY: reads `set` and changes only this thread's signal mask; the old mask is not asked for.
+        let rc = unsafe { libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut()) };
+        if rc != 0 {
+            return Err(std::io::Error::from_raw_os_error(rc));
+        }
+        Ok(StopSignals { set })
+    }
+
+    /// Waits up to `limit` for one of the signals: its name, or `None` when the time is up.
+    fn wait(&self, limit: Duration) -> std::io::Result<Option<&'static str>> {
+        let deadline = std::time::Instant::now().checked_add(limit);
+        loop {
+            // A limit past what Instant can represent is waited out a day at a time.
+            let left = deadline.map_or(Duration::from_secs(86_400), |d| {
+                d.saturating_duration_since(std::time::Instant::now())
+            });
+            if left.is_zero() {
+                return Ok(None);
+            }
+            let timeout = libc::timespec {
+                tv_sec: libc::time_t::try_from(left.as_secs()).unwrap_or(libc::time_t::MAX),
+                // Below 10^9, so it fits a c_long of any width.
+                tv_nsec: left.subsec_nanos() as libc::c_long,
+            };
+            // SAFETY: `set` and `timeout` are valid for the call; no siginfo is asked for (null).
+            let signal = unsafe { libc::sigtimedwait(&self.set, std::ptr::null_mut(), &timeout) };
+            match signal {
+                libc::SIGTERM => return Ok(Some("SIGTERM")),
+                libc::SIGINT => return Ok(Some("SIGINT")),
+                _ => {
+                    let e = std::io::Error::last_os_error();
+                    // EAGAIN: the timeout passed (the loop checks the deadline); EINTR: another signal's handler ran.
+                    if !matches!(e.raw_os_error(), Some(libc::EAGAIN | libc::EINTR)) {
+                        return Err(e);
+                    }
+                }
+            }
+        }
+    }
 }
 
 fn phase(a: PhaseArgs) -> Result<(), BoxError> {
@@ -306,7 +433,7 @@ fn phase(a: PhaseArgs) -> Result<(), BoxError> {
         (PhaseKind::Mem, Some(d)) => Phase::Mem(parse_duration(d)?),
         (PhaseKind::Com, Some(d)) => Phase::Com(parse_duration(d)?),
     };
-    let arbiter = Arbiter::open_shared(&a.name)?;
+    let arbiter = Arbiter::open_shared_with(&a.name, a.trust.options())?;
     let task = arbiter.register_task()?;
     task.announce(phase)?;
     println!("slot {}: {phase}", task.slot());
@@ -316,13 +443,14 @@ fn phase(a: PhaseArgs) -> Result<(), BoxError> {
 }
 
 fn status(a: StatusArgs) -> Result<(), BoxError> {
-    let arbiter = Arbiter::open_shared(&a.name)?;
+    let arbiter = Arbiter::open_shared_with(&a.name, a.trust.options())?;
     let tasks = arbiter.tasks();
     let stats = arbiter.stats();
     if a.json {
         #[derive(Serialize)]
         struct Status<'a> {
             path: Option<PathBuf>,
+            server_pid: u32,
             chunk_time_s: f64,
             stale_after_s: f64,
             tasks: &'a [oversub_arbiter::TaskStatus],
@@ -330,6 +458,7 @@ fn status(a: StatusArgs) -> Result<(), BoxError> {
         }
         let s = Status {
             path: arbiter.path().map(|p| p.to_path_buf()),
+            server_pid: arbiter.server_pid(),
             chunk_time_s: arbiter.chunk_time().as_secs_f64(),
             stale_after_s: arbiter.stale_after().as_secs_f64(),
             tasks: &tasks,
@@ -339,8 +468,9 @@ fn status(a: StatusArgs) -> Result<(), BoxError> {
         return Ok(());
     }
     println!(
-        "arbiter {:?}: T(Q) {}, stale after {}; {} requests ({} grants, {} waits), {} announcements",
+        "arbiter {:?} (server pid {}): T(Q) {}, stale after {}; {} requests ({} grants, {} waits), {} announcements",
         a.name,
+        arbiter.server_pid(),
         format_seconds(arbiter.chunk_time().as_secs_f64()),
         format_seconds(arbiter.stale_after().as_secs_f64()),
         stats.requests,
