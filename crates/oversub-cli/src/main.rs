@@ -48,6 +48,10 @@ enum Command {
 }
 
 fn main() -> ExitCode {
+    // Like any Unix filter, end quietly when the reader of our output goes away (`oversub ... | head`) instead of
+    // panicking on the failed print.
+    // SAFETY: restoring a signal's default disposition at start-up, before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
     init_logging();
     let cli = Cli::parse();
     let result = match cli.command {
