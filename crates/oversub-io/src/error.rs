@@ -1,5 +1,7 @@
 //! Typed errors of the I/O layer.
 
+use std::path::PathBuf;
+
 /// Everything that can go wrong in `oversub-io`.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -46,12 +48,42 @@ pub enum IoError {
     /// A caller passed an invalid argument.
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
+    /// The swap store is in use: another open of it holds its lock (in this process or another), or the kernel
+    /// refused the block device's exclusive open (mounted, swap, stacked device, another exclusive opener).
+    /// [`StoreBuilder::force`](crate::StoreBuilder::force) cannot override this.
+    #[error("swap store {} is already in use{}", .path.display(), holder_suffix(.holder))]
+    StoreBusy {
+        /// The file or device.
+        path: PathBuf,
+        /// Who holds it, where the OS tells: "pid N (comm)", "mounted at /mnt/x", "another program has it open
+        /// exclusively", ...
+        holder: Option<String>,
+    },
+    /// `open` will not write over what the file or device holds: a file system, partition table or other data
+    /// not written by oversub, another user's store, or a mode that cannot be narrowed to 0600.
+    #[error(
+        "refusing to use {} as a swap store: {reason}; if its contents may be destroyed, override with \
+         StoreBuilder::force(true) (CLI: --force-store, Python: force_store=True)",
+        .path.display()
+    )]
+    StoreRefused {
+        /// The file or device.
+        path: PathBuf,
+        /// Why, as "it holds an ext2/ext3/ext4 file system", "it is another user's oversub swap store (...)".
+        reason: String,
+    },
     /// A failure injected by [`crate::testing::FailingEngine`].
     #[error("injected failure on request #{nth}")]
     Injected {
         /// 1-based number of the request that was made to fail.
         nth: u64,
     },
+}
+
+fn holder_suffix(holder: &Option<String>) -> String {
+    holder
+        .as_ref()
+        .map_or_else(String::new, |h| format!(": {h}"))
 }
 
 impl IoError {

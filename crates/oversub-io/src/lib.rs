@@ -3,7 +3,10 @@
 //!
 //! [`SwapStore`] owns the file and hands out [`Slot`]s from an [`ExtentAllocator`];
 //! transfers are split into requests and run as one batch by an [`IoEngine`]
-//! (io_uring, or a psync thread pool where io_uring is unavailable).
+//! (io_uring, or a psync thread pool where io_uring is unavailable). A store is exclusive (flock, O_EXCL for
+//! devices), recognises what a file or device holds before it writes to it (its own header, file-system and
+//! partition signatures), keeps files private (0600) and scrubs what was swapped out when it closes ([`Scrub`]);
+//! see the [`store`] module.
 
 pub mod alloc;
 pub mod engine;
@@ -19,4 +22,4 @@ pub use engine::{
 };
 pub use error::IoError;
 pub use mem::AlignedBuf;
-pub use store::{Slot, SlotView, StoreBuilder, SwapStore};
+pub use store::{Scrub, Slot, SlotView, StoreBuilder, SwapStore};

@@ -1,12 +1,42 @@
 //! The swap store: a preallocated file (or block device) whose space is handed out as
 //! [`Slot`]s and read/written through an [`IoEngine`].
+//!
+//! # No store is shared by accident, no byte comes back silently wrong
+//!
+//! - **Exclusive.** Every store holds `flock(LOCK_EX | LOCK_NB)` on its file or device node (the lock belongs to
+//!   the open file description, so two stores on one file conflict even within one process), and block devices
+//!   are opened `O_EXCL`, which the kernel refuses while the device is mounted or claimed. A second opener gets
+//!   [`IoError::StoreBusy`], naming the holder where the OS tells: "pid N (comm)" from /proc/locks, the mount
+//!   point from /proc/self/mountinfo, ... Files made by [`StoreBuilder::create`] and
+//!   [`StoreBuilder::create_temp`] are locked too.
+//! - **Recognised before it is overwritten.** The first `header_bytes = max(alignment, 4096)` bytes of every store
+//!   hold a header (magic, format version, owner uid, capacity, creation time; the layout is documented in
+//!   `store/header.rs`). The data area, and so every slot, starts after it ([`SwapStore::data_offset`]);
+//!   [`SwapStore::capacity_bytes`] counts the data area only. [`StoreBuilder::open`] accepts a blank file or
+//!   device (the bounded rule is documented in `store/inspect.rs`: empty, no data extents, or zeros in the first
+//!   MiB and in the first MiB of the first data extent) and this user's own store; it refuses a file system,
+//!   partition table, volume or RAID signature (named), another user's store, and any other data, with
+//!   [`IoError::StoreRefused`], unless [`StoreBuilder::force`] is set.
+//! - **Private.** Files the store creates are mode 0600; a regular file given to `open` is narrowed to 0600 when
+//!   group or others have any access (refused when that is not allowed). Block-device nodes keep their
+//!   permissions: udev owns them and would put its own back on the next event; access to a device is an
+//!   administrator's decision (group `disk`).
+//! - **Scrubbed.** What was swapped out is discarded when the store closes; see [`Scrub`].
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+
+mod exclusive;
+mod header;
+mod inspect;
+mod scrub;
+
+pub use scrub::Scrub;
 
 use crate::alloc::{Extent, ExtentAllocator};
 use crate::engine::{
@@ -15,6 +45,9 @@ use crate::engine::{
 };
 use crate::error::IoError;
 use crate::mem::AlignedBuf;
+use header::Header;
+use inspect::Verdict;
+use scrub::Backing;
 
 /// Alignment used when the file system does not report one, and for buffered I/O.
 const DEFAULT_ALIGNMENT: usize = 4096;
@@ -34,6 +67,8 @@ pub struct StoreBuilder {
     engine: Option<Arc<dyn IoEngine>>,
     keep: bool,
     direct: bool,
+    force: bool,
+    scrub: Scrub,
 }
 
 impl Default for StoreBuilder {
@@ -46,13 +81,15 @@ impl Default for StoreBuilder {
             engine: None,
             keep: false,
             direct: true,
+            force: false,
+            scrub: Scrub::OnClose,
         }
     }
 }
 
 impl StoreBuilder {
-    /// Size of the store. Required for created files; for `open` it defaults to the
-    /// file/device size (a smaller file is extended).
+    /// Size of the data area (the header comes on top). Required for created files; for `open` it defaults to
+    /// the file/device size less the header (a smaller file is extended).
     pub fn capacity_bytes(mut self, bytes: u64) -> Self {
         self.capacity = Some(bytes);
         self
@@ -96,6 +133,22 @@ impl StoreBuilder {
         self
     }
 
+    /// Lets [`open`](Self::open) use what it would refuse with [`IoError::StoreRefused`] (default false): a file
+    /// or device holding a file system, partition table or other data not written by oversub, another user's
+    /// store (it becomes this user's), a file whose mode cannot be narrowed to 0600. Its contents are destroyed.
+    /// It cannot override [`IoError::StoreBusy`]: the kernel's refusal of a mounted or exclusively opened device,
+    /// or another store's lock. Front ends spell it `--force-store` (CLI) and `force_store=True` (Python).
+    pub fn force(mut self, force: bool) -> Self {
+        self.force = force;
+        self
+    }
+
+    /// What happens to swapped-out data once the store no longer needs it (default [`Scrub::OnClose`]).
+    pub fn scrub(mut self, scrub: Scrub) -> Self {
+        self.scrub = scrub;
+        self
+    }
+
     /// Creates a new, uniquely named file in `dir`.
     pub fn create_temp(mut self, dir: &Path) -> Result<SwapStore, IoError> {
         // Select the engine once, not per name attempt.
@@ -119,8 +172,8 @@ impl StoreBuilder {
         }))
     }
 
-    /// Creates a new file at `path` (fails if it exists), mode 0600, preallocated to
-    /// the capacity and unlinked at once unless `keep(true)`.
+    /// Creates a new file at `path` (fails if it exists), mode 0600, locked, with a header and the data area
+    /// preallocated to the capacity, and unlinked at once unless `keep(true)`.
     pub fn create(self, path: &Path) -> Result<SwapStore, IoError> {
         let capacity = match self.capacity {
             Some(c) if c > 0 => c,
@@ -130,6 +183,7 @@ impl StoreBuilder {
                 ))
             }
         };
+        self.check_max_io()?;
         let engine = self.take_engine()?;
         let cpath = c_path(path)?;
         // O_DIRECT is added with fcntl below: opening with it on a file system that
@@ -152,6 +206,8 @@ impl StoreBuilder {
             path: &cpath,
             armed: true,
         };
+        // Locked before anything else: the name was visible from the moment it was created.
+        exclusive::lock(fd.as_raw_fd(), path, &fstat(fd.as_raw_fd())?)?;
         if !self.keep {
             guard.unlink()?;
         }
@@ -176,18 +232,29 @@ impl StoreBuilder {
         }
         let dio_align = dio.filter(|&a| a > 0).unwrap_or(DEFAULT_ALIGNMENT);
         // Round to a size valid for both direct and buffered alignment, so a later
-        // fallback does not change the capacity.
+        // fallback does not change the capacity; the header takes one such unit.
         let unit = dio_align.max(DEFAULT_ALIGNMENT) as u64;
         let capacity = capacity
             .checked_next_multiple_of(unit)
             .ok_or_else(|| IoError::InvalidArgument(format!("capacity {capacity} too large")))?;
-        preallocate(fd.as_raw_fd(), capacity)?;
+        let header_bytes = unit;
+        let total = header_bytes
+            .checked_add(capacity)
+            .ok_or_else(|| IoError::InvalidArgument(format!("capacity {capacity} too large")))?;
+        preallocate(fd.as_raw_fd(), total)?;
         if direct && !probe_direct_read(fd.as_raw_fd(), dio_align)? {
             warn_buffered(path, "a direct read failed with EINVAL");
             set_direct(fd.as_raw_fd(), false)?;
             direct = false;
         }
         let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
+        write_header(
+            fd.as_raw_fd(),
+            alignment,
+            header_bytes,
+            capacity,
+            now_unix(),
+        )?;
         guard.armed = false;
         SwapStore::new(Parts {
             fd,
@@ -196,120 +263,191 @@ impl StoreBuilder {
             block_device: false,
             direct,
             alignment,
+            data_offset: header_bytes,
             capacity,
             max_io_bytes: self.max_io_bytes,
             engine,
+            scrub: self.scrub,
+            // An unlinked file cannot be reached by name, and its blocks are freed when it closes.
+            scrub_at_close: self.keep && self.scrub != Scrub::Keep,
         })
     }
 
-    /// Opens an existing regular file or block device (never unlinked: `is_kept`).
+    /// Opens an existing regular file or block device (never unlinked: `is_kept`), locked, after checking what
+    /// it holds (see the module docs): blank, or this user's store, else [`IoError::StoreRefused`] unless
+    /// [`force`](Self::force). A busy file or device is [`IoError::StoreBusy`]. Writes a fresh header (keeping
+    /// the creation time of an oversub store), narrows a regular file's mode to 0600 and preallocates it.
     pub fn open(self, path: &Path) -> Result<SwapStore, IoError> {
+        self.check_max_io()?;
         let engine = self.take_engine()?;
         let cpath = c_path(path)?;
-        let base = libc::O_RDWR | libc::O_CLOEXEC;
-        let mut direct = self.direct;
-        let flags = if direct { base | libc::O_DIRECT } else { base };
-        let mut raw = if direct && direct_refused_for_test() {
-            -1
-        } else {
+        // O_EXCL without O_CREAT is defined for block devices only, so it is asked for them alone; fstat below
+        // checks that the path did not change kind in between.
+        let want_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
+        let base = libc::O_RDWR | libc::O_CLOEXEC | if want_device { libc::O_EXCL } else { 0 };
+        let open = |flags: libc::c_int| -> std::io::Result<OwnedFd> {
             // SAFETY: cpath is a valid NUL-terminated string.
-            unsafe { libc::open(cpath.as_ptr(), flags) }
+            let raw = unsafe { libc::open(cpath.as_ptr(), flags) };
+            if raw < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: open just returned this descriptor.
+            Ok(unsafe { OwnedFd::from_raw_fd(raw) })
         };
-        let refused = raw < 0
-            && direct
-            && (direct_refused_for_test()
-                || std::io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL));
-        if refused {
-            warn_buffered(path, "O_DIRECT was refused (EINVAL)");
-            direct = false;
-            // SAFETY: cpath is a valid NUL-terminated string.
-            raw = unsafe { libc::open(cpath.as_ptr(), base) };
-        }
-        if raw < 0 {
-            return Err(IoError::last_os("open"));
-        }
-        // SAFETY: open just returned this descriptor.
-        let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut direct = self.direct;
+        let first = if !direct {
+            open(base)
+        } else if direct_refused_for_test() {
+            Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+        } else {
+            open(base | libc::O_DIRECT)
+        };
+        let opened = match first {
+            Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                warn_buffered(path, "O_DIRECT was refused (EINVAL)");
+                direct = false;
+                open(base)
+            }
+            other => other,
+        };
+        let fd = opened.map_err(|e| {
+            if want_device && e.raw_os_error() == Some(libc::EBUSY) {
+                exclusive::device_busy(path)
+            } else {
+                IoError::Io {
+                    op: "open",
+                    source: e,
+                }
+            }
+        })?;
         let st = fstat(fd.as_raw_fd())?;
         let kind = st.st_mode & libc::S_IFMT;
-        if kind == libc::S_IFBLK {
-            let size = block_size64(fd.as_raw_fd())?;
-            let alignment = logical_block_size(fd.as_raw_fd())?;
-            let capacity = match self.capacity {
-                Some(c) if c > size => {
-                    return Err(IoError::InvalidArgument(format!(
-                        "capacity {c} exceeds the device size {size}"
-                    )))
-                }
-                Some(c) => c,
-                None => size,
-            };
-            let capacity = capacity - capacity % alignment as u64;
-            if capacity == 0 {
-                return Err(IoError::InvalidArgument(format!(
-                    "block device {} is smaller than one block",
-                    path.display()
-                )));
-            }
-            return SwapStore::new(Parts {
-                fd,
-                path: path.to_path_buf(),
-                kept: true,
-                block_device: true,
-                direct,
-                alignment,
-                capacity,
-                max_io_bytes: self.max_io_bytes,
-                engine,
-            });
+        if (kind == libc::S_IFBLK) != want_device {
+            return Err(IoError::InvalidArgument(format!(
+                "{} changed while it was being opened",
+                path.display()
+            )));
         }
-        if kind != libc::S_IFREG {
+        if kind != libc::S_IFBLK && kind != libc::S_IFREG {
             return Err(IoError::InvalidArgument(format!(
                 "{} is neither a regular file nor a block device",
                 path.display()
             )));
         }
-        let dio = dio_alignment(fd.as_raw_fd());
+        // Before reading anything: another holder's store may be in the middle of writing it.
+        exclusive::lock(fd.as_raw_fd(), path, &st)?;
+        if kind == libc::S_IFBLK {
+            self.open_device(fd, path, direct, engine)
+        } else {
+            // Size and mode as they are now that nobody else may change them.
+            let st = fstat(fd.as_raw_fd())?;
+            self.open_file(fd, path, &st, direct, engine)
+        }
+    }
+
+    fn open_device(
+        self,
+        fd: OwnedFd,
+        path: &Path,
+        direct: bool,
+        engine: Arc<dyn IoEngine>,
+    ) -> Result<SwapStore, IoError> {
+        let raw = fd.as_raw_fd();
+        let size = block_size64(raw)?;
+        let alignment = logical_block_size(raw)?;
+        let header_bytes = alignment.max(DEFAULT_ALIGNMENT) as u64;
+        let room = size.saturating_sub(header_bytes);
+        let capacity = match self.capacity {
+            Some(c) if c > room => {
+                return Err(IoError::InvalidArgument(format!(
+                    "capacity {c} exceeds the {room} bytes of the device after its header"
+                )))
+            }
+            Some(c) => c,
+            None => room,
+        };
+        let capacity = capacity - capacity % alignment as u64;
+        if capacity == 0 {
+            return Err(IoError::InvalidArgument(format!(
+                "block device {} is too small for a {header_bytes}-byte header and one block",
+                path.display()
+            )));
+        }
+        let created = self.accept(path, inspect::inspect(raw, size, alignment)?)?;
+        write_header(raw, alignment, header_bytes, capacity, created)?;
+        SwapStore::new(Parts {
+            fd,
+            path: path.to_path_buf(),
+            kept: true,
+            block_device: true,
+            direct,
+            alignment,
+            data_offset: header_bytes,
+            capacity,
+            max_io_bytes: self.max_io_bytes,
+            engine,
+            scrub: self.scrub,
+            scrub_at_close: self.scrub != Scrub::Keep,
+        })
+    }
+
+    fn open_file(
+        self,
+        fd: OwnedFd,
+        path: &Path,
+        st: &libc::stat,
+        mut direct: bool,
+        engine: Arc<dyn IoEngine>,
+    ) -> Result<SwapStore, IoError> {
+        let raw = fd.as_raw_fd();
+        let dio = dio_alignment(raw);
         if direct && dio == Some(0) {
             warn_buffered(path, "the file system does not support direct I/O");
-            set_direct(fd.as_raw_fd(), false)?;
+            set_direct(raw, false)?;
             direct = false;
         }
         let dio_align = dio.filter(|&a| a > 0).unwrap_or(DEFAULT_ALIGNMENT);
         let unit = dio_align.max(DEFAULT_ALIGNMENT) as u64;
+        let header_bytes = unit;
+        // Settle direct or buffered first: the content check reads with the final alignment.
+        if direct && !probe_direct_read(raw, dio_align)? {
+            warn_buffered(path, "a direct read failed with EINVAL");
+            set_direct(raw, false)?;
+            direct = false;
+        }
+        let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
         let file_len = u64::try_from(st.st_size).unwrap_or(0);
+        let created = self.accept(path, inspect::inspect(raw, file_len, alignment)?)?;
         let capacity = match self.capacity {
             Some(0) => {
                 return Err(IoError::InvalidArgument(
                     "capacity_bytes must be non-zero".into(),
                 ))
             }
-            Some(c) => {
-                let c = c
-                    .checked_next_multiple_of(unit)
-                    .ok_or_else(|| IoError::InvalidArgument(format!("capacity {c} too large")))?;
-                if file_len < c {
-                    preallocate(fd.as_raw_fd(), c)?;
-                }
-                c
-            }
+            Some(c) => c
+                .checked_next_multiple_of(unit)
+                .ok_or_else(|| IoError::InvalidArgument(format!("capacity {c} too large")))?,
             None => {
-                let c = file_len - file_len % unit;
+                let c = file_len.saturating_sub(header_bytes);
+                let c = c - c % unit;
                 if c == 0 {
                     return Err(IoError::InvalidArgument(format!(
-                        "{} is empty (or smaller than {unit} bytes); set capacity_bytes to size it",
-                        path.display()
+                        "{} is empty (or smaller than {} bytes); set capacity_bytes to size it",
+                        path.display(),
+                        header_bytes + unit
                     )));
                 }
                 c
             }
         };
-        if direct && !probe_direct_read(fd.as_raw_fd(), dio_align)? {
-            warn_buffered(path, "a direct read failed with EINVAL");
-            set_direct(fd.as_raw_fd(), false)?;
-            direct = false;
-        }
-        let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
+        let total = header_bytes
+            .checked_add(capacity)
+            .ok_or_else(|| IoError::InvalidArgument(format!("capacity {capacity} too large")))?;
+        narrow_mode(raw, path, st, self.force)?;
+        // Also for a long enough file: the scrub of an earlier store punched its data area, and a user's file
+        // may be sparse; writes into holes could hit ENOSPC mid-page-out.
+        preallocate(raw, total)?;
+        write_header(raw, alignment, header_bytes, capacity, created)?;
         SwapStore::new(Parts {
             fd,
             path: path.to_path_buf(),
@@ -317,10 +455,49 @@ impl StoreBuilder {
             block_device: false,
             direct,
             alignment,
+            data_offset: header_bytes,
             capacity,
             max_io_bytes: self.max_io_bytes,
             engine,
+            scrub: self.scrub,
+            scrub_at_close: self.scrub != Scrub::Keep,
         })
+    }
+
+    /// Whether `open` may write over what it found; the creation time for the new header.
+    fn accept(&self, path: &Path, verdict: Verdict) -> Result<u64, IoError> {
+        let euid = euid();
+        let refuse = |reason: String| {
+            if self.force {
+                tracing::warn!(
+                    path = %path.display(),
+                    "overwriting it as a swap store because force is set: {reason}"
+                );
+                return Ok(now_unix());
+            }
+            Err(IoError::StoreRefused {
+                path: path.to_path_buf(),
+                reason,
+            })
+        };
+        match verdict {
+            Verdict::Blank => Ok(now_unix()),
+            Verdict::Ours(h) if h.owner_uid == euid => Ok(h.created),
+            Verdict::Ours(h) => refuse(format!(
+                "it is another user's oversub swap store (owner uid {}, you are uid {euid})",
+                h.owner_uid
+            )),
+            Verdict::Foreign(reason) => refuse(reason),
+        }
+    }
+
+    fn check_max_io(&self) -> Result<(), IoError> {
+        if self.max_io_bytes == 0 {
+            return Err(IoError::InvalidArgument(
+                "max_io_bytes must be non-zero".into(),
+            ));
+        }
+        Ok(())
     }
 
     fn take_engine(&self) -> Result<Arc<dyn IoEngine>, IoError> {
@@ -338,28 +515,31 @@ struct Parts {
     block_device: bool,
     direct: bool,
     alignment: usize,
+    data_offset: u64,
     capacity: u64,
     max_io_bytes: usize,
     engine: Arc<dyn IoEngine>,
+    scrub: Scrub,
+    scrub_at_close: bool,
 }
 
 /// A swap file or block device with an extent allocator and an I/O engine.
 #[derive(Debug)]
 pub struct SwapStore {
-    /// Shared with in-flight batches, so the fd stays open until their I/O is over
-    /// even if the store is dropped first (waiting in Drop could deadlock when the
-    /// store is dropped from an engine callback).
-    fd: Arc<OwnedFd>,
-    path: PathBuf,
+    /// The fd and what the scrub needs. Shared with in-flight batches, so the fd stays open (and the scrub at
+    /// close waits) until their I/O is over even if the store is dropped first (waiting in Drop could deadlock
+    /// when the store is dropped from an engine callback).
+    file: Arc<Backing>,
     kept: bool,
-    block_device: bool,
     direct: bool,
-    alignment: usize,
-    capacity: u64,
     max_io_bytes: usize,
     engine: Arc<dyn IoEngine>,
+    /// Manages the data area as `[0, capacity)`; slots carry file offsets (`+ data_offset`).
     alloc: Mutex<ExtentAllocator>,
     id: u64,
+    scrub: Scrub,
+    /// Cleared when a discard at release turns out unsupported, so it is not retried on every release.
+    discard_at_release: AtomicBool,
 }
 
 /// Space allocated in a [`SwapStore`]. Not `Clone`: giving it back to
@@ -462,28 +642,46 @@ impl SwapStore {
         let max_io_bytes = (p.max_io_bytes - p.max_io_bytes % p.alignment).max(p.alignment);
         Ok(SwapStore {
             alloc: Mutex::new(ExtentAllocator::new(p.capacity, p.alignment as u64)),
-            fd: Arc::new(p.fd),
-            path: p.path,
+            file: Arc::new(Backing {
+                fd: p.fd,
+                path: p.path,
+                block_device: p.block_device,
+                alignment: p.alignment,
+                data_offset: p.data_offset,
+                capacity: p.capacity,
+                high_water: AtomicU64::new(p.data_offset),
+                scrub_at_close: p.scrub_at_close,
+            }),
             kept: p.kept,
-            block_device: p.block_device,
             direct: p.direct,
-            alignment: p.alignment,
-            capacity: p.capacity,
             max_io_bytes,
             engine: p.engine,
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            scrub: p.scrub,
+            discard_at_release: AtomicBool::new(true),
         })
     }
 
     /// I/O alignment: offsets, lengths and (when direct) memory addresses are multiples
     /// of it. Logical block size for block devices, STATX_DIOALIGN for files, else 4096.
     pub fn alignment(&self) -> usize {
-        self.alignment
+        self.file.alignment
     }
 
-    /// Managed bytes.
+    /// Bytes of the data area: the file or device less the header. All of it can be allocated.
     pub fn capacity_bytes(&self) -> u64 {
-        self.capacity
+        self.file.capacity
+    }
+
+    /// File offset where the data area starts: the header's length, `max(alignment, 4096)`. Slot extents are
+    /// file offsets in `[data_offset, data_offset + capacity_bytes)`.
+    pub fn data_offset(&self) -> u64 {
+        self.file.data_offset
+    }
+
+    /// What happens to swapped-out data when it is no longer needed (set with [`StoreBuilder::scrub`]).
+    pub fn scrub_mode(&self) -> Scrub {
+        self.scrub
     }
 
     /// Unallocated bytes (possibly fragmented).
@@ -503,7 +701,7 @@ impl SwapStore {
 
     /// Path the store was created at / opened from (may no longer exist).
     pub fn path(&self) -> &Path {
-        &self.path
+        &self.file.path
     }
 
     /// Whether the file stays on disk (kept created files and opened files).
@@ -513,7 +711,7 @@ impl SwapStore {
 
     /// Whether the store is a block device.
     pub fn is_block_device(&self) -> bool {
-        self.block_device
+        self.file.block_device
     }
 
     /// The engine doing the I/O.
@@ -528,7 +726,7 @@ impl SwapStore {
 
     /// The file descriptor (owned by the store).
     pub fn fd(&self) -> RawFd {
-        self.fd.as_raw_fd()
+        self.file.fd.as_raw_fd()
     }
 
     fn lock_alloc(&self) -> std::sync::MutexGuard<'_, ExtentAllocator> {
@@ -538,7 +736,14 @@ impl SwapStore {
     /// Allocates `len` bytes (rounded up to the alignment). `StoreFull` when it does not
     /// fit, `InvalidArgument` for `len == 0`.
     pub fn allocate(&self, len: u64) -> Result<Slot, IoError> {
-        let extents = self.lock_alloc().allocate(len)?;
+        let mut extents = self.lock_alloc().allocate(len)?;
+        let base = self.file.data_offset;
+        for e in &mut extents {
+            e.offset += base;
+        }
+        if let Some(end) = extents.iter().map(|e| e.offset + e.len).max() {
+            self.file.allocated_up_to(end);
+        }
         let len = extents.iter().map(|e| e.len).sum();
         Ok(Slot {
             extents,
@@ -547,13 +752,53 @@ impl SwapStore {
         })
     }
 
-    /// Returns a slot's space. A slot of another store is ignored (logged).
+    /// Returns a slot's space. A slot of another store is ignored (logged). With [`Scrub::OnRelease`] the
+    /// ranges are discarded first, before they can be handed out again.
     pub fn release(&self, slot: Slot) {
         if slot.store_id != self.id {
             tracing::error!("ignoring release of a slot that belongs to another store");
             return;
         }
-        self.lock_alloc().free(&slot.extents);
+        if self.scrub == Scrub::OnRelease {
+            self.discard_released(&slot.extents);
+        }
+        let base = self.file.data_offset;
+        // Slots of this store lie past the header; u64::MAX for anything else makes the allocator log it.
+        let relative: Vec<Extent> = slot
+            .extents
+            .iter()
+            .map(|e| Extent {
+                offset: e.offset.checked_sub(base).unwrap_or(u64::MAX),
+                len: e.len,
+            })
+            .collect();
+        self.lock_alloc().free(&relative);
+    }
+
+    fn discard_released(&self, extents: &[Extent]) {
+        if !self.discard_at_release.load(Ordering::Relaxed) {
+            return;
+        }
+        for e in extents {
+            let Err(err) = scrub::discard(self.fd(), self.file.block_device, e.offset, e.len)
+            else {
+                continue;
+            };
+            let path = self.file.path.display();
+            if scrub::is_unsupported(&err) {
+                self.discard_at_release.store(false, Ordering::Relaxed);
+                tracing::warn!(
+                    path = %path,
+                    "cannot discard released swap ranges ({err}); they keep their data until the store closes"
+                );
+                return;
+            }
+            tracing::warn!(
+                path = %path,
+                offset = e.offset,
+                "could not discard a released swap range: {err}"
+            );
+        }
     }
 
     /// Reads or writes the slot's bytes from/to `mem` (total length `slot.len()`),
@@ -572,10 +817,10 @@ impl SwapStore {
         on_done: IoCallback,
     ) -> Result<(), IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
-        let fd = self.fd.clone();
+        let file = self.file.clone();
         let cb: IoCallback = Box::new(move |res| {
-            // The I/O is over; the fd may close now.
-            drop(fd);
+            // The I/O is over; the fd may be scrubbed and closed now.
+            drop(file);
             on_done(res);
         });
         // SAFETY: forwarded from our caller; the callback keeps the fd open until the
@@ -597,9 +842,9 @@ impl SwapStore {
     ) -> Result<(), IoError> {
         let requests =
             self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
-        let fd = self.fd.clone();
+        let file = self.file.clone();
         let cb: IoCallback = Box::new(move |res| {
-            drop(fd);
+            drop(file);
             on_done(res);
         });
         // SAFETY: forwarded from our caller; the callback keeps the fd open until the batch finished.
@@ -684,7 +929,7 @@ impl SwapStore {
                 "slot belongs to another store".into(),
             ));
         }
-        let align = self.alignment as u64;
+        let align = self.file.alignment as u64;
         let mut total: u64 = 0;
         for v in mem {
             if self.direct {
@@ -730,7 +975,7 @@ impl SwapStore {
             });
         }
         let max = self.max_io_bytes as u64;
-        let fd = self.fd.as_raw_fd();
+        let fd = self.fd();
         let mut requests = Vec::new();
         let mut mem_iter = mem.iter().filter(|v| v.len > 0);
         let mut cur: Option<IoVec> = None;
@@ -779,8 +1024,8 @@ impl SwapStore {
         // DONTNEED skips dirty pages, so write them back first.
         // SAFETY: plain syscalls on our fd.
         let rc = unsafe {
-            libc::fdatasync(self.fd.as_raw_fd());
-            libc::posix_fadvise(self.fd.as_raw_fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
+            libc::fdatasync(self.fd());
+            libc::posix_fadvise(self.fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
         };
         if rc != 0 {
             return Err(std::io::Error::from_raw_os_error(rc));
@@ -903,8 +1148,8 @@ fn set_direct(fd: RawFd, on: bool) -> Result<(), IoError> {
     Ok(())
 }
 
-/// Reserves `len` bytes; `fallocate` where supported so writes cannot hit ENOSPC
-/// later, else `ftruncate` (sparse).
+/// Reserves the first `len` bytes; `fallocate` where supported so writes cannot hit ENOSPC
+/// later, else `ftruncate` (sparse). Never shrinks the file.
 fn preallocate(fd: RawFd, len: u64) -> Result<(), IoError> {
     let off = libc::off_t::try_from(len)
         .map_err(|_| IoError::InvalidArgument(format!("capacity {len} too large")))?;
@@ -925,11 +1170,137 @@ fn preallocate(fd: RawFd, len: u64) -> Result<(), IoError> {
             }
         }
     }
+    if fstat(fd)?.st_size >= off {
+        return Ok(());
+    }
     // SAFETY: plain syscall on an open fd.
     if unsafe { libc::ftruncate(fd, off) } < 0 {
         return Err(IoError::last_os("ftruncate"));
     }
     Ok(())
+}
+
+/// Writes a fresh header (owner: this process's euid) into the first `header_bytes` bytes.
+fn write_header(
+    fd: RawFd,
+    alignment: usize,
+    header_bytes: u64,
+    capacity: u64,
+    created: u64,
+) -> Result<(), IoError> {
+    let too_large = || IoError::InvalidArgument(format!("header of {header_bytes} bytes"));
+    let len = usize::try_from(header_bytes).map_err(|_| too_large())?;
+    let mut buf = AlignedBuf::new(len, alignment)?;
+    Header {
+        header_bytes: u32::try_from(header_bytes).map_err(|_| too_large())?,
+        owner_uid: euid(),
+        capacity,
+        created,
+    }
+    .encode_into(buf.as_mut_slice());
+    pwrite_all(fd, buf.as_slice(), 0)
+}
+
+/// Narrows a regular file to 0600 when group or others have any access: swapped-out buffers are the
+/// process's memory. Refused when not allowed (not the owner), unless forced.
+fn narrow_mode(fd: RawFd, path: &Path, st: &libc::stat, force: bool) -> Result<(), IoError> {
+    let mode = st.st_mode & 0o7777;
+    if mode & 0o077 == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain syscall on an open fd.
+    if unsafe { libc::fchmod(fd, 0o600) } == 0 {
+        return Ok(());
+    }
+    let err = std::io::Error::last_os_error();
+    let reason = format!("its mode is {mode:04o} and cannot be narrowed to 0600 ({err})");
+    if force {
+        tracing::warn!(
+            path = %path.display(),
+            "{reason}; swapped-out data will be readable by other users"
+        );
+        return Ok(());
+    }
+    Err(IoError::StoreRefused {
+        path: path.to_path_buf(),
+        reason,
+    })
+}
+
+/// Reads up to `len` bytes at `offset` (a multiple of `alignment`; the fd may be O_DIRECT), fewer at the end of
+/// the file.
+fn pread_full(fd: RawFd, offset: u64, len: u64, alignment: usize) -> Result<Vec<u8>, IoError> {
+    let want = usize::try_from(len)
+        .map_err(|_| IoError::InvalidArgument(format!("read of {len} bytes")))?;
+    let mut buf = AlignedBuf::new(want.next_multiple_of(alignment), alignment)?;
+    let mut done = 0usize;
+    while done < want {
+        let rest = &mut buf.as_mut_slice()[done..];
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| IoError::InvalidArgument(format!("offset {offset} too large")))?;
+        // SAFETY: `rest` is writable memory of rest.len() bytes, exclusively ours.
+        let n = unsafe { libc::pread(fd, rest.as_mut_ptr().cast(), rest.len(), at) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(IoError::Io {
+                op: "pread",
+                source: err,
+            });
+        }
+        if n == 0 {
+            break;
+        }
+        done += n as usize;
+        // Direct reads return whole blocks except at the end of the file.
+        if done % alignment != 0 {
+            break;
+        }
+    }
+    Ok(buf.as_slice()[..done.min(want)].to_vec())
+}
+
+/// Writes all of `data` at `offset`.
+fn pwrite_all(fd: RawFd, data: &[u8], offset: u64) -> Result<(), IoError> {
+    let mut done = 0usize;
+    while done < data.len() {
+        let rest = &data[done..];
+        let at = libc::off_t::try_from(offset + done as u64)
+            .map_err(|_| IoError::InvalidArgument(format!("offset {offset} too large")))?;
+        // SAFETY: `rest` is readable memory of rest.len() bytes.
+        let n = unsafe { libc::pwrite(fd, rest.as_ptr().cast(), rest.len(), at) };
+        if n < 0 {
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Err(IoError::Io {
+                op: "pwrite",
+                source: err,
+            });
+        }
+        if n == 0 {
+            return Err(IoError::Io {
+                op: "pwrite",
+                source: std::io::ErrorKind::WriteZero.into(),
+            });
+        }
+        done += n as usize;
+    }
+    Ok(())
+}
+
+fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+fn now_unix() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// Reads one aligned block at offset 0: some file systems accept O_DIRECT at open
@@ -1019,5 +1390,42 @@ mod tests {
         assert_eq!(opened.capacity_bytes(), 1 << 20);
         drop(opened);
         std::fs::remove_file(&path).unwrap();
+    }
+
+    #[test]
+    fn scrub_falls_back_to_zeros_up_to_the_high_water_mark() {
+        let dir = tempfile::tempdir().unwrap();
+        let engine: Arc<dyn IoEngine> = Arc::new(PsyncEngine::new(2).unwrap());
+        let s = SwapStore::builder()
+            .capacity_bytes(8 << 20)
+            .engine(engine)
+            .keep(true)
+            .create_temp(dir.path())
+            .unwrap();
+        let slot = s.allocate(3 << 20).unwrap();
+        let mut m = AlignedBuf::new(3 << 20, 4096).unwrap();
+        m.as_mut_slice().fill(0x5a);
+        let iov = IoVec {
+            ptr: m.as_ptr(),
+            len: 3 << 20,
+        };
+        // SAFETY: m outlives the blocking transfer.
+        unsafe { s.transfer(Direction::Write, &slot, &[iov]) }.unwrap();
+        let high_water = s.data_offset() + (3 << 20);
+        assert_eq!(slot.extents()[0].offset, s.data_offset());
+        let path = s.path().to_path_buf();
+        s.release(slot);
+        scrub::REFUSE_DISCARD.with(|r| r.set(true));
+        drop(s);
+        scrub::REFUSE_DISCARD.with(|r| r.set(false));
+        // Nothing past the high-water mark was written: it is still unwritten preallocation, a hole to SEEK_DATA.
+        // (Before reading the file: page-cache pages over unwritten extents count as data.)
+        let f = std::fs::File::open(&path).unwrap();
+        // SAFETY: plain syscall on an open file.
+        let r = unsafe { libc::lseek(f.as_raw_fd(), high_water as libc::off_t, libc::SEEK_DATA) };
+        assert_eq!(r, -1, "data found at {r}");
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..8], &header::MAGIC);
+        assert!(bytes[4096..].iter().all(|&b| b == 0));
     }
 }

@@ -341,7 +341,10 @@ fn temp_file_mode_and_unlink(engine: Arc<dyn IoEngine>) {
     assert!(!s.path().exists(), "unkept file must be unlinked");
     let meta = std::fs::metadata(format!("/proc/self/fd/{}", s.fd())).unwrap();
     assert_eq!(meta.permissions().mode() & 0o7777, 0o600);
-    assert_eq!(meta.len(), MIB);
+    // The header comes before the data area, on top of the capacity.
+    assert_eq!(s.capacity_bytes(), MIB);
+    assert_eq!(meta.len(), s.data_offset() + MIB);
+    assert!(s.data_offset() >= 4096 && s.data_offset() % s.alignment() as u64 == 0);
     round_trip(&s, 8192, 1);
 
     let kept = SwapStore::builder()
@@ -366,6 +369,7 @@ fn temp_file_mode_and_unlink(engine: Arc<dyn IoEngine>) {
         matches!(&again, Err(e) if e.raw_os_error() == Some(libc_eexist())),
         "{again:?}"
     );
+    // A kept store is oversub's own: open() accepts it, and its capacity is the file less the header.
     let opened = SwapStore::builder()
         .engine(engine.clone())
         .open(&path)

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use oversub_io::{
     select_engine, AlignedBuf, Direction, EngineChoice, IoCallback, IoEngine, IoError, IoRequest,
-    IoVec, SwapStore,
+    IoVec, Scrub, SwapStore,
 };
 use serde::Serialize;
 
@@ -286,9 +286,11 @@ pub fn measure(opts: &StorageOptions, tick: Tick<'_>) -> Result<StorageResults, 
         .dir
         .join(format!("oversub-probe-{}.dat", std::process::id()));
     let _ = std::fs::remove_file(&path);
+    // Scrub::Keep: the file holds only the probe's fill pattern, and a kept file is for fio to reuse as written.
     let store = SwapStore::builder()
         .capacity_bytes(opts.file_bytes)
         .keep(true)
+        .scrub(Scrub::Keep)
         .engine_choice(opts.engine)
         .create(&path)?;
     let file = TestFile {

@@ -365,7 +365,9 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         .max_io_bytes(max_io)
         .queue_depth(args.queue_depth)
         .engine_choice(args.engine.into())
-        .keep(true);
+        .keep(true)
+        // --force already said the benchmark may overwrite an existing store's contents.
+        .force(args.force);
     let is_block_device = {
         use std::os::unix::fs::FileTypeExt;
         std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_block_device())

@@ -1,0 +1,284 @@
+//! One store, one user: the lock every store takes, and who holds a store when it is busy.
+//!
+//! Every store's file or device node is locked with `flock(LOCK_EX | LOCK_NB)`. flock locks belong to the
+//! open file description, so two opens of one file conflict even inside one process (two pools on one file
+//! must), and the lock goes away with the last descriptor, even when the process is killed. Block devices are
+//! also opened `O_EXCL`, with which the kernel refuses a device that is mounted, an active swap area, part of a
+//! device-mapper or md device, or opened `O_EXCL` by anyone else (`EBUSY`).
+
+use std::os::unix::fs::MetadataExt;
+use std::path::Path;
+use std::time::Duration;
+
+use crate::error::IoError;
+
+/// Holder text when the kernel refuses a device and nothing more can be found out.
+const EXCLUSIVE_ELSEWHERE: &str = "another program has it open exclusively";
+
+/// How often, and how far apart, `lock` tries again while only shared locks are in the way. udev takes a shared
+/// lock while it probes a block device (systemd's block-device locking convention), for instance right after a
+/// store on it was closed; that lasts milliseconds, so it is waited out, up to about a second. Stores hold
+/// exclusive locks, which are never waited for.
+const SHARED_LOCK_RETRIES: u32 = 50;
+const SHARED_LOCK_PAUSE: Duration = Duration::from_millis(20);
+
+/// Takes the store's lock on `fd`; `StoreBusy` naming the holder when another open file description has it.
+/// File systems without flock support (some network file systems) are used unlocked, with a warning.
+pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<(), IoError> {
+    let mut retries = 0;
+    loop {
+        // SAFETY: plain syscall on an open fd.
+        if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
+            return Ok(());
+        }
+        let err = std::io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EWOULDBLOCK) => {
+                let holder = flock_holder(st.st_dev, st.st_ino);
+                if holder.is_some_and(|h| h.shared) && retries < SHARED_LOCK_RETRIES {
+                    retries += 1;
+                    std::thread::sleep(SHARED_LOCK_PAUSE);
+                    continue;
+                }
+                return Err(IoError::StoreBusy {
+                    path: path.to_path_buf(),
+                    holder: holder.map(|h| describe_pid(h.pid)),
+                });
+            }
+            Some(libc::ENOLCK) | Some(libc::EOPNOTSUPP) | Some(libc::EINVAL) => {
+                tracing::warn!(
+                    path = %path.display(),
+                    "the file system cannot lock the swap store ({err}); another process could open it too"
+                );
+                return Ok(());
+            }
+            _ => {
+                return Err(IoError::Io {
+                    op: "flock",
+                    source: err,
+                })
+            }
+        }
+    }
+}
+
+/// `StoreBusy` for a block device whose `O_EXCL` open failed with `EBUSY`, naming what holds it: a mount (of the
+/// device or one of its partitions), swap, a stacked device, another oversub store's lock, else
+/// [`EXCLUSIVE_ELSEWHERE`].
+pub(crate) fn device_busy(path: &Path) -> IoError {
+    let holder = std::fs::metadata(path)
+        .ok()
+        .and_then(|m| device_holder(m.rdev(), m.dev(), m.ino()))
+        .unwrap_or_else(|| EXCLUSIVE_ELSEWHERE.to_string());
+    IoError::StoreBusy {
+        path: path.to_path_buf(),
+        holder: Some(holder),
+    }
+}
+
+fn device_holder(rdev: u64, node_dev: u64, node_ino: u64) -> Option<String> {
+    let mut devs = vec![(libc::major(rdev), libc::minor(rdev))];
+    devs.extend(partitions(devs[0]));
+    if let Some(mp) = std::fs::read_to_string("/proc/self/mountinfo")
+        .ok()
+        .and_then(|t| mount_point(&t, &devs))
+    {
+        return Some(format!("mounted at {mp}"));
+    }
+    if is_active_swap(&devs) {
+        return Some("it is an active swap area".into());
+    }
+    let holders = sysfs_holders(devs[0]);
+    if !holders.is_empty() {
+        return Some(format!("held by {}", holders.join(", ")));
+    }
+    flock_holder(node_dev, node_ino).map(|h| describe_pid(h.pid))
+}
+
+/// A process holding a flock, from /proc/locks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LockHolder {
+    pub pid: u32,
+    /// A shared (`LOCK_SH`) lock, as udev takes while probing; stores take exclusive ones.
+    pub shared: bool,
+}
+
+/// The holder of the flock on (dev, ino), from /proc/locks.
+fn flock_holder(dev: u64, ino: u64) -> Option<LockHolder> {
+    let text = std::fs::read_to_string("/proc/locks").ok()?;
+    lock_holder(&text, libc::major(dev), libc::minor(dev), ino)
+}
+
+/// The holder of the flock on (major, minor, ino) in /proc/locks text, an exclusive one where there are several.
+/// /proc/locks prints the superblock's device, which differs from `st_dev` on btrfs subvolumes; an inode-only
+/// match is accepted when all its locks belong to one process.
+pub(crate) fn lock_holder(text: &str, major: u32, minor: u32, ino: u64) -> Option<LockHolder> {
+    let mut exact = Vec::new();
+    let mut by_ino = Vec::new();
+    for line in text.lines() {
+        // "1: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF"; blocked waiters have "->" after the id.
+        let f: Vec<&str> = line.split_whitespace().collect();
+        if f.len() < 6 || f[1] != "FLOCK" {
+            continue;
+        }
+        let Ok(pid) = f[4].parse::<u32>() else {
+            continue;
+        };
+        let mut id = f[5].split(':');
+        let (Some(ma), Some(mi), Some(i)) = (id.next(), id.next(), id.next()) else {
+            continue;
+        };
+        if i.parse::<u64>() != Ok(ino) || pid == 0 {
+            continue;
+        }
+        let holder = LockHolder {
+            pid,
+            shared: f[3] == "READ",
+        };
+        // Major and minor are printed in hex.
+        if u32::from_str_radix(ma, 16) == Ok(major) && u32::from_str_radix(mi, 16) == Ok(minor) {
+            exact.push(holder);
+        } else {
+            by_ino.push(holder);
+        }
+    }
+    let pick = |v: &[LockHolder]| v.iter().find(|h| !h.shared).or(v.first()).copied();
+    if !exact.is_empty() {
+        return pick(&exact);
+    }
+    let one_process = by_ino.windows(2).all(|w| w[0].pid == w[1].pid);
+    one_process.then(|| pick(&by_ino)).flatten()
+}
+
+fn describe_pid(pid: u32) -> String {
+    match std::fs::read_to_string(format!("/proc/{pid}/comm")) {
+        Ok(comm) => format!("pid {pid} ({})", comm.trim_end()),
+        Err(_) => format!("pid {pid}"),
+    }
+}
+
+/// The partitions of a whole disk, from sysfs (an O_EXCL open of the disk fails while a partition is in use).
+fn partitions((major, minor): (u32, u32)) -> Vec<(u32, u32)> {
+    let Ok(dir) = std::fs::read_dir(format!("/sys/dev/block/{major}:{minor}")) else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter(|e| e.path().join("partition").exists())
+        .filter_map(|e| std::fs::read_to_string(e.path().join("dev")).ok())
+        .filter_map(|d| parse_dev(d.trim()))
+        .collect()
+}
+
+fn sysfs_holders((major, minor): (u32, u32)) -> Vec<String> {
+    let Ok(dir) = std::fs::read_dir(format!("/sys/dev/block/{major}:{minor}/holders")) else {
+        return Vec::new();
+    };
+    let mut names: Vec<String> = dir
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn is_active_swap(devs: &[(u32, u32)]) -> bool {
+    let Ok(text) = std::fs::read_to_string("/proc/swaps") else {
+        return false;
+    };
+    text.lines().skip(1).any(|line| {
+        line.split_whitespace()
+            .next()
+            .and_then(|p| std::fs::metadata(unescape(p)).ok())
+            .is_some_and(|m| {
+                let r = m.rdev();
+                devs.contains(&(libc::major(r), libc::minor(r)))
+            })
+    })
+}
+
+fn parse_dev(s: &str) -> Option<(u32, u32)> {
+    let (ma, mi) = s.split_once(':')?;
+    Some((ma.parse().ok()?, mi.parse().ok()?))
+}
+
+/// The mount point of the first mount in /proc/self/mountinfo text whose device is one of `devs`.
+pub(crate) fn mount_point(mountinfo: &str, devs: &[(u32, u32)]) -> Option<String> {
+    mountinfo.lines().find_map(|line| {
+        // "36 35 98:0 /mnt1 /mnt/parent rw,noatime master:1 - ext3 /dev/root rw"
+        let f: Vec<&str> = line.split(' ').collect();
+        let dev = parse_dev(f.get(2)?)?;
+        let mount_point = f.get(4)?;
+        devs.contains(&dev).then(|| unescape(mount_point))
+    })
+}
+
+/// Undoes the kernel's octal escapes (`\040` for a space) in /proc paths.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let oct = b.get(i + 1..i + 4).and_then(|d| {
+            let d = std::str::from_utf8(d).ok()?;
+            u8::from_str_radix(d, 8).ok()
+        });
+        match (b[i], oct) {
+            (b'\\', Some(c)) => {
+                out.push(c);
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_proc_locks() {
+        let text = "1: POSIX  ADVISORY  WRITE 99 fd:01:5678 0 EOF\n\
+                    2: FLOCK  ADVISORY  WRITE 1234 fd:01:5678 0 EOF\n\
+                    2: -> FLOCK  ADVISORY  WRITE 4321 fd:01:5678 0 EOF\n\
+                    3: FLOCK  ADVISORY  WRITE 77 00:2a:42 0 EOF\n";
+        let pid = |ma, mi, ino| lock_holder(text, ma, mi, ino).map(|h| h.pid);
+        assert_eq!(pid(0xfd, 1, 5678), Some(1234));
+        // Unique inode with another device number (btrfs subvolume): still found.
+        assert_eq!(pid(0, 99, 42), Some(77));
+        assert_eq!(pid(0xfd, 1, 1), None);
+        // Shared locks (udev probing) are told apart; an exclusive holder is named first.
+        let shared = "1: FLOCK  ADVISORY  READ 10 07:00:9 0 EOF\n\
+                      2: FLOCK  ADVISORY  READ 11 07:00:9 0 EOF\n";
+        assert_eq!(
+            lock_holder(shared, 7, 0, 9),
+            Some(LockHolder {
+                pid: 10,
+                shared: true
+            })
+        );
+        let mixed = "1: FLOCK  ADVISORY  READ 10 07:00:9 0 EOF\n\
+                     2: FLOCK  ADVISORY  WRITE 12 07:00:9 0 EOF\n";
+        assert_eq!(lock_holder(mixed, 7, 0, 9).map(|h| h.shared), Some(false));
+        assert_eq!(lock_holder(mixed, 7, 0, 9).map(|h| h.pid), Some(12));
+    }
+
+    #[test]
+    fn parses_mountinfo() {
+        let text = "22 1 253:1 / / rw,relatime shared:1 - ext4 /dev/vda rw\n\
+                    90 22 7:3 / /mnt/my\\040disk rw,relatime shared:50 - ext4 /dev/loop3 rw\n";
+        assert_eq!(
+            mount_point(text, &[(7, 3)]).as_deref(),
+            Some("/mnt/my disk")
+        );
+        assert_eq!(mount_point(text, &[(7, 4), (253, 1)]).as_deref(), Some("/"));
+        assert_eq!(mount_point(text, &[(8, 0)]), None);
+        assert_eq!(unescape("a\\134b"), "a\\b");
+        assert_eq!(unescape("tail\\"), "tail\\");
+    }
+}

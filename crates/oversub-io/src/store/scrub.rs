@@ -1,0 +1,186 @@
+//! Scrubbing: swapped-out data must not stay readable in a store that outlives its pool.
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use super::pwrite_all;
+use crate::error::IoError;
+use crate::mem::AlignedBuf;
+
+/// `_IO(0x12, 119)`; not exported by libc.
+const BLKDISCARD: libc::Ioctl = 0x1277;
+/// Zero-fill fallback write size.
+const ZERO_CHUNK: u64 = 1 << 20;
+
+/// What happens to swapped-out bytes in the data area once the store no longer needs them
+/// ([`StoreBuilder::scrub`](super::StoreBuilder::scrub)).
+///
+/// Discarding means `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)` on a regular file (the blocks go
+/// back to the file system and the range reads as zeros) and the `BLKDISCARD` ioctl on a block device (loop
+/// devices and most NVMe drives then read zeros, but the read-back of discarded blocks is up to the device).
+/// Where discarding is unsupported, the store writes zeros instead, but only up to the highest offset it ever
+/// allocated, so a scrub never writes a whole device the store did not use; older contents past that mark (left
+/// by an earlier store opened with [`Scrub::Keep`]) stay.
+///
+/// The header stays, so the file is still recognised as oversub's. Stores created without
+/// [`keep`](super::StoreBuilder::keep) are never scrubbed at close: their file was unlinked when it was
+/// created, so no name leads to it and the file system frees its blocks when the last descriptor closes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Scrub {
+    /// Discard the whole data area when the store closes: when the [`SwapStore`](super::SwapStore) is dropped,
+    /// or, if batches are still in flight then, once the last of them completes (on the engine's thread). Freed
+    /// ranges are not discarded while the store is open: under O_DIRECT, writing a punched range makes the file
+    /// system allocate blocks again, which slows the next page-out. The scrub is one discard call (a metadata
+    /// update for a file; for a device, as long as the drive takes to deallocate) or, as the fallback, a write of
+    /// zeros up to the high-water mark, on the thread that drops the last reference. Failures are logged, never
+    /// raised (a drop cannot return them).
+    #[default]
+    OnClose,
+    /// Leave the data in place (benchmark files, or a store whose contents are not sensitive).
+    Keep,
+    /// As [`OnClose`](Scrub::OnClose), and every slot's ranges are discarded when the slot is released, before
+    /// they can be allocated again. Costs a system call per release and, under O_DIRECT, block allocation on every
+    /// later write to those ranges (slower page-outs, more fragmentation). Where discarding is unsupported,
+    /// released ranges are left for the scrub at close (zeroing at every release would double the write traffic).
+    OnRelease,
+}
+
+/// The open file or device. Shared (in an `Arc`) by the store and its in-flight batches: whoever drops the
+/// last reference scrubs (if asked) and closes, which also drops the lock and the exclusive claim.
+#[derive(Debug)]
+pub(crate) struct Backing {
+    pub fd: OwnedFd,
+    pub path: PathBuf,
+    pub block_device: bool,
+    pub alignment: usize,
+    /// File offset of the data area (the header's length).
+    pub data_offset: u64,
+    /// Bytes of the data area.
+    pub capacity: u64,
+    /// End (file offset) of the highest range ever allocated; bounds the zero-fill fallback.
+    pub high_water: AtomicU64,
+    pub scrub_at_close: bool,
+}
+
+impl Backing {
+    /// Notes that `[.., end)` (a file offset) has been handed out.
+    pub fn allocated_up_to(&self, end: u64) {
+        self.high_water.fetch_max(end, Ordering::Relaxed);
+    }
+
+    fn scrub(&self) {
+        let fd = self.fd.as_raw_fd();
+        let path = self.path.display();
+        match discard(fd, self.block_device, self.data_offset, self.capacity) {
+            Ok(()) => tracing::debug!(path = %path, "swap store scrubbed (discarded)"),
+            Err(e) if is_unsupported(&e) => {
+                let end = self.high_water.load(Ordering::Relaxed);
+                tracing::debug!(
+                    path = %path,
+                    "discard unsupported ({e}); zeroing the store up to {end}"
+                );
+                if let Err(e) = zero_fill(fd, self.data_offset, end, self.alignment) {
+                    tracing::warn!(path = %path, "could not scrub the swap store: {e}");
+                }
+            }
+            Err(e) => tracing::warn!(path = %path, "could not scrub the swap store: {e}"),
+        }
+    }
+}
+
+impl Drop for Backing {
+    fn drop(&mut self) {
+        if self.scrub_at_close {
+            self.scrub();
+        }
+    }
+}
+
+#[cfg(test)]
+thread_local! {
+    /// Lets unit tests take the zero-fill path on file systems that all punch holes.
+    pub(crate) static REFUSE_DISCARD: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+}
+
+fn discard_refused_for_test() -> bool {
+    #[cfg(test)]
+    {
+        REFUSE_DISCARD.with(|r| r.get())
+    }
+    #[cfg(not(test))]
+    {
+        false
+    }
+}
+
+/// Discards `[offset, offset + len)`: punches a hole in a file, `BLKDISCARD`s a device range.
+pub(crate) fn discard(fd: RawFd, block_device: bool, offset: u64, len: u64) -> std::io::Result<()> {
+    if len == 0 {
+        return Ok(());
+    }
+    if discard_refused_for_test() {
+        return Err(std::io::Error::from_raw_os_error(libc::EOPNOTSUPP));
+    }
+    if block_device {
+        let range: [u64; 2] = [offset, len];
+        // SAFETY: BLKDISCARD reads two u64 (start, length) from the pointer.
+        if unsafe { libc::ioctl(fd, BLKDISCARD, &range) } < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        return Ok(());
+    }
+    let too_large = || std::io::Error::from_raw_os_error(libc::EFBIG);
+    let off = libc::off_t::try_from(offset).map_err(|_| too_large())?;
+    let n = libc::off_t::try_from(len).map_err(|_| too_large())?;
+    loop {
+        // SAFETY: plain syscall on an open fd.
+        let r = unsafe {
+            libc::fallocate(
+                fd,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                off,
+                n,
+            )
+        };
+        if r == 0 {
+            return Ok(());
+        }
+        let e = std::io::Error::last_os_error();
+        if e.raw_os_error() != Some(libc::EINTR) {
+            return Err(e);
+        }
+    }
+}
+
+/// Whether a discard failed because the file system or device cannot discard (so zeros must be written).
+pub(crate) fn is_unsupported(e: &std::io::Error) -> bool {
+    matches!(
+        e.raw_os_error(),
+        Some(libc::EOPNOTSUPP | libc::ENOSYS | libc::ENOTTY | libc::EINVAL)
+    )
+}
+
+/// Writes zeros over `[offset, end)` (both multiples of `alignment`), then flushes them to the device.
+pub(crate) fn zero_fill(fd: RawFd, offset: u64, end: u64, alignment: usize) -> Result<(), IoError> {
+    if end <= offset {
+        return Ok(());
+    }
+    let chunk = ZERO_CHUNK
+        .min(end - offset)
+        .next_multiple_of(alignment as u64);
+    let zeros = AlignedBuf::new(chunk as usize, alignment)?;
+    let mut pos = offset;
+    while pos < end {
+        let n = chunk.min(end - pos) as usize;
+        pwrite_all(fd, &zeros.as_slice()[..n], pos)?;
+        pos += n as u64;
+    }
+    // Buffered zeros sit in the page cache until written back; direct ones may sit in the drive's cache.
+    // SAFETY: plain syscall on an open fd.
+    if unsafe { libc::fdatasync(fd) } < 0 {
+        return Err(IoError::last_os("fdatasync"));
+    }
+    Ok(())
+}
