@@ -63,7 +63,7 @@ pub struct PagingArgs {
     /// Samples per measurement (with --device cuda, 3 to 5 are enough at 8 GiB).
     #[arg(long, default_value_t = 20)]
     pub(super) samples: usize,
-    /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force;
+    /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force-store;
     /// its contents are destroyed). Default: a new file in the system's temporary directory, removed afterwards.
     #[arg(long)]
     pub(super) store: Option<PathBuf>,
@@ -85,8 +85,9 @@ pub struct PagingArgs {
     /// Draw the box plot of Fig. 12 to this SVG file (the async calls of Fig. 13 go to NAME-async.svg).
     #[arg(long)]
     pub(super) plot: Option<PathBuf>,
-    /// Allow overwriting an existing file or block device named by --store.
-    #[arg(long)]
+    /// Allow overwriting an existing file or block device named by --store, whatever it holds (a file system
+    /// signature, another user's store). A mounted or busy device is refused regardless.
+    #[arg(long = "force-store", alias = "force")]
     pub(super) force: bool,
     /// Run the pager without its checksums (on by default, as in any pool). Without this flag the host run also
     /// times a second pool with checksums off over the same store, in the same samples, and reports what the
@@ -366,7 +367,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         .queue_depth(args.queue_depth)
         .engine_choice(args.engine.into())
         .keep(true)
-        // --force already said the benchmark may overwrite an existing store's contents.
+        // --force-store already said the benchmark may overwrite an existing store's contents.
         .force(args.force);
     let is_block_device = {
         use std::os::unix::fs::FileTypeExt;
@@ -670,7 +671,7 @@ pub(super) fn resolve_store(
             };
             if !force {
                 return Err(format!(
-                    "--store {} is an existing {kind}; the benchmark overwrites its contents. Add --force to allow it",
+                    "--store {} is an existing {kind}; the benchmark overwrites its contents. Add --force-store to allow it",
                     p.display()
                 )
                 .into());

@@ -587,7 +587,7 @@ fn open_store(
         .queue_depth(args.queue_depth)
         .engine_choice(args.engine.into())
         .keep(true)
-        // --force already said the benchmark may overwrite an existing store's contents.
+        // --force-store already said the benchmark may overwrite an existing store's contents.
         .force(args.force);
     let is_block_device = {
         use std::os::unix::fs::FileTypeExt;
