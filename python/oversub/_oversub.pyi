@@ -24,8 +24,10 @@ class Pool:
         store_capacity: _Size | None = None,
         host_tier: _Size | None = None,
         pinned_host_tier: bool = False,
-        verify_checksums: bool = False,
+        verify_checksums: bool = True,
         device_index: int = 0,
+        force_store: bool = False,
+        scrub_store: bool = True,
     ) -> None: ...
     def address_space(self) -> AddressSpace:
         """A new address space: a set of buffers paged together."""

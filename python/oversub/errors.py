@@ -26,9 +26,13 @@ __all__ = [
     "ChecksumMismatchError",
     "UnsupportedError",
     "InternalError",
+    "ForkError",
+    "CompletionLostError",
     "TenantError",
     "IoError",
     "StoreFullError",
+    "StoreBusyError",
+    "StoreRefusedError",
     "AccelError",
     "NoDriverError",
     "DeviceOutOfMemoryError",
@@ -113,6 +117,17 @@ class InternalError(PagerError):
     """Internal bookkeeping broke an invariant; please report it (``PagerError::Internal``)."""
 
 
+class ForkError(PagerError, RuntimeError):
+    """This process is a fork of the one that made the pool (``PagerError::Forked``): it has the pool's memory but
+    not its I/O threads, so it cannot page. Make a new pool in the child, or use multiprocessing's "spawn" or
+    "forkserver" start method."""
+
+
+class CompletionLostError(PagerError):
+    """A transfer's completion never ran to its end (a device backend or I/O thread panicked); the operation failed
+    and the buffer kept its earlier state (``PagerError::CompletionLost``)."""
+
+
 class TenantError(Error):
     """A tenant quota or the tenant planner refused its input (Rust ``TenantError``)."""
 
@@ -127,6 +142,17 @@ class IoError(Error, OSError):
 class StoreFullError(IoError):
     """The swap store has no room for the buffer (``IoError::StoreFull``); give the pool a larger
     ``store_capacity``."""
+
+
+class StoreBusyError(IoError):
+    """Another pool or process holds the store, or the block device is mounted (``IoError::StoreBusy``); the
+    message names the holder where the system says."""
+
+
+class StoreRefusedError(IoError):
+    """The store holds something oversub will not overwrite without being told: a file system or partition
+    signature, data it did not write, another user's store, or permissions it cannot narrow to 0600
+    (``IoError::StoreRefused``). Pass ``force_store=True`` if its contents may be destroyed."""
 
 
 class AccelError(Error):

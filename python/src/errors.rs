@@ -73,6 +73,8 @@ impl ToRaised for PagerError {
             PagerError::ChecksumMismatch { .. } => "ChecksumMismatchError",
             PagerError::Unsupported(_) => "UnsupportedError",
             PagerError::Internal(_) => "InternalError",
+            PagerError::Forked { .. } => "ForkError",
+            PagerError::CompletionLost { .. } => "CompletionLostError",
             _ => "PagerError",
         };
         Raised::new(class, self.to_string())
@@ -83,6 +85,8 @@ impl ToRaised for IoError {
     fn to_raised(&self) -> Raised {
         let class = match self {
             IoError::StoreFull { .. } => "StoreFullError",
+            IoError::StoreBusy { .. } => "StoreBusyError",
+            IoError::StoreRefused { .. } => "StoreRefusedError",
             _ => "IoError",
         };
         Raised::new(class, self.to_string())

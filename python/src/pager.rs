@@ -16,7 +16,7 @@ use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_core::{
     BufferFlags, BufferInfo, BufferState, HostTierConfig, OpKind, PagerError, PoolConfig, Ticket,
 };
-use oversub_io::SwapStore;
+use oversub_io::{Scrub, SwapStore};
 use pyo3::exceptions::{PyTimeoutError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -44,19 +44,20 @@ fn rust_paging_loop(
 ) -> PyResult<(f64, u64)> {
     let cores: Vec<Arc<BufCore>> = buffers.iter().map(|b| Arc::clone(&b.get().core)).collect();
     let elapsed = py
-        .detach(|| -> Result<Duration, PagerError> {
+        .detach(|| -> Result<Duration, Raised> {
             let start = Instant::now();
             for _ in 0..rounds {
                 for c in &cores {
-                    c.space.space.page_out(c.handle)?;
+                    // The same view check as Buffer.page_out: no page-out under a live NumPy array.
+                    c.start_out_raw()?.finish().map_err(|e| e.to_raised())?;
                 }
                 for c in &cores {
-                    c.space.space.page_in(c.handle)?;
+                    c.space.space.page_in(c.handle).map_err(|e| e.to_raised())?;
                 }
             }
             Ok(start.elapsed())
         })
-        .py()?;
+        .map_err(|r| r.to_pyerr(py))?;
     Ok((elapsed.as_secs_f64(), (2 * rounds * cores.len()) as u64))
 }
 
@@ -64,6 +65,11 @@ fn rust_paging_loop(
 pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
+
+/// A pointer that may cross into a closure run without the GIL (see `Buffer.read`).
+struct SendPtr(*mut u8);
+// SAFETY: only used to fill a new bytes object that no other thread can reach (see `Buffer.read`).
+unsafe impl Send for SendPtr {}
 
 /// Which memory a pool's buffers live in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -102,11 +108,20 @@ fn state_name(state: BufferState) -> &'static str {
 ///         preallocated to it.
 ///     host_tier: host memory that holds paged-out buffers before the store (default none).
 ///     pinned_host_tier: page-lock the host tier (faster device copies; default False).
-///     verify_checksums: checksum each buffer at page-out and verify it at page-in (default False).
+///     verify_checksums: checksum each buffer at page-out and verify it at page-in, so a store that corrupts
+///         bytes raises ChecksumMismatchError instead of returning them (default True; the hashing overlaps the
+///         transfer on a thread of its own, cost in docs/benchmarks.md).
+///     force_store: use an existing store file or block device whatever it holds (a file system, another user's
+///         store, data oversub did not write); without it such a store raises StoreRefusedError. A mounted or
+///         busy device is refused regardless (StoreBusyError).
+///     scrub_store: discard the store's data when the pool closes, so swapped bytes do not stay on disk
+///         (default True; False keeps them).
 ///     device_index: CUDA device ordinal (default 0).
 ///
 /// Raises:
 ///     oversub.errors.IoError: the store cannot be created or opened.
+///     oversub.errors.StoreBusyError: another pool or process holds the store, or the device is mounted.
+///     oversub.errors.StoreRefusedError: the store holds data oversub will not overwrite without force_store.
 ///     oversub.errors.NoDriverError: device="cuda" without a CUDA driver.
 #[pyclass(frozen, module = "oversub")]
 #[derive(Debug)]
@@ -120,7 +135,7 @@ pub struct Pool {
 impl Pool {
     #[new]
     #[pyo3(signature = (capacity, store=None, device="host", *, store_capacity=None, host_tier=None,
-        pinned_host_tier=false, verify_checksums=false, device_index=0))]
+        pinned_host_tier=false, verify_checksums=true, device_index=0, force_store=false, scrub_store=true))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -132,6 +147,8 @@ impl Pool {
         pinned_host_tier: bool,
         verify_checksums: bool,
         device_index: i32,
+        force_store: bool,
+        scrub_store: bool,
     ) -> PyResult<Pool> {
         let capacity_bytes = size_arg(capacity, "capacity")?;
         if capacity_bytes == 0 {
@@ -164,7 +181,14 @@ impl Pool {
                     .py()?,
                 ),
             };
-            let builder = SwapStore::builder().capacity_bytes(store_bytes);
+            let builder = SwapStore::builder()
+                .capacity_bytes(store_bytes)
+                .force(force_store)
+                .scrub(if scrub_store {
+                    Scrub::OnClose
+                } else {
+                    Scrub::Keep
+                });
             let store = match &store {
                 None => builder.create_temp(&std::env::temp_dir()),
                 Some(p) if p.is_dir() => builder.create_temp(p),
@@ -324,10 +348,12 @@ impl AddressSpace {
                 targets.push(b);
             }
         }
+        // Each ticket travels with its buffer, so a buffer whose last Python reference goes meanwhile is freed
+        // when its page-out ends, not leaked.
         let mut tickets = Vec::new();
         for b in targets {
             match b.start_out() {
-                Ok(t) => tickets.push(t),
+                Ok(t) => tickets.push((t, Arc::clone(b))),
                 Err(e) => {
                     // The start's error is the one to report; the started ones still complete.
                     let _ = finish_all(py, tickets);
@@ -346,7 +372,7 @@ impl AddressSpace {
                 continue;
             }
             match b.start_in() {
-                Ok(t) => tickets.push(t),
+                Ok(t) => tickets.push((t, b)),
                 Err(e) => {
                     let _ = finish_all(py, tickets);
                     return Err(e);
@@ -389,21 +415,76 @@ impl AddressSpace {
     }
 }
 
-/// Finishes tickets with the GIL released; returns the first error after finishing all.
-fn finish_all(py: Python<'_>, tickets: Vec<Ticket>) -> PyResult<()> {
-    let first: Option<Raised> = py.detach(move || {
-        let mut first = None;
-        for t in tickets {
-            if let Err(e) = t.finish() {
-                first.get_or_insert(e.to_raised());
+/// How long a wait runs with the GIL released before it takes the GIL back to look for signals (Ctrl-C).
+const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+
+/// Finishes tickets whose waiter went away (a Handle dropped unfinished, a wait interrupted by Ctrl-C) on a thread
+/// of its own, so that no drop or interrupt blocks with the GIL held. Each ticket travels with its buffer.
+fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
+    type Orphan = (Ticket, Arc<BufCore>);
+    static REAPER: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<Orphan>>>> =
+        std::sync::OnceLock::new();
+    let reaper = REAPER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<Orphan>();
+        std::thread::Builder::new()
+            .name("oversub-reaper".into())
+            .spawn(move || {
+                for (ticket, buffer) in rx {
+                    if let Err(e) = ticket.finish() {
+                        tracing::warn!(buffer = %buffer.handle, "operation finished after its waiter left: {e}");
+                    }
+                }
+            })
+            .ok()
+            .map(|_| Mutex::new(tx))
+    });
+    let orphan = (ticket, buffer);
+    let unsent = match reaper {
+        Some(tx) => lock(tx).send(orphan).err().map(|e| e.0),
+        None => Some(orphan),
+    };
+    if let Some((ticket, buffer)) = unsent {
+        // No reaper thread: finish here (this may block).
+        if let Err(e) = ticket.finish() {
+            tracing::warn!(buffer = %buffer.handle, "operation finished after its waiter left: {e}");
+        }
+    }
+}
+
+/// Waits for an operation with the GIL released, taking it back every [`SIGNAL_CHECK`] to answer signals. On
+/// Ctrl-C the operation goes on in the background (finished by the reaper) and KeyboardInterrupt is raised.
+fn finish_interruptibly(py: Python<'_>, ticket: Ticket, buffer: &Arc<BufCore>) -> PyResult<()> {
+    loop {
+        if py.detach(|| ticket.wait_timeout(SIGNAL_CHECK)) {
+            return py.detach(move || ticket.finish()).py();
+        }
+        if let Err(interrupt) = py.check_signals() {
+            reap(ticket, Arc::clone(buffer));
+            return Err(interrupt);
+        }
+    }
+}
+
+/// Finishes tickets (interruptibly); returns the first error after finishing all.
+fn finish_all(py: Python<'_>, tickets: Vec<(Ticket, Arc<BufCore>)>) -> PyResult<()> {
+    let mut first: Option<PyErr> = None;
+    let mut rest = tickets.into_iter();
+    while let Some((ticket, buffer)) = rest.next() {
+        match finish_interruptibly(py, ticket, &buffer) {
+            Ok(()) => {}
+            Err(e) if e.is_instance_of::<pyo3::exceptions::PyKeyboardInterrupt>(py) => {
+                // The others go on in the background too.
+                for (ticket, buffer) in rest {
+                    reap(ticket, buffer);
+                }
+                return Err(e);
+            }
+            Err(e) => {
+                first.get_or_insert(e);
             }
         }
-        first
-    });
-    match first {
-        Some(r) => Err(r.to_pyerr(py)),
-        None => Ok(()),
     }
+    first.map_or(Ok(()), Err)
 }
 
 /// The Rust side of a buffer: owned by its Python object, its views and its handles; freed with the last.
@@ -428,23 +509,36 @@ impl BufCore {
         if *views == 0 {
             return Ok(());
         }
-        Err(Raised::new(
+        Err(self.view_error(*views, doing).into())
+    }
+
+    /// Starts a page-out unless views are alive.
+    fn start_out(&self) -> PyResult<Ticket> {
+        self.start_out_raw().map_err(PyErr::from)
+    }
+
+    /// [`start_out`](Self::start_out) without the GIL: the error as a [`Raised`].
+    fn start_out_raw(&self) -> Result<Ticket, Raised> {
+        let views = lock(&self.views);
+        if *views > 0 {
+            return Err(self.view_error(*views, "paging it out"));
+        }
+        self.space
+            .space
+            .page_out_async(self.handle)
+            .map_err(|e| e.to_raised())
+    }
+
+    fn view_error(&self, views: usize, doing: &str) -> Raised {
+        Raised::new(
             "ViewError",
             format!(
                 "buffer {} has {} live view{} (NumPy arrays, memoryviews or DLPack tensors); delete them before {doing}",
                 self.handle,
                 views,
-                if *views == 1 { "" } else { "s" }
+                if views == 1 { "" } else { "s" }
             ),
         )
-        .into())
-    }
-
-    /// Starts a page-out unless views are alive.
-    fn start_out(&self) -> PyResult<Ticket> {
-        let views = lock(&self.views);
-        self.check_no_views(&views, "paging it out")?;
-        self.space.space.page_out_async(self.handle).py()
     }
 
     fn start_in(&self) -> PyResult<Ticket> {
@@ -493,24 +587,25 @@ pub struct Buffer {
 #[pymethods]
 impl Buffer {
     /// Pages the buffer out and waits: write to the store (once, for a read-only buffer), then give the memory
-    /// back.
+    /// back. Ctrl-C interrupts the wait (KeyboardInterrupt); the page-out then completes in the background.
     ///
     /// Raises:
     ///     oversub.errors.ViewError: views of the buffer are alive.
     ///     oversub.errors.AlreadyPagedOutError, OperationInFlightError, UnpageableError, IoError, ...
     fn page_out(&self, py: Python<'_>) -> PyResult<()> {
         let ticket = self.core.start_out()?;
-        py.detach(move || ticket.finish()).py()
+        finish_interruptibly(py, ticket, &self.core)
     }
 
-    /// Pages the buffer in and waits: memory at the same address, then the bytes read back.
+    /// Pages the buffer in and waits: memory at the same address, then the bytes read back. Ctrl-C interrupts the
+    /// wait (KeyboardInterrupt); the page-in then completes in the background.
     ///
     /// Raises:
     ///     oversub.errors.OutOfMemoryError: the pool has no room; page something out first.
     ///     oversub.errors.AlreadyResidentError, OperationInFlightError, IoError, ChecksumMismatchError, ...
     fn page_in(&self, py: Python<'_>) -> PyResult<()> {
         let ticket = self.core.start_in()?;
-        py.detach(move || ticket.finish()).py()
+        finish_interruptibly(py, ticket, &self.core)
     }
 
     /// Starts a page-out and returns at once with a Handle (`done()`, `wait()`, `await`). The write runs in the
@@ -538,10 +633,28 @@ impl Buffer {
     /// Copies `data` (any bytes-like object) into the buffer at `offset`; the buffer must be resident.
     #[pyo3(signature = (data, offset=0))]
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: u64) -> PyResult<()> {
+        let check = |len: usize| -> PyResult<()> {
+            let (len, size) = (len as u64, self.core.nbytes);
+            if offset.checked_add(len).is_none_or(|end| end > size) {
+                return Err(PagerError::OutOfBounds {
+                    buffer: self.core.handle,
+                    offset,
+                    len,
+                    size,
+                }
+                .to_raised()
+                .into());
+            }
+            Ok(())
+        };
+        // Bounds first, so a wrong offset costs no copy of the input.
         let bytes: Vec<u8> = if let Ok(b) = data.cast::<PyBytes>() {
+            check(b.as_bytes().len())?;
             b.as_bytes().to_vec()
         } else {
-            pyo3::buffer::PyBuffer::<u8>::get(data)?.to_vec(py)?
+            let view = pyo3::buffer::PyBuffer::<u8>::get(data)?;
+            check(view.len_bytes())?;
+            view.to_vec(py)?
         };
         let core = Arc::clone(&self.core);
         py.detach(move || core.space.space.write(core.handle, offset, &bytes))
@@ -549,6 +662,11 @@ impl Buffer {
     }
 
     /// Copies `nbytes` (default: to the end) from `offset` out of the buffer as bytes; it must be resident.
+    ///
+    /// Raises:
+    ///     oversub.errors.OutOfBoundsError: the range does not lie inside the buffer (checked before anything is
+    ///         allocated).
+    ///     oversub.errors.NotResidentError: the buffer is paged out.
     #[pyo3(signature = (nbytes=None, offset=0))]
     fn read<'py>(
         &self,
@@ -556,16 +674,48 @@ impl Buffer {
         nbytes: Option<u64>,
         offset: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
-        let len = nbytes.unwrap_or_else(|| self.core.nbytes.saturating_sub(offset));
+        let size = self.core.nbytes;
+        let len = nbytes.unwrap_or_else(|| size.saturating_sub(offset));
+        if offset.checked_add(len).is_none_or(|end| end > size) {
+            return Err(PagerError::OutOfBounds {
+                buffer: self.core.handle,
+                offset,
+                len,
+                size,
+            }
+            .to_raised()
+            .into());
+        }
         let len = usize::try_from(len)
             .map_err(|_| PyValueError::new_err(format!("nbytes too large: {len}")))?;
-        let space = &self.core.space.space;
-        let handle = self.core.handle;
-        PyBytes::new_with(py, len, |out| {
-            space
-                .read(handle, offset, out)
-                .map_err(|e| e.to_raised().into())
+        let len_ssize = pyo3::ffi::Py_ssize_t::try_from(len)
+            .map_err(|_| PyValueError::new_err(format!("nbytes too large: {len}")))?;
+        // SAFETY: a NULL source asks CPython for a new, uninitialised bytes object of `len` bytes; we own the only
+        // reference, which `from_owned_ptr_or_err` takes over (or the error it set).
+        let out = unsafe {
+            Bound::from_owned_ptr_or_err(
+                py,
+                pyo3::ffi::PyBytes_FromStringAndSize(std::ptr::null(), len_ssize),
+            )?
+        };
+        // SAFETY: `out` is a bytes object (just made); its buffer holds `len` bytes.
+        let dst = unsafe { pyo3::ffi::PyBytes_AsString(out.as_ptr()) };
+        if dst.is_null() {
+            return Err(PyErr::fetch(py));
+        }
+        let dst = SendPtr(dst.cast::<u8>());
+        let core = Arc::clone(&self.core);
+        // The copy may wait (for an arbiter's grant, or for another thread's page-out of this buffer): without the
+        // GIL.
+        py.detach(move || {
+            let dst = dst;
+            // SAFETY: the bytes object is new and referenced only here (no Python code can see it until we return
+            // it), so filling its `len` bytes without the GIL races with nothing; it stays alive in `out`.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.0, len) };
+            core.space.space.read(core.handle, offset, out)
         })
+        .py()?;
+        Ok(out.cast_into::<PyBytes>()?)
     }
 
     /// Size in bytes, as asked for at alloc.
@@ -732,15 +882,28 @@ struct HandleState {
 
 /// An asynchronous page-in or page-out in flight.
 ///
-/// `done()` tells without blocking, `wait()` blocks (with the GIL released) and raises the operation's error, and
-/// `await handle` waits in an executor thread so the event loop runs on. Waiting again returns (or raises) the
-/// same outcome. A handle dropped unfinished is finished then (which may block).
+/// `done()` tells without blocking, `wait()` blocks (with the GIL released, answering Ctrl-C) and raises the
+/// operation's error, and `await handle` waits in an executor thread so the event loop runs on. Waiting again
+/// returns (or raises) the same outcome. A handle dropped unfinished leaves its operation to finish in the
+/// background (nothing blocks, nothing leaks).
 #[pyclass(frozen, module = "oversub")]
 #[derive(Debug)]
 pub struct Handle {
     state: Mutex<HandleState>,
     kind: OpKind,
     buffer: Py<Buffer>,
+    /// The buffer's Rust side, to hand over with an unfinished ticket when the handle is dropped.
+    core: Arc<BufCore>,
+}
+
+impl Drop for Handle {
+    fn drop(&mut self) {
+        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
+        if let Some(ticket) = st.ticket.take() {
+            // Dropped with the GIL held, maybe by the garbage collector: never wait here.
+            reap(ticket, Arc::clone(&self.core));
+        }
+    }
 }
 
 impl Handle {
@@ -752,12 +915,21 @@ impl Handle {
                 outcome: None,
             }),
             buffer: buffer.clone().unbind(),
+            core: Arc::clone(&buffer.get().core),
         }
     }
 
-    /// Finishes the operation if it is complete (or `block`); returns the outcome once known.
-    fn settle(&self, block: bool) -> Option<Result<(), Raised>> {
-        Self::settle_locked(&mut lock(&self.state), block)
+    /// Finishes the operation if it is complete, waiting up to `wait` for it; returns the outcome once known.
+    fn settle_within(&self, wait: Duration) -> Option<Result<(), Raised>> {
+        let mut st = lock(&self.state);
+        if st.outcome.is_none() {
+            if let Some(ticket) = &st.ticket {
+                if !ticket.wait_timeout(wait) {
+                    return None;
+                }
+            }
+        }
+        Self::settle_locked(&mut st, true)
     }
 
     fn settle_locked(st: &mut HandleState, block: bool) -> Option<Result<(), Raised>> {
@@ -796,28 +968,33 @@ impl Handle {
     ///
     /// Raises:
     ///     TimeoutError: the operation had not completed within `timeout` (it goes on; wait again).
+    ///     KeyboardInterrupt: Ctrl-C during the wait (the operation goes on; wait again).
     ///     oversub.errors.Error: the operation failed (e.g. IoError); the buffer keeps its earlier state.
     #[pyo3(signature = (timeout=None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let outcome = match timeout {
-            None => py.detach(|| self.settle(true)),
-            Some(t) => {
-                if !(t >= 0.0 && t.is_finite()) {
-                    return Err(PyValueError::new_err(format!(
-                        "timeout must be a finite number of seconds >= 0, got {t}"
-                    )));
-                }
-                let deadline = Instant::now() + Duration::from_secs_f64(t);
-                py.detach(|| loop {
-                    if let Some(o) = self.settle(false) {
-                        break Some(o);
-                    }
-                    if Instant::now() >= deadline {
-                        break None;
-                    }
-                    std::thread::sleep(Duration::from_micros(50));
-                })
+        let deadline = match timeout {
+            None => None,
+            Some(t) if t >= 0.0 && t.is_finite() => {
+                Some(Instant::now() + Duration::from_secs_f64(t))
             }
+            Some(t) => {
+                return Err(PyValueError::new_err(format!(
+                    "timeout must be a finite number of seconds >= 0, got {t}"
+                )))
+            }
+        };
+        let outcome = loop {
+            let slice = deadline.map_or(SIGNAL_CHECK, |d| {
+                d.saturating_duration_since(Instant::now())
+                    .min(SIGNAL_CHECK)
+            });
+            if let Some(o) = py.detach(|| self.settle_within(slice)) {
+                break Some(o);
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                break None;
+            }
+            py.check_signals()?;
         };
         match outcome {
             Some(Ok(())) => Ok(()),
@@ -825,7 +1002,7 @@ impl Handle {
             None => Err(PyTimeoutError::new_err(format!(
                 "{} of {} not complete after {} s",
                 self.kind_name(),
-                self.buffer.get().core.handle,
+                self.core.handle,
                 timeout.unwrap_or(0.0)
             ))),
         }
