@@ -248,7 +248,7 @@ impl Drop for Completion {
 /// Bytes hashed as one piece. A checksummed transfer is submitted in pieces of this size; a page-in's pieces are
 /// hashed as soon as their own reads are done, while the later pieces are still in flight, and a page-out's from
 /// the start, beside their writes. Either way the hash overlaps the transfer instead of adding a pass over the
-/// buffer after it. (4 and 8 MiB measured alike in `bench paging`; 1 and 32 MiB worse.)
+/// buffer after it. (4 and 8 MiB came out alike in one noisy `bench paging` run; 1 and 32 MiB worse.)
 const CHECKSUM_PIECE_BYTES: u64 = 8 << 20;
 
 /// A buffer's checksum: the xxh3 of each [`CHECKSUM_PIECE_BYTES`] piece of its bytes, in order.
