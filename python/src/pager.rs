@@ -621,11 +621,11 @@ impl Buffer {
         Ok(Handle::new(slf, ticket))
     }
 
-    /// Frees the buffer now (otherwise it is freed when collected).
+    /// Frees the buffer now (otherwise it is freed when collected). With an operation in flight, the buffer is
+    /// gone at once and its memory and store space are given back when the operation ends.
     ///
     /// Raises:
     ///     oversub.errors.ViewError: views of the buffer are alive.
-    ///     oversub.errors.OperationInFlightError: a handle is still unfinished.
     fn free(&self) -> PyResult<()> {
         self.core.free()
     }
