@@ -297,6 +297,8 @@ struct Report {
     max_io_bytes: u64,
     queue_depth: usize,
     results: BTreeMap<&'static str, Summary>,
+    /// Every sample in seconds, in the order taken, so a figure can be decomposed (e.g. a bimodal page-in).
+    samples_s: BTreeMap<&'static str, Vec<f64>>,
     ratios: Vec<Ratio>,
     /// The pager's I/O engine counters over the whole run.
     pager_io: PagerIo,
@@ -596,6 +598,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         max_io_bytes: args.max_io,
         queue_depth: args.queue_depth,
         results,
+        samples_s: samples.clone(),
         ratios,
         pager_io,
     };
