@@ -32,6 +32,7 @@
 //! # }
 //! ```
 
+pub mod demand;
 mod error;
 mod gated;
 mod hasher;
@@ -42,6 +43,11 @@ mod space;
 mod staging;
 mod tenant;
 
+pub use demand::{
+    measure_demand_bandwidths, measure_demand_bandwidths_with, thread_faults, DemandAccess,
+    DemandBufferId, DemandError, DemandSpace, DemandSpeeds, EvictStats, FaultCounts, Readahead,
+    TouchStats,
+};
 pub use error::PagerError;
 pub use host_tier::HostTierConfig;
 pub use oversub_tenants::swap::AlphaRule;

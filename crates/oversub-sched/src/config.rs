@@ -23,8 +23,11 @@
 //! period_ms = 1500         # required: >= budget_ms
 //! cpus = [0]               # optional: CPUs it may run on, each < platform.cpus; default [0]
 //! gpus = [0]               # optional: GPUs it uses, each < platform.gpus; default [] (none)
-//! work = { spin_ms = 300 } # optional: per-slot work, exactly one of spin_ms (busy loop) or sleep_ms
-//!                          # (waiting on an accelerator); > 0 and <= budget; default: spin for half the budget
+//! work = { spin_ms = 300 } # optional: per-slot work, exactly one of the built-in works spin_ms (busy loop) or
+//!                          # sleep_ms (waiting on an accelerator), or wcet_ms: your own code (registered by
+//!                          # name with Runtime::work or run_schedule(work=...)), planned as taking that long;
+//!                          # > 0 and <= budget. Without it the component runs your code, planned at its budget,
+//!                          # and running it without registered code is an error naming the component
 //!
 //! [[component.buffer]]     # zero or more buffers the component needs resident during its slots
 //! name = "weights"         # required, unique within the component
@@ -240,6 +243,7 @@ struct RawComponent {
 struct RawWork {
     spin_ms: Option<Spanned<f64>>,
     sleep_ms: Option<Spanned<f64>>,
+    wcet_ms: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]
@@ -564,19 +568,23 @@ impl Cx<'_> {
             None => Vec::new(),
         };
         let work = match &c.work {
-            None => Work::Spin {
-                compute_s: budget_ms / 2.0 / 1000.0,
+            // No built-in work: the caller registers its own code for the component, planned at its whole budget.
+            None => Work::User {
+                wcet_s: budget_ms / 1000.0,
             },
             Some(w) => {
+                let raw = w.get_ref();
                 let (kind, v, work): (&str, &Spanned<f64>, fn(f64) -> Work) =
-                    match (&w.get_ref().spin_ms, &w.get_ref().sleep_ms) {
-                        (Some(v), None) => ("spin", v, |s| Work::Spin { compute_s: s }),
-                        (None, Some(v)) => ("sleep", v, |s| Work::Sleep { compute_s: s }),
+                    match (&raw.spin_ms, &raw.sleep_ms, &raw.wcet_ms) {
+                        (Some(v), None, None) => ("spin", v, |s| Work::Spin { compute_s: s }),
+                        (None, Some(v), None) => ("sleep", v, |s| Work::Sleep { compute_s: s }),
+                        (None, None, Some(v)) => ("wcet", v, |s| Work::User { wcet_s: s }),
                         _ => {
                             return Err(self.at(
                                 w,
                                 format!(
-                                    "work of {name} must give exactly one of spin_ms or sleep_ms"
+                                    "work of {name} must give exactly one of spin_ms, sleep_ms (built-in works) or \
+                                     wcet_ms (your own code's worst case)"
                                 ),
                             ))
                         }

@@ -17,5 +17,8 @@ pub use model::{
 };
 pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
 pub use report::{ModeAnalysis, PlanDoc, SlotPaging};
-pub use run::{run, OpRecord, RunError, RunOptions, RunResult, SlotRecord};
+pub use run::{
+    run, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult, Runtime, SlotContext, SlotError,
+    SlotRecord, WorkFn, WorkResult,
+};
 pub use setup::{BandwidthSource, SetupError, StoreSpeed};

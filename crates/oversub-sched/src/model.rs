@@ -20,8 +20,13 @@ pub struct BufferSpec {
     pub read_only: bool,
 }
 
-/// What a component does in each of its slots, after its buffers' checksums are verified.
+/// What a component does in each of its slots.
+///
+/// `Spin` and `Sleep` are built-in works (the executor verifies the buffers' checksums before them and changes the
+/// read-write buffers after them); `User` is the caller's own code, registered by component name with
+/// [`crate::Runtime::work`] (Rust) or `run_schedule(work={...})` (Python).
 #[derive(Debug, Clone, Copy, PartialEq)]
+#[non_exhaustive]
 pub enum Work {
     /// Busy-loop on the CPU for this long.
     Spin {
@@ -33,13 +38,40 @@ pub enum Work {
         /// Seconds per slot.
         compute_s: f64,
     },
+    /// The caller's own code. The planner assumes it runs for `wcet_s` (its worst-case execution time: the
+    /// configuration's `work = { wcet_ms = … }`, else the whole budget).
+    User {
+        /// Worst-case seconds per slot the planner budgets for it.
+        wcet_s: f64,
+    },
 }
 
 impl Work {
-    /// Seconds of work per slot.
+    /// Seconds of work per slot the planner assumes.
     pub fn compute_s(&self) -> f64 {
         match *self {
             Work::Spin { compute_s } | Work::Sleep { compute_s } => compute_s,
+            Work::User { wcet_s } => wcet_s,
+        }
+    }
+
+    /// Whether the executor can run this work itself (`Spin` or `Sleep`), without a registered closure.
+    pub fn is_builtin(&self) -> bool {
+        !matches!(self, Work::User { .. })
+    }
+
+    /// The same work, planned as taking `factor` times as long (interference, Sec. III-D).
+    pub fn inflated(&self, factor: f64) -> Work {
+        match *self {
+            Work::Spin { compute_s } => Work::Spin {
+                compute_s: compute_s * factor,
+            },
+            Work::Sleep { compute_s } => Work::Sleep {
+                compute_s: compute_s * factor,
+            },
+            Work::User { wcet_s } => Work::User {
+                wcet_s: wcet_s * factor,
+            },
         }
     }
 }
@@ -162,6 +194,17 @@ impl System {
         s.table.hyperperiod_s = hyperperiod_s;
         for slot in &mut s.table.slots {
             slot.start_s *= scale;
+        }
+        s
+    }
+
+    /// A copy whose works take `factor` times as long as declared: the interference inflation of Sec. III-D (CPU
+    /// work slowed by the paging's DRAM traffic; `oversub bench interference` measures it). Used for planning only;
+    /// the executor runs the works as they are.
+    pub fn with_work_inflation(&self, factor: f64) -> System {
+        let mut s = self.clone();
+        for c in &mut s.components {
+            c.work = c.work.inflated(factor);
         }
         s
     }

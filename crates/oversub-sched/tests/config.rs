@@ -210,7 +210,8 @@ fn defaults() {
     assert_eq!(c.cpus, vec![0]);
     assert!(c.gpus.is_empty());
     assert!(c.buffers.is_empty());
-    assert_eq!(c.work, Work::Spin { compute_s: 0.005 });
+    // No work table: the caller's own code, planned at the whole budget.
+    assert_eq!(c.work, Work::User { wcet_s: 0.01 });
     assert!(close(s.table.hyperperiod_s, 0.02));
     assert_eq!(s.table.slots.len(), 1);
 }
@@ -684,12 +685,21 @@ fn work_longer_than_budget_or_ambiguous() {
             "work = { spin_ms = 1, sleep_ms = 1 } # bad",
             1,
         ),
-        "exactly one of spin_ms or sleep_ms",
+        "exactly one of spin_ms, sleep_ms (built-in works) or wcet_ms",
+        "# bad",
+    );
+    check(
+        &PAPER.replacen(
+            "work = { spin_ms = 300 }",
+            "work = { wcet_ms = 600 } # bad",
+            1,
+        ),
+        "work of A (wcet 600 ms) is longer than its budget 500 ms",
         "# bad",
     );
     check(
         &PAPER.replacen("work = { spin_ms = 300 }", "work = {} # bad", 1),
-        "exactly one of spin_ms or sleep_ms",
+        "exactly one of spin_ms, sleep_ms (built-in works) or wcet_ms",
         "# bad",
     );
 }

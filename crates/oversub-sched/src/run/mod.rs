@@ -1,0 +1,1250 @@
+//! The executor: replays a plan with real timers, one thread per CPU lane, and real paging.
+//!
+//! Each slot runs its component's work after the slot's planned paging completed: the caller's own closure
+//! ([`Runtime::work`], with a [`SlotContext`] over the component's resident buffers) or a built-in work. Built-in
+//! works keep a checksum of every buffer; each slot verifies it before its work and changes read-write buffers
+//! after it, so paging that loses or mixes data fails the run.
+//!
+//! `Async` and `Sync` page whole buffers through the pager ([`oversub_core::AddressSpace`]). `Demand` is the
+//! paper's Fig. 6 baseline for real: buffers are a memory-mapped store file ([`oversub_core::demand`]), a slot's
+//! first touch of each 4 KiB page faults it in from the store, and at the slot's start the least recently used
+//! buffers are written back and dropped until the slot's buffers fit the capacity.
+
+mod runtime;
+mod slot;
+
+pub use runtime::{Runtime, WorkFn};
+pub use slot::{Element, Lease, RawBuffer, SlotContext, SlotError, WorkResult};
+
+use std::collections::HashMap;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::{Duration, Instant};
+
+use oversub_core::demand::{thread_faults, DemandBufferId, DemandError, DemandSpace};
+use oversub_core::{AddressSpace, Buffer, BufferFlags, PagerError, Ticket};
+
+use crate::model::{BufferId, System, Work};
+use crate::plan::{Mode, PageKind, Plan};
+use crate::setup::SetupError;
+use slot::{LeaseCell, SlotBuffer};
+
+/// Errors that stop a run.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The pager refused or failed an operation.
+    #[error("paging {what}: {source}")]
+    Pager {
+        /// What was being done.
+        what: String,
+        /// The pager's error.
+        #[source]
+        source: PagerError,
+    },
+    /// The demand-paged store (demand mode) failed.
+    #[error("demand paging {what}: {source}")]
+    Demand {
+        /// What was being done.
+        what: String,
+        /// The error.
+        #[source]
+        source: DemandError,
+    },
+    /// A buffer's bytes changed behind its component's back.
+    #[error("data corrupted: {0}")]
+    Corrupted(String),
+    /// The plan cannot be executed (capacity problems).
+    #[error("the plan cannot run: {0}")]
+    Infeasible(String),
+    /// The configuration and the registered works do not match (work for an unknown component, a component with
+    /// neither a built-in work nor a closure).
+    #[error("{0}")]
+    Config(String),
+    /// A component's own work returned an error or panicked; the run stopped there.
+    #[error(
+        "work of component {component} failed in its slot {instance} (hyperperiod {hyperperiod}, planned start \
+         {:.1} ms): {message}",
+        planned_start_s * 1e3
+    )]
+    Work {
+        /// The component.
+        component: String,
+        /// Which of the component's slots (from 0).
+        instance: usize,
+        /// The repetition of the table.
+        hyperperiod: usize,
+        /// Planned start of the slot, seconds from the table's start.
+        planned_start_s: f64,
+        /// What went wrong ("panicked: …" for a panic).
+        message: String,
+        /// The work's own error, when it returned one.
+        #[source]
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    },
+    /// The store's speed could not be found or the pool could not be set up.
+    #[error(transparent)]
+    Setup(#[from] SetupError),
+    /// A worker thread died.
+    #[error("a worker thread failed: {0}")]
+    Thread(String),
+}
+
+fn pager(what: impl Into<String>) -> impl FnOnce(PagerError) -> RunError {
+    let what = what.into();
+    move |source| RunError::Pager { what, source }
+}
+
+fn demand(what: impl Into<String>) -> impl FnOnce(DemandError) -> RunError {
+    let what = what.into();
+    move |source| RunError::Demand { what, source }
+}
+
+/// What happened to one slot instance.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct SlotRecord {
+    /// Component name.
+    pub component: String,
+    /// CPU lane.
+    pub cpu: usize,
+    /// GPU used.
+    pub gpu: Option<usize>,
+    /// Repetition of the table.
+    pub hyperperiod: usize,
+    /// Planned start of the work, seconds from the run's start.
+    pub planned_start_s: f64,
+    /// Actual start of the work.
+    pub actual_start_s: f64,
+    /// actual − planned start (0 when on time).
+    pub lateness_s: f64,
+    /// When the work completed, or was cut off at the end of its window.
+    pub completion_s: f64,
+    /// The deadline (the next slot's start on the CPU).
+    pub deadline_s: f64,
+    /// Whether it completed by its deadline.
+    pub met: bool,
+    /// Time the slot spent paging or waiting for paging before its work.
+    pub paging_wait_s: f64,
+    /// Seconds from the work's start to its completion (built-in works: the checksum check included).
+    pub work_s: f64,
+    /// Major page faults the lane's thread took during the work: in demand mode, the 4 KiB pages read from the
+    /// store on first touch; about zero in the other modes.
+    pub major_faults: u64,
+}
+
+/// One paging operation as it ran.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct OpRecord {
+    /// "in" or "out".
+    pub kind: &'static str,
+    /// "component.buffer".
+    pub buffer: String,
+    /// Bytes moved to or from the store.
+    pub io_bytes: u64,
+    /// When the operation was started.
+    pub start_s: f64,
+    /// When it was finished.
+    pub end_s: f64,
+    /// Component whose slot it served.
+    pub for_component: String,
+}
+
+/// The outcome of a run.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RunResult {
+    /// The mode.
+    pub mode: String,
+    /// The table's hyperperiod (the period the run targets).
+    pub hyperperiod_s: f64,
+    /// Repetitions run.
+    pub hyperperiods: usize,
+    /// Every slot instance, in start order.
+    pub slots: Vec<SlotRecord>,
+    /// Every paging operation, in start order.
+    pub ops: Vec<OpRecord>,
+    /// Buffers resident when the table started (paged in during set-up).
+    pub resident_at_start: Vec<String>,
+    /// Repetitions at the start that are not counted (see [`RunOptions::warmup_hyperperiods`]).
+    pub warmup_hyperperiods: usize,
+    /// Counted slots that completed after their deadline (or were cut off).
+    pub deadline_misses: usize,
+    /// Misses during the warm-up repetitions.
+    pub warmup_misses: usize,
+    /// Worst lateness of a work start, seconds.
+    pub max_lateness_s: f64,
+    /// Bytes moved to or from the store during the counted repetitions.
+    pub bytes_paged: u64,
+    /// Seconds the store was busy with those operations (sum of operation times).
+    pub store_busy_s: f64,
+    /// Major page faults during the counted slots' works (demand mode's page-ins).
+    pub major_faults: u64,
+}
+
+impl RunResult {
+    /// Whether every counted slot met its deadline.
+    pub fn met_target(&self) -> bool {
+        self.deadline_misses == 0
+    }
+
+    /// Slots counted (after the warm-up).
+    pub fn counted_slots(&self) -> usize {
+        self.slots
+            .iter()
+            .filter(|s| s.hyperperiod >= self.warmup_hyperperiods)
+            .count()
+    }
+}
+
+/// Options of a run.
+#[derive(Clone, Default)]
+pub struct RunOptions {
+    /// Pin each lane's thread to its CPU where the machine has it.
+    pub pin_threads: bool,
+    /// Leading repetitions that warm the system up (the first fills memory and meets the store still busy with the
+    /// set-up); their slots are recorded but not counted in misses, lateness or bytes paged.
+    pub warmup_hyperperiods: usize,
+    /// Pause between set-up and the table's start, seconds, so the store finishes absorbing the set-up's burst of
+    /// writes (an initialisation phase before the real-time part starts).
+    pub settle_s: f64,
+    /// Called after each slot instance completes with (done, total).
+    pub progress: Option<Arc<dyn Fn(usize, usize) + Send + Sync>>,
+}
+
+impl std::fmt::Debug for RunOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunOptions")
+            .field("pin_threads", &self.pin_threads)
+            .finish()
+    }
+}
+
+/// A buffer with what its slots need to know.
+struct Held {
+    /// "component.buffer".
+    name: String,
+    size: usize,
+    read_only: bool,
+    /// Built-in works only: the checksum the owner expects and how often it changed the bytes.
+    checksum: u64,
+    version: u64,
+    lease: Arc<LeaseCell>,
+}
+
+/// Where the buffers live: the pager's address space (async, sync) or a demand-paged store file (demand).
+enum Backing {
+    Pager {
+        space: AddressSpace,
+        handles: Vec<Buffer>,
+    },
+    Demand {
+        space: Arc<DemandSpace>,
+    },
+}
+
+impl Backing {
+    fn ptr(&self, b: BufferId, name: &str) -> Result<*mut u8, RunError> {
+        match self {
+            Backing::Pager { space, handles } => {
+                let h = handle_of(handles, b)?;
+                space
+                    .host_ptr(h)
+                    .map_err(pager(format!("access {name}")))
+            }
+            Backing::Demand { space } => space
+                .as_ptr(DemandBufferId(b.0))
+                .map_err(demand(format!("access {name}"))),
+        }
+    }
+
+}
+
+/// The pager's handle of buffer `b`.
+fn handle_of(handles: &[Buffer], b: BufferId) -> Result<Buffer, RunError> {
+    handles
+        .get(b.0)
+        .copied()
+        .ok_or_else(|| RunError::Thread(format!("buffer {} was never allocated", b.0)))
+}
+
+/// A component's work as the lanes run it.
+enum ComponentWork<'r, 'w> {
+    Builtin(Work),
+    User(Mutex<&'r mut Box<WorkFn<'w>>>),
+}
+
+/// Shared state of a run.
+struct Shared<'r, 'w> {
+    backing: Backing,
+    held: Vec<Mutex<Held>>,
+    /// Each buffer's own name (without the component), as work closures ask for it.
+    buffer_names: Vec<String>,
+    works: Vec<ComponentWork<'r, 'w>>,
+    /// The how-many-th slot of its component each plan entry is.
+    instance_no: Vec<usize>,
+    t0: Instant,
+    /// Plan indices of instances whose work has completed.
+    completed: Mutex<Vec<bool>>,
+    completed_cv: Condvar,
+    /// Page-in tickets the controller started, by plan index of the instance they serve.
+    tickets: Mutex<HashMap<usize, Vec<(Ticket, f64)>>>,
+    tickets_cv: Condvar,
+    ops: Mutex<Vec<OpRecord>>,
+    component_names: Vec<String>,
+    /// Plan entries whose paging is done; entries without operations count as done from the start. Paging runs in
+    /// plan order, as the planner's single store queue assumes: a page-in may rely on memory an earlier entry's
+    /// page-out frees, and two entries may move the same buffer in opposite directions.
+    paged: Mutex<Vec<bool>>,
+    paged_cv: Condvar,
+    /// Set when a thread fails, so the others stop waiting for it.
+    aborted: std::sync::atomic::AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl Shared<'_, '_> {
+    fn now_s(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+
+    fn at(&self, t_s: f64) -> Instant {
+        self.t0 + Duration::from_secs_f64(t_s.max(0.0))
+    }
+
+    fn sleep_until(&self, t_s: f64) {
+        let target = self.at(t_s);
+        // Absolute-time sleep: compute the remaining time from the fixed origin, so errors do not accumulate.
+        loop {
+            let now = Instant::now();
+            if now >= target {
+                return;
+            }
+            std::thread::sleep(target - now);
+        }
+    }
+
+    fn is_aborted(&self) -> bool {
+        self.aborted.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Stops the run: every waiter wakes up and gives up.
+    fn abort(&self) {
+        self.aborted
+            .store(true, std::sync::atomic::Ordering::Release);
+        let _done = lock(&self.completed);
+        self.completed_cv.notify_all();
+        let _tickets = lock(&self.tickets);
+        self.tickets_cv.notify_all();
+        let _paged = lock(&self.paged);
+        self.paged_cv.notify_all();
+    }
+
+    fn stopped() -> RunError {
+        RunError::Thread("stopped after another thread failed".into())
+    }
+
+    /// Waits until every plan entry before `idx` has done its paging.
+    fn wait_paging_turn(&self, idx: usize) -> Result<(), RunError> {
+        let mut paged = lock(&self.paged);
+        while !paged.iter().take(idx).all(|d| *d) {
+            if self.is_aborted() {
+                return Err(Self::stopped());
+            }
+            paged = self.paged_cv.wait(paged).unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(())
+    }
+
+    fn mark_paged(&self, idx: usize) {
+        let mut paged = lock(&self.paged);
+        if let Some(d) = paged.get_mut(idx) {
+            *d = true;
+        }
+        self.paged_cv.notify_all();
+    }
+
+    fn wait_completed(&self, ids: &[usize]) -> Result<(), RunError> {
+        let mut done = lock(&self.completed);
+        while !ids.iter().all(|&i| done.get(i).copied().unwrap_or(true)) {
+            if self.is_aborted() {
+                return Err(Self::stopped());
+            }
+            done = self
+                .completed_cv
+                .wait(done)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+        Ok(())
+    }
+
+    fn name(&self, b: BufferId) -> String {
+        lock(&self.held[b.0]).name.clone()
+    }
+
+    fn record(&self, kind: PageKind, b: BufferId, io_bytes: u64, start_s: f64, for_component: usize) {
+        self.record_until(None, kind, b, io_bytes, start_s, for_component);
+    }
+
+    /// Records an operation that ended at `done_at` (now if unknown).
+    fn record_until(
+        &self,
+        done_at: Option<Instant>,
+        kind: PageKind,
+        b: BufferId,
+        io_bytes: u64,
+        start_s: f64,
+        for_component: usize,
+    ) {
+        let end_s = done_at.map_or_else(
+            || self.now_s(),
+            |at| at.saturating_duration_since(self.t0).as_secs_f64(),
+        );
+        let rec = OpRecord {
+            kind: match kind {
+                PageKind::In => "in",
+                PageKind::Out => "out",
+            },
+            buffer: self.name(b),
+            io_bytes,
+            start_s,
+            end_s: end_s.max(start_s),
+            for_component: self.component_names[for_component].clone(),
+        };
+        lock(&self.ops).push(rec);
+    }
+
+    /// Refuses to page a buffer out while a view of it (a [`Lease`]) lives.
+    fn check_unleased(&self, b: BufferId) -> Result<(), RunError> {
+        let h = lock(&self.held[b.0]);
+        if h.lease.count() > 0 {
+            return Err(RunError::Work {
+                component: h.name.split('.').next().unwrap_or_default().to_string(),
+                instance: 0,
+                hyperperiod: 0,
+                planned_start_s: 0.0,
+                message: format!(
+                    "a view of buffer {} is still alive when the plan pages it out; views are valid only \
+                     during the slot (copy what you need to keep)",
+                    h.name
+                ),
+                source: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// Pages a buffer out and waits: the pager's page-out, or demand mode's write-back and drop.
+    fn page_out(&self, b: BufferId) -> Result<(), RunError> {
+        self.check_unleased(b)?;
+        let name = self.name(b);
+        match &self.backing {
+            Backing::Pager { space, handles } => space
+                .page_out(handle_of(handles, b)?)
+                .map_err(pager(format!("out {name}"))),
+            Backing::Demand { space } => space
+                .evict(DemandBufferId(b.0))
+                .map(|_| ())
+                .map_err(demand(format!("evict {name}"))),
+        }
+    }
+
+    /// Pages a buffer in and waits. Demand mode does nothing: the slot's first touch of each page faults it in.
+    fn page_in(&self, b: BufferId) -> Result<(), RunError> {
+        match &self.backing {
+            Backing::Pager { space, handles } => space
+                .page_in(handle_of(handles, b)?)
+                .map_err(pager(format!("in {}", self.name(b)))),
+            Backing::Demand { .. } => Ok(()),
+        }
+    }
+
+    /// Frees every buffer, each as soon as no view of it is leased any more.
+    fn release_all(&self) {
+        for (i, h) in self.held.iter().enumerate() {
+            let cell = Arc::clone(&lock(h).lease);
+            let release: Box<dyn FnOnce() + Send> = match &self.backing {
+                Backing::Pager { space, handles } => {
+                    // Set-up may have stopped before allocating them all.
+                    let Some(&handle) = handles.get(i) else {
+                        continue;
+                    };
+                    let space = space.clone();
+                    Box::new(move || {
+                        let _ = space.free(handle);
+                    })
+                }
+                // The mapping goes with the last reference to the space.
+                Backing::Demand { space } => {
+                    let keep = Arc::clone(space);
+                    Box::new(move || drop(keep))
+                }
+            };
+            cell.release_when_unleased(release);
+        }
+    }
+}
+
+/// Fills a built-in work's buffer with known bytes and keeps their checksum.
+fn fill(shared: &Shared<'_, '_>, b: BufferId, seed: u64) -> Result<(), RunError> {
+    let mut held = lock(&shared.held[b.0]);
+    let ptr = shared.backing.ptr(b, &held.name)?;
+    // SAFETY: the buffer is resident (or demand-mapped) and `size` bytes long; this thread is its only user now.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, held.size) };
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    for chunk in bytes.chunks_mut(8) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        let w = x.to_le_bytes();
+        chunk.copy_from_slice(&w[..chunk.len()]);
+    }
+    held.checksum = xxhash_rust::xxh3::xxh3_64(bytes);
+    Ok(())
+}
+
+/// Verifies a built-in work's buffer and, for a read-write buffer, changes it (a new version) and keeps the
+/// checksum.
+fn touch(shared: &Shared<'_, '_>, b: BufferId) -> Result<(), RunError> {
+    let mut held = lock(&shared.held[b.0]);
+    let ptr = shared.backing.ptr(b, &held.name)?;
+    // SAFETY: the buffer is resident (the pager said so under its lock) or demand-mapped, and only this slot uses
+    // it now.
+    let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, held.size) };
+    let actual = xxhash_rust::xxh3::xxh3_64(bytes);
+    if actual != held.checksum {
+        return Err(RunError::Corrupted(format!(
+            "{} (version {}) reads back with checksum {actual:#x}, expected {:#x}",
+            held.name, held.version, held.checksum
+        )));
+    }
+    if !held.read_only {
+        held.version += 1;
+        let v = held.version.to_le_bytes();
+        let n = v.len().min(bytes.len());
+        bytes[..n].copy_from_slice(&v[..n]);
+        held.checksum = xxhash_rust::xxh3::xxh3_64(bytes);
+    }
+    Ok(())
+}
+
+/// Does a built-in work, but never past `cutoff`: the table partitions time, so a slot that started late is cut
+/// off at the end of its window instead of pushing every later slot back. Returns whether the work completed.
+fn do_builtin(work: Work, cutoff: Instant) -> bool {
+    let wanted = Instant::now() + Duration::from_secs_f64(work.compute_s().max(0.0));
+    let end = wanted.min(cutoff);
+    match work {
+        Work::Sleep { .. } => {
+            let now = Instant::now();
+            if end > now {
+                std::thread::sleep(end - now);
+            }
+        }
+        // Spin, and anything else the executor runs itself, busy-loops.
+        _ => {
+            let mut x = 1u64;
+            while Instant::now() < end {
+                for _ in 0..1000 {
+                    x = std::hint::black_box(x.wrapping_mul(6364136223846793005).wrapping_add(1));
+                }
+            }
+        }
+    }
+    wanted <= cutoff
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".into())
+}
+
+/// Where in the run a slot is, for a work's context and its errors.
+struct SlotPlace {
+    component: usize,
+    instance: usize,
+    hyperperiod: usize,
+    planned_start_s: f64,
+    deadline_s: f64,
+}
+
+impl SlotPlace {
+    fn error(
+        &self,
+        shared: &Shared<'_, '_>,
+        message: String,
+        source: Option<Box<dyn std::error::Error + Send + Sync>>,
+    ) -> RunError {
+        RunError::Work {
+            component: shared.component_names[self.component].clone(),
+            instance: self.instance,
+            hyperperiod: self.hyperperiod,
+            planned_start_s: self.planned_start_s,
+            message,
+            source,
+        }
+    }
+}
+
+/// Calls a component's own work with its buffers, and checks that no view of them outlives the call.
+fn call_user(
+    shared: &Shared<'_, '_>,
+    f: &Mutex<&mut Box<WorkFn<'_>>>,
+    buffers: &[BufferId],
+    place: &SlotPlace,
+) -> Result<(), RunError> {
+    let guards: Vec<_> = buffers.iter().map(|b| lock(&shared.held[b.0])).collect();
+    let mut views = Vec::with_capacity(buffers.len());
+    for (b, h) in buffers.iter().zip(&guards) {
+        views.push(SlotBuffer {
+            name: &shared.buffer_names[b.0],
+            ptr: shared.backing.ptr(*b, &h.name)?,
+            len: h.size,
+            read_only: h.read_only,
+            lease: &h.lease,
+        });
+    }
+    let mut ctx = SlotContext {
+        component: &shared.component_names[place.component],
+        hyperperiod: place.hyperperiod,
+        instance: place.instance,
+        planned_start_s: place.planned_start_s,
+        deadline_s: place.deadline_s,
+        deadline: shared.at(place.deadline_s),
+        buffers: views,
+    };
+    let outcome = {
+        let mut f = lock(f);
+        std::panic::catch_unwind(AssertUnwindSafe(|| (**f)(&mut ctx)))
+    };
+    drop(ctx);
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => return Err(place.error(shared, e.to_string(), Some(e))),
+        Err(payload) => {
+            return Err(place.error(
+                shared,
+                format!("panicked: {}", panic_message(payload.as_ref())),
+                None,
+            ))
+        }
+    }
+    if let Some(h) = guards.iter().find(|h| h.lease.count() > 0) {
+        return Err(place.error(
+            shared,
+            format!(
+                "a view of buffer {} is still alive after the slot; views are valid only during the slot (copy \
+                 what you need to keep)",
+                h.name
+            ),
+            None,
+        ));
+    }
+    Ok(())
+}
+
+fn pin_to_cpu(cpu: usize) -> bool {
+    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return false;
+        }
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
+    }
+}
+
+/// Aborts the run when a thread's body fails or panics, so no other thread waits for it forever.
+struct AbortOnError<'a, 'r, 'w>(&'a Shared<'r, 'w>);
+
+impl AbortOnError<'_, '_, '_> {
+    fn check<T>(&self, r: Result<T, RunError>) -> Result<T, RunError> {
+        if r.is_err() {
+            self.0.abort();
+        }
+        r
+    }
+}
+
+impl Drop for AbortOnError<'_, '_, '_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            self.0.abort();
+        }
+    }
+}
+
+/// Earlier instances (by start) that use `b`: a victim may only go once they are done.
+fn earlier_users(plan: &Plan, b: BufferId, before_start_s: f64) -> Vec<usize> {
+    plan.slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| {
+            s.instance.start_s < before_start_s - 1e-9 && s.instance.buffers.contains(&b)
+        })
+        .map(|(i, _)| i)
+        .collect()
+}
+
+/// Runs the paging of plan entry `idx` synchronously (set-up, sync and demand modes), in its turn.
+fn page_sync(shared: &Shared<'_, '_>, plan: &Plan, idx: usize) -> Result<(), RunError> {
+    let Some(sp) = plan.slots.get(idx) else {
+        return Ok(());
+    };
+    shared.wait_paging_turn(idx)?;
+    for op in &sp.page_outs {
+        shared.wait_completed(&earlier_users(plan, op.buffer, sp.instance.start_s))?;
+        let start = shared.now_s();
+        shared.page_out(op.buffer)?;
+        shared.record(PageKind::Out, op.buffer, op.io_bytes, start, sp.instance.component);
+    }
+    if matches!(shared.backing, Backing::Pager { .. }) {
+        for op in &sp.page_ins {
+            let start = shared.now_s();
+            shared.page_in(op.buffer)?;
+            shared.record(PageKind::In, op.buffer, op.io_bytes, start, sp.instance.component);
+        }
+    }
+    shared.mark_paged(idx);
+    Ok(())
+}
+
+/// Executes `plan` (made for `system`) with the built-in works of `system`'s components, on `space`, whose pool
+/// must have room for the plan's capacity. In demand mode the buffers live in a demand-paged file on the
+/// configuration's store instead, and `space` is not used. To run your own code in the slots, use [`Runtime`].
+pub fn run(
+    system: &System,
+    space: &AddressSpace,
+    plan: &Plan,
+    options: &RunOptions,
+) -> Result<RunResult, RunError> {
+    execute(system, Some(space), plan, options, &mut HashMap::new(), &mut HashMap::new())
+}
+
+/// Closures that fill a component's buffers before the run, by component name.
+pub(crate) type InitMap<'w> = HashMap<String, Box<WorkFn<'w>>>;
+
+/// The executor behind [`run`] and [`Runtime::run`].
+pub(crate) fn execute<'w>(
+    system: &System,
+    space: Option<&AddressSpace>,
+    plan: &Plan,
+    options: &RunOptions,
+    user: &mut HashMap<String, Box<WorkFn<'w>>>,
+    init: &mut InitMap<'w>,
+) -> Result<RunResult, RunError> {
+    if let Some(p) = plan
+        .problems()
+        .find(|s| s.problem.as_deref().is_some_and(|m| m.contains("capacity")))
+    {
+        return Err(RunError::Infeasible(p.problem.clone().unwrap_or_default()));
+    }
+    check_works(system, user, init)?;
+    let bufs = system.buffers();
+    let sizes: Vec<u64> = bufs.iter().map(|(_, b)| b.size_bytes).collect();
+
+    // Where the buffers live.
+    let backing = if plan.mode == Mode::Demand {
+        let dir = crate::setup::store_dir(system.platform.store.as_deref());
+        Backing::Demand {
+            space: Arc::new(
+                DemandSpace::create(Some(&dir), &sizes)
+                    .map_err(demand(format!("create a store in {}", dir.display())))?,
+            ),
+        }
+    } else {
+        let space = space.ok_or_else(|| {
+            RunError::Thread("no address space for a paged run".into())
+        })?;
+        // Allocated component by component during the set-up: all at once would not fit the pool.
+        Backing::Pager {
+            space: space.clone(),
+            handles: Vec::with_capacity(bufs.len()),
+        }
+    };
+
+    let held: Vec<Mutex<Held>> = bufs
+        .iter()
+        .map(|(c, spec)| {
+            Mutex::new(Held {
+                name: format!("{}.{}", system.components[*c].name, spec.name),
+                size: spec.size_bytes as usize,
+                read_only: spec.read_only,
+                checksum: 0,
+                version: 0,
+                lease: Arc::new(LeaseCell::default()),
+            })
+        })
+        .collect();
+    let mut instance_no = vec![0usize; plan.slots.len()];
+    {
+        let mut order: Vec<usize> = (0..plan.slots.len()).collect();
+        order.sort_by(|&a, &b| {
+            plan.slots[a]
+                .instance
+                .start_s
+                .total_cmp(&plan.slots[b].instance.start_s)
+        });
+        let mut seen = vec![0usize; system.components.len()];
+        for i in order {
+            let c = plan.slots[i].instance.component;
+            instance_no[i] = seen[c];
+            seen[c] += 1;
+        }
+    }
+    let mut works = Vec::with_capacity(system.components.len());
+    {
+        let mut user_refs: HashMap<&str, &mut Box<WorkFn<'w>>> =
+            user.iter_mut().map(|(k, v)| (k.as_str(), v)).collect();
+        for c in &system.components {
+            works.push(match user_refs.remove(c.name.as_str()) {
+                Some(f) => ComponentWork::User(Mutex::new(f)),
+                None => ComponentWork::Builtin(c.work),
+            });
+        }
+    }
+    let mut shared = Shared {
+        backing,
+        held,
+        buffer_names: bufs.iter().map(|(_, b)| b.name.clone()).collect(),
+        works,
+        instance_no,
+        t0: Instant::now(),
+        completed: Mutex::new(vec![false; plan.slots.len()]),
+        completed_cv: Condvar::new(),
+        tickets: Mutex::new(HashMap::new()),
+        tickets_cv: Condvar::new(),
+        ops: Mutex::new(Vec::new()),
+        component_names: system.components.iter().map(|c| c.name.clone()).collect(),
+        paged: Mutex::new(plan.slots.iter().map(|s| s.ops().next().is_none()).collect()),
+        paged_cv: Condvar::new(),
+        aborted: std::sync::atomic::AtomicBool::new(false),
+    };
+    let result = set_up(&mut shared, system, plan, options, init)
+        .and_then(|resident_at_start| run_table(&shared, system, plan, options, resident_at_start));
+    // Every buffer is freed, whatever happened (a buffer still viewed, when its last view goes).
+    shared.release_all();
+    result
+}
+
+/// Registered works must name components, and every component needs a work.
+fn check_works(
+    system: &System,
+    user: &HashMap<String, Box<WorkFn<'_>>>,
+    init: &InitMap<'_>,
+) -> Result<(), RunError> {
+    let known = || {
+        system
+            .components
+            .iter()
+            .map(|c| c.name.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    for name in user.keys().chain(init.keys()) {
+        if !system.components.iter().any(|c| &c.name == name) {
+            return Err(RunError::Config(format!(
+                "work registered for component {name:?}, which the configuration does not have (it has: {})",
+                known()
+            )));
+        }
+    }
+    let missing: Vec<&str> = system
+        .components
+        .iter()
+        .filter(|c| !c.work.is_builtin() && !user.contains_key(&c.name))
+        .map(|c| c.name.as_str())
+        .collect();
+    if !missing.is_empty() {
+        return Err(RunError::Config(format!(
+            "component{} {} {} no work: give {} a built-in work in the configuration (work = {{ spin_ms = … }} or \
+             {{ sleep_ms = … }}) or register code for {} (Runtime::work in Rust, run_schedule(work={{…}}) in \
+             Python)",
+            if missing.len() > 1 { "s" } else { "" },
+            missing.join(", "),
+            if missing.len() > 1 { "have" } else { "has" },
+            if missing.len() > 1 { "them" } else { "it" },
+            if missing.len() > 1 { "them" } else { "it" },
+        )));
+    }
+    Ok(())
+}
+
+/// Set-up: buffers filled (built-in works) or initialised (init closures), everything paged out, then the plan's
+/// set-up paging. Returns the buffers resident when the table starts.
+fn set_up(
+    shared: &mut Shared<'_, '_>,
+    system: &System,
+    plan: &Plan,
+    options: &RunOptions,
+    init: &mut InitMap<'_>,
+) -> Result<Vec<String>, RunError> {
+    for (c, comp) in system.components.iter().enumerate() {
+        let ids = system.component_buffers(c);
+        if let Backing::Pager { space, handles } = &mut shared.backing {
+            for b in &ids {
+                let (name, read_only, size) = {
+                    let h = lock(&shared.held[b.0]);
+                    (h.name.clone(), h.read_only, h.size as u64)
+                };
+                let flags = if read_only {
+                    BufferFlags::READ_ONLY
+                } else {
+                    BufferFlags::DEFAULT
+                };
+                handles.push(space.alloc(size, flags).map_err(pager(format!("alloc {name}")))?);
+            }
+        }
+        if matches!(shared.works[c], ComponentWork::Builtin(_)) {
+            for b in &ids {
+                fill(shared, *b, b.0 as u64 + 1)?;
+            }
+        }
+        if let Some(f) = init.get_mut(&comp.name) {
+            let place = SlotPlace {
+                component: c,
+                instance: 0,
+                hyperperiod: 0,
+                planned_start_s: 0.0,
+                deadline_s: f64::MAX / 4.0,
+            };
+            let f = Mutex::new(f);
+            call_user(shared, &f, &ids, &place).map_err(|e| match e {
+                RunError::Work { component, message, source, .. } => RunError::Work {
+                    component,
+                    instance: 0,
+                    hyperperiod: 0,
+                    planned_start_s: 0.0,
+                    message: format!("in its init: {message}"),
+                    source,
+                },
+                other => other,
+            })?;
+            if matches!(shared.works[c], ComponentWork::Builtin(_)) {
+                // The init changed the bytes the checksums describe.
+                for b in &ids {
+                    let mut h = lock(&shared.held[b.0]);
+                    let ptr = shared.backing.ptr(*b, &h.name)?;
+                    // SAFETY: resident (or demand-mapped), `size` bytes, no other user during set-up.
+                    let bytes = unsafe { std::slice::from_raw_parts(ptr, h.size) };
+                    h.checksum = xxhash_rust::xxh3::xxh3_64(bytes);
+                }
+            }
+        }
+        for b in ids {
+            shared.page_out(b)?;
+        }
+    }
+    for idx in (0..plan.slots.len()).filter(|&i| plan.slots[i].issue_s < 0.0) {
+        page_sync(shared, plan, idx)?;
+    }
+    let resident_at_start: Vec<String> = match &shared.backing {
+        Backing::Pager { space, handles } => handles
+            .iter()
+            .zip(&shared.held)
+            .filter(|(h, _)| {
+                space
+                    .info(**h)
+                    .is_ok_and(|i| i.state == oversub_core::BufferState::Resident)
+            })
+            .map(|(_, held)| lock(held).name.clone())
+            .collect(),
+        // Nothing is resident: every page is faulted in by the slot that first touches it.
+        Backing::Demand { .. } => Vec::new(),
+    };
+    // The table starts after the settle pause (plus a short lead so every thread is waiting when it does).
+    let lead_s = 0.05 + options.settle_s.max(0.0);
+    shared.t0 = Instant::now() + Duration::from_secs_f64(lead_s);
+    lock(&shared.ops).clear();
+    Ok(resident_at_start)
+}
+
+/// The table itself: the async paging controller and one thread per CPU lane.
+fn run_table(
+    shared: &Shared<'_, '_>,
+    system: &System,
+    plan: &Plan,
+    options: &RunOptions,
+    resident_at_start: Vec<String>,
+) -> Result<RunResult, RunError> {
+    let total = plan.slots.len();
+    let done_count = std::sync::atomic::AtomicUsize::new(0);
+    let mut cpus: Vec<usize> = plan.slots.iter().map(|s| s.instance.cpu).collect();
+    cpus.sort_unstable();
+    cpus.dedup();
+    let available = std::thread::available_parallelism().map_or(1, |n| n.get());
+
+    let joined: Vec<std::thread::Result<Result<Vec<SlotRecord>, RunError>>> =
+        std::thread::scope(|scope| {
+            let mut handles = Vec::new();
+            if plan.mode == Mode::Async {
+                let spawned = std::thread::Builder::new()
+                    .name("oversub-pager".into())
+                    .spawn_scoped(scope, || {
+                        let guard = AbortOnError(shared);
+                        guard.check(async_controller(shared, plan).map(|()| Vec::new()))
+                    });
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        shared.abort();
+                        return vec![Ok(Err(RunError::Thread(e.to_string())))];
+                    }
+                }
+            }
+            for &cpu in &cpus {
+                let done_count = &done_count;
+                let progress = options.progress.clone();
+                let pin = options.pin_threads;
+                let spawned = std::thread::Builder::new()
+                    .name(format!("oversub-cpu{cpu}"))
+                    .spawn_scoped(scope, move || {
+                        let guard = AbortOnError(shared);
+                        if pin && cpu < available && !pin_to_cpu(cpu) {
+                            tracing::info!(cpu, "could not pin the lane's thread; it runs unpinned");
+                        }
+                        guard.check(lane(shared, system, plan, cpu, &|| {
+                            let n = done_count.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+                            if let Some(p) = &progress {
+                                p(n, total);
+                            }
+                        }))
+                    });
+                match spawned {
+                    Ok(h) => handles.push(h),
+                    Err(e) => {
+                        shared.abort();
+                        let mut out: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+                        out.push(Ok(Err(RunError::Thread(e.to_string()))));
+                        return out;
+                    }
+                }
+            }
+            handles.into_iter().map(|h| h.join()).collect()
+        });
+
+    let mut slots = Vec::new();
+    let mut first_err = None;
+    for r in joined {
+        match r {
+            Ok(Ok(r)) => slots.extend(r),
+            Ok(Err(e)) => {
+                // The first failure is the cause; the others only stopped because of it.
+                if first_err.is_none() || matches!(first_err, Some(RunError::Thread(_))) {
+                    first_err = Some(e);
+                }
+            }
+            Err(_) => {
+                first_err.get_or_insert(RunError::Thread("a lane thread panicked".into()));
+            }
+        }
+    }
+    if let Some(e) = first_err {
+        return Err(e);
+    }
+    slots.sort_by(|a, b| {
+        a.planned_start_s
+            .total_cmp(&b.planned_start_s)
+            .then(a.cpu.cmp(&b.cpu))
+    });
+    let mut ops = std::mem::take(&mut *lock(&shared.ops));
+    ops.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    let warmup = options
+        .warmup_hyperperiods
+        .min(plan.hyperperiods.saturating_sub(1));
+    let counted_from_s = warmup as f64 * plan.hyperperiod_s;
+    let counted = |s: &&SlotRecord| s.hyperperiod >= warmup;
+    let counted_ops = || ops.iter().filter(|o| o.start_s >= counted_from_s);
+    Ok(RunResult {
+        mode: plan.mode.name().into(),
+        hyperperiod_s: plan.hyperperiod_s,
+        hyperperiods: plan.hyperperiods,
+        warmup_hyperperiods: warmup,
+        deadline_misses: slots.iter().filter(counted).filter(|s| !s.met).count(),
+        warmup_misses: slots
+            .iter()
+            .filter(|s| s.hyperperiod < warmup && !s.met)
+            .count(),
+        max_lateness_s: slots
+            .iter()
+            .filter(counted)
+            .map(|s| s.lateness_s)
+            .fold(0.0, f64::max),
+        bytes_paged: counted_ops().map(|o| o.io_bytes).sum(),
+        store_busy_s: counted_ops().map(|o| o.end_s - o.start_s).sum(),
+        major_faults: slots.iter().filter(counted).map(|s| s.major_faults).sum(),
+        slots,
+        ops,
+        resident_at_start,
+    })
+}
+
+/// The paging controller of async mode: issues each instance's operations at their planned time.
+fn async_controller(shared: &Shared<'_, '_>, plan: &Plan) -> Result<(), RunError> {
+    let Backing::Pager { space, handles } = &shared.backing else {
+        return Err(RunError::Thread("async paging needs the pager".into()));
+    };
+    for (idx, sp) in plan
+        .slots
+        .iter()
+        .enumerate()
+        .filter(|(_, s)| s.issue_s >= 0.0)
+    {
+        shared.sleep_until(sp.issue_s);
+        let mut outs = Vec::new();
+        for op in &sp.page_outs {
+            shared.wait_completed(&earlier_users(plan, op.buffer, sp.instance.start_s))?;
+            shared.check_unleased(op.buffer)?;
+            let start = shared.now_s();
+            let t = space
+                .page_out_async(handle_of(handles, op.buffer)?)
+                .map_err(pager(format!("out {}", shared.name(op.buffer))))?;
+            outs.push((t, op, start));
+        }
+        // A page-in needs the victims' memory: finish their page-outs first.
+        for (t, op, start) in outs {
+            t.finish()
+                .map_err(pager(format!("finish out {}", shared.name(op.buffer))))?;
+            shared.record(PageKind::Out, op.buffer, op.io_bytes, start, sp.instance.component);
+        }
+        let mut ins = Vec::new();
+        for op in &sp.page_ins {
+            let issued = shared.now_s();
+            let t = space
+                .page_in_async(handle_of(handles, op.buffer)?)
+                .map_err(pager(format!("in {}", shared.name(op.buffer))))?;
+            ins.push((t, issued));
+        }
+        lock(&shared.tickets).insert(idx, ins);
+        shared.tickets_cv.notify_all();
+        shared.mark_paged(idx);
+    }
+    Ok(())
+}
+
+/// One CPU lane: its slots in start order, each after its paging, then its work.
+fn lane(
+    shared: &Shared<'_, '_>,
+    system: &System,
+    plan: &Plan,
+    cpu: usize,
+    on_done: &dyn Fn(),
+) -> Result<Vec<SlotRecord>, RunError> {
+    let mut mine: Vec<usize> = (0..plan.slots.len())
+        .filter(|&i| plan.slots[i].instance.cpu == cpu)
+        .collect();
+    mine.sort_by(|&a, &b| {
+        plan.slots[a]
+            .instance
+            .start_s
+            .total_cmp(&plan.slots[b].instance.start_s)
+    });
+    let mut records = Vec::new();
+    for idx in mine {
+        let sp = &plan.slots[idx];
+        let inst = &sp.instance;
+        let comp = &system.components[inst.component];
+        let before_paging = shared.now_s();
+        if sp.issue_s >= 0.0 {
+            match plan.mode {
+                Mode::Async => {
+                    shared.sleep_until(inst.start_s);
+                    let tickets = {
+                        let mut map = lock(&shared.tickets);
+                        loop {
+                            if let Some(t) = map.remove(&idx) {
+                                break t;
+                            }
+                            if shared.is_aborted() {
+                                return Err(RunError::Thread(
+                                    "stopped after the pager thread failed".into(),
+                                ));
+                            }
+                            map = shared
+                                .tickets_cv
+                                .wait(map)
+                                .unwrap_or_else(|p| p.into_inner());
+                        }
+                    };
+                    for ((t, issued), op) in tickets.into_iter().zip(&sp.page_ins) {
+                        let done_at = t.completed_at();
+                        t.finish()
+                            .map_err(pager(format!("finish in {}", shared.name(op.buffer))))?;
+                        // The timeline shows the I/O from its start to its completion, not the wait.
+                        shared.record_until(
+                            done_at,
+                            PageKind::In,
+                            op.buffer,
+                            op.io_bytes,
+                            issued,
+                            inst.component,
+                        );
+                    }
+                }
+                Mode::Sync => {
+                    shared.sleep_until(sp.paging_start_s);
+                    page_sync(shared, plan, idx)?;
+                    shared.sleep_until(inst.start_s);
+                }
+                Mode::Demand => {
+                    shared.sleep_until(inst.start_s);
+                    page_sync(shared, plan, idx)?;
+                }
+            }
+        } else {
+            shared.sleep_until(inst.start_s);
+        }
+        let start = shared.now_s();
+        let paging_wait = (start - before_paging.max(inst.start_s)).max(0.0);
+        let faults_before = thread_faults();
+        let completed = match &shared.works[inst.component] {
+            ComponentWork::Builtin(work) => {
+                for b in &inst.buffers {
+                    touch(shared, *b)?;
+                }
+                do_builtin(*work, shared.at(inst.deadline_s))
+            }
+            ComponentWork::User(f) => {
+                let place = SlotPlace {
+                    component: inst.component,
+                    instance: shared.instance_no[idx],
+                    hyperperiod: inst.hyperperiod,
+                    planned_start_s: inst.start_s,
+                    deadline_s: inst.deadline_s,
+                };
+                call_user(shared, f, &inst.buffers, &place)?;
+                // Never cut: the work returned when it was done, late or not.
+                true
+            }
+        };
+        let completion = shared.now_s();
+        let major_faults = thread_faults().major.saturating_sub(faults_before.major);
+        {
+            let mut done = lock(&shared.completed);
+            if let Some(d) = done.get_mut(idx) {
+                *d = true;
+            }
+        }
+        shared.completed_cv.notify_all();
+        records.push(SlotRecord {
+            component: comp.name.clone(),
+            cpu,
+            gpu: inst.gpu,
+            hyperperiod: inst.hyperperiod,
+            planned_start_s: inst.start_s,
+            actual_start_s: start,
+            lateness_s: (start - inst.start_s).max(0.0),
+            completion_s: completion,
+            deadline_s: inst.deadline_s,
+            met: completed && completion <= inst.deadline_s + 1e-3,
+            paging_wait_s: paging_wait,
+            work_s: completion - start,
+            major_faults,
+        });
+        on_done();
+    }
+    Ok(records)
+}
