@@ -15,16 +15,21 @@ schedule says what runs next. This package binds the Rust runtime::
 Errors are exceptions of :mod:`oversub.errors`, named after the Rust errors and carrying their messages. The
 schedule runtime and the simulators are here too (:func:`run_schedule`, :func:`plan_schedule`, :func:`sim_uvm`,
 :func:`sim_swap`), returning plain dicts; :func:`to_dataframe` turns their rows into a pandas DataFrame.
+``run_schedule(config, work={"A": fn})`` runs your own code in component A's slots: ``fn(slot)`` gets an
+:class:`Slot` whose ``buffers`` are zero-copy NumPy views of A's resident memory.
 """
 
 from __future__ import annotations
 
 from . import errors
 from ._oversub import (
+    NOOP,
     AddressSpace,
     Buffer,
     Handle,
     Pool,
+    Slot,
+    SlotView,
     __version__,
     load_schedule,
     plan_schedule,
@@ -41,6 +46,9 @@ __all__ = [
     "AddressSpace",
     "Buffer",
     "Handle",
+    "Slot",
+    "SlotView",
+    "NOOP",
     "load_schedule",
     "plan_schedule",
     "run_schedule",

@@ -2,8 +2,8 @@
 
 import os
 import pathlib
-from collections.abc import Generator, Sequence
-from typing import Any, Literal, overload
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import Any, Final, Literal, final, overload
 
 _Size = int | str
 """Bytes as an int, or a size string: "4096", "256MiB", "1GiB"."""
@@ -110,6 +110,73 @@ class Handle:
     @property
     def buffer(self) -> Buffer: ...
 
+@final
+class Slot:
+    """One slot of a component's Python work (``run_schedule(work={name: fn})``), valid only during ``fn(slot)``:
+    afterwards buffer access raises ``oversub.errors.ViewError`` and ``remaining_s()``/``overrun()`` RuntimeError.
+    Every view it hands out keeps its buffer resident; one still alive when ``fn`` returns stops the run."""
+
+    @property
+    def component(self) -> str: ...
+    @property
+    def instance(self) -> int:
+        """The how-many-th slot of the component, from 0 (warm-up included); 0 in an init."""
+    @property
+    def hyperperiod(self) -> int: ...
+    @property
+    def planned_start_s(self) -> float: ...
+    @property
+    def deadline_s(self) -> float: ...
+    @property
+    def is_init(self) -> bool: ...
+    @property
+    def active(self) -> bool:
+        """False once the work function returned."""
+    @property
+    def buffer_names(self) -> tuple[str, ...]: ...
+    @property
+    def buffers(self) -> Mapping[str, Any]:
+        """Buffer name -> 1-D ``uint8`` ``numpy.ndarray`` over the resident memory (read-only for read-only
+        buffers, except in an init). Needs NumPy."""
+    def array(self, name: str, dtype: Any, shape: int | Sequence[int] | None = None) -> Any:
+        """A typed zero-copy ``numpy.ndarray`` of a buffer; ViewError when the shape needs more bytes than it has."""
+    def view(self, name: str) -> SlotView:
+        """The buffer-protocol / DLPack exporter of one buffer."""
+    def is_read_only(self, name: str) -> bool: ...
+    def remaining_s(self) -> float: ...
+    def overrun(self) -> bool: ...
+
+@final
+class SlotView:
+    """One buffer of a running slot: ``memoryview(v)``, ``numpy.from_dlpack(v)``, ``torch.from_dlpack(v)``. Each
+    export keeps the buffer resident until released; exporting after the slot raises ViewError."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def readonly(self) -> bool: ...
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: int | Any | None = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
+
+@final
+class _NoopWork: ...
+
+NOOP: Final[_NoopWork]
+"""As a work or init: a Rust closure that does nothing (the baseline for measuring the cost of Python work)."""
+
+_Work = Callable[[Slot], None] | _NoopWork
+
 def load_schedule(config: _StrPath | None = None, *, text: str | None = None) -> dict[str, Any]:
     """Reads a schedule configuration (a TOML path, or ``text=``): platform, components, table, demand_bytes,
     oversubscription."""
@@ -137,6 +204,9 @@ def run_schedule(
     pin_threads: bool = False,
     at_min_period: bool = False,
     settle_s: float = 0.5,
+    work: Mapping[str, _Work] | None = None,
+    init: Mapping[str, _Work] | None = None,
+    inflate: float = 1.0,
 ) -> dict[str, Any]: ...
 @overload
 def run_schedule(
@@ -151,6 +221,9 @@ def run_schedule(
     pin_threads: bool = False,
     at_min_period: bool = False,
     settle_s: float = 0.5,
+    work: Mapping[str, _Work] | None = None,
+    init: Mapping[str, _Work] | None = None,
+    inflate: float = 1.0,
 ) -> dict[Literal["modes"], dict[str, dict[str, Any]]]: ...
 def sim_uvm(
     *,

@@ -7,6 +7,7 @@
 
 mod errors;
 mod pager;
+mod slots;
 mod studies;
 mod util;
 mod views;
@@ -20,6 +21,7 @@ fn _oversub(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     pager::register(m)?;
     studies::register(m)?;
+    slots::register(m)?;
     Ok(())
 }
 

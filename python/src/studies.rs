@@ -11,9 +11,9 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use oversub_sched::plan::{self, feasible_table};
+use oversub_sched::plan::feasible_table;
 use oversub_sched::setup::{self, BandwidthSource, StoreSpeed};
-use oversub_sched::{Bandwidths, DeviceKind, Mode, PlanDoc, RunOptions, RunResult, System, Work};
+use oversub_sched::{Bandwidths, DeviceKind, Mode, PlanDoc, RunResult, Runtime, System, Work};
 use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios::{self as swap_scenarios, BUILTIN};
 use oversub_sim::swap::{
@@ -32,6 +32,7 @@ use pyo3::types::PyString;
 use serde::Serialize;
 
 use crate::errors::{Raised, ToRaised};
+use crate::slots::{self, Failure, Stop, UserWorks};
 use crate::util::{size_arg, to_python};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -168,10 +169,7 @@ fn bandwidths_arg(given: Option<(f64, f64)>) -> PyResult<Option<Bandwidths>> {
             )));
         }
     }
-    Ok(Some(Bandwidths {
-        read_bytes_per_s: read,
-        write_bytes_per_s: write,
-    }))
+    Ok(Some(Bandwidths::direct(read, write)))
 }
 
 /// One run as `run_schedule` returns it: the run's record and the figures `oversub run --json` adds.
@@ -196,33 +194,42 @@ struct RunSettings {
     pin_threads: bool,
     at_min_period: bool,
     settle_s: f64,
+    inflate: f64,
 }
 
+/// Runs one mode with the `oversub_sched::Runtime`, the caller's Python works (or `oversub.NOOP`) registered.
 fn run_one(
     system: &System,
     mode: Mode,
     speed: StoreSpeed,
     s: RunSettings,
-) -> Result<RunOut, Raised> {
-    // The planner's searches are costly: find the feasible table once, for the result and for at_min_period.
-    let min_table = feasible_table(system, mode, speed.bw);
-    let minp = min_table.as_ref().map(|t| t.table.hyperperiod_s);
-    let table = if s.at_min_period {
-        min_table
-            .ok_or_else(|| Raised::new("RunError", format!("{mode}: no feasible period found")))?
+    works: &UserWorks,
+    stop: &Stop,
+) -> Result<RunOut, Failure> {
+    // The planner's searches are costly: find the feasible table once (for the works as planned, inflated), for the
+    // result and for at_min_period, and give the runtime the table to run.
+    let planning = if s.inflate != 1.0 {
+        system.with_work_inflation(s.inflate)
     } else {
         system.clone()
     };
-    let p = plan::plan(&table, mode, s.hyperperiods + s.warmup, speed.bw);
-    let pool = setup::pool_for(&table).map_err(raised)?;
-    let space = pool.address_space();
-    let options = RunOptions {
-        pin_threads: s.pin_threads,
-        settle_s: s.settle_s,
-        warmup_hyperperiods: s.warmup,
-        progress: None,
-    };
-    let r = oversub_sched::run(&table, &space, &p, &options).map_err(raised)?;
+    let min_table = feasible_table(&planning, mode, speed.bw);
+    let minp = min_table.as_ref().map(|t| t.table.hyperperiod_s);
+    let mut exec = system.clone();
+    if s.at_min_period {
+        let t = min_table
+            .ok_or_else(|| Raised::new("RunError", format!("{mode}: no feasible period found")))?;
+        exec.table = t.table;
+    }
+    let rt = Runtime::new(exec)
+        .mode(mode)
+        .hyperperiods(s.hyperperiods)
+        .warmup(s.warmup)
+        .bandwidths(speed.bw)
+        .inflate(s.inflate)
+        .pin_threads(s.pin_threads)
+        .settle_s(s.settle_s);
+    let r = works.register(rt, stop).run().map_err(slots::run_failure)?;
     Ok(RunOut {
         met_target: r.met_target(),
         counted_slots: r.counted_slots(),
@@ -325,6 +332,11 @@ fn describe(system: &System) -> SystemOut {
                     Work::Sleep { compute_s } => WorkOut {
                         kind: "sleep",
                         compute_s,
+                    },
+                    // The caller's own code (`run_schedule(work={...})`); the planner budgets its worst case.
+                    other => WorkOut {
+                        kind: "user",
+                        compute_s: other.compute_s(),
                     },
                 },
                 buffers: c
@@ -445,9 +457,24 @@ fn plan_schedule<'py>(
 
 /// Runs a schedule configuration for real, as ``oversub run`` does: the planner's paging with real timers, one
 /// thread per CPU lane and real page-outs and page-ins through the pager (host memory as device memory, a
-/// temporary swap file on the configuration's store). The call blocks for the run's duration (about
-/// ``(warmup + hyperperiods) * period + settle_s`` per mode, after the set-up) with the GIL released; it cannot be
-/// interrupted meanwhile.
+/// temporary swap file on the configuration's store), and in each slot the component's work: a built-in one
+/// (``work = { spin_ms = ... }`` or ``{ sleep_ms = ... }`` in the configuration) or your own Python function
+/// (``work=``). The call blocks for the run's duration (about ``(warmup + hyperperiods) * period + settle_s`` per
+/// mode, after the set-up) with the GIL released; Ctrl-C stops it at the next slot of a Python work (else at the
+/// end of the mode) and raises KeyboardInterrupt.
+///
+/// Your own work: ``work={"A": fn}`` calls ``fn(slot)`` in each of component A's slots, on A's lane thread, after
+/// the slot's planned page-ins completed (with the GIL held for the call only). ``slot`` is an
+/// :class:`oversub.Slot`: ``slot.buffers`` maps A's buffer names to zero-copy ``uint8`` NumPy arrays of its
+/// resident memory (read-only arrays for read-only buffers), ``slot.array(name, dtype, shape)`` gives typed views,
+/// ``slot.view(name)`` a DLPack / buffer-protocol exporter, and ``slot.deadline_s``, ``slot.remaining_s()`` and
+/// ``slot.overrun()`` the time left. The slot and its views are valid only during the call: a view still alive
+/// when ``fn`` returns stops the run with RunError ("still alive"); copy what must outlive the slot. A component
+/// whose configuration has no ``work`` table (or ``work = { wcet_ms = ... }``, the worst case the planner budgets)
+/// must be given code; a component with a built-in work may be given code too, which replaces it. ``init={"A":
+/// fn}`` calls ``fn(slot)`` once before the run to fill A's buffers (they start zeroed; read-only buffers are
+/// writable there). The same functions serve every mode of ``mode="all"``. ``oversub.NOOP`` in place of a function
+/// registers a Rust closure that does nothing: a baseline for measuring what calling Python costs per slot.
 ///
 /// The store's bandwidths, which the plan assumes, come from ``bandwidths``, else from the ``[storage]`` table of
 /// ``profile``, else they are measured first (three 256 MiB round trips through the pager).
@@ -463,25 +490,35 @@ fn plan_schedule<'py>(
 ///     pin_threads: pin each lane's thread to its CPU.
 ///     at_min_period: run at the shortest period the planner finds feasible for the mode instead of the table's.
 ///     settle_s: pause between the set-up and the table's start, seconds.
+///     work: ``{component name: fn(slot) or oversub.NOOP}``, the code run in each of the component's slots.
+///     init: ``{component name: fn(slot) or oversub.NOOP}``, the code that fills its buffers before the run.
+///     inflate: plan the works as taking this many times as long (interference); default 1.
 ///
 /// Returns:
 ///     For one mode, a dict: the run's record (``mode``, ``hyperperiod_s``, ``hyperperiods``, ``slots`` (one dict
 ///     per slot instance: component, cpu, gpu, hyperperiod, planned_start_s, actual_start_s, lateness_s,
-///     completion_s, deadline_s, met, paging_wait_s), ``ops`` (paging operations: kind "in"/"out", buffer,
-///     io_bytes, start_s, end_s, for_component), ``resident_at_start``, ``warmup_hyperperiods``,
-///     ``deadline_misses``, ``warmup_misses``, ``max_lateness_s``, ``bytes_paged``, ``store_busy_s``) and
-///     ``met_target``, ``counted_slots``, ``hyperperiods_counted``, ``min_feasible_period_s`` (the planner's,
-///     None when none found), ``at_min_period``, ``read_bytes_per_s``, ``write_bytes_per_s``,
-///     ``bandwidth_source``. Times are seconds from the table's start. For ``mode="all"``:
+///     completion_s, deadline_s, met, paging_wait_s, work_s (seconds from the work's start to its return),
+///     major_faults (page faults the work took: demand mode's page-ins)), ``ops`` (paging operations: kind
+///     "in"/"out", buffer, io_bytes, start_s, end_s, for_component), ``resident_at_start``,
+///     ``warmup_hyperperiods``, ``deadline_misses``, ``warmup_misses``, ``max_lateness_s``, ``bytes_paged``,
+///     ``store_busy_s``, ``major_faults``) and ``met_target``, ``counted_slots``, ``hyperperiods_counted``,
+///     ``min_feasible_period_s`` (the planner's, None when none found), ``at_min_period``, ``read_bytes_per_s``,
+///     ``write_bytes_per_s``, ``bandwidth_source``. Times are seconds from the table's start. For ``mode="all"``:
 ///     ``{"modes": {"async": run, "sync": run, "demand": run}}``.
 ///
 /// Raises:
-///     oversub.errors.ConfigError: the configuration cannot be read or is not valid.
-///     oversub.errors.RunError: the run failed (paging failed, data corrupted, a plan that cannot run), or
-///         ``at_min_period`` and no feasible period exists.
+///     oversub.errors.ConfigError: the configuration cannot be read or is not valid; ``work`` or ``init`` names a
+///         component the configuration does not have; a component has neither a built-in work nor code.
+///     oversub.errors.RunError: the run failed (paging failed, data corrupted, a plan that cannot run, a view of a
+///         buffer kept after its slot), or ``at_min_period`` and no feasible period exists. When a work function
+///         raised, the RunError's message names the component and its slot, its ``__cause__`` is the function's
+///         exception, and it has the attributes ``component``, ``instance`` (the component's slot, from 0),
+///         ``hyperperiod`` and ``planned_start_s``. KeyboardInterrupt and SystemExit raised by a work function are
+///         re-raised as they are, with a note naming the slot.
 ///     oversub.errors.ProfileError: the profile cannot be read, is not valid or has no ``[storage]`` table.
 ///     oversub.errors.IoError, oversub.errors.PagerError: creating the store or the pool failed.
-///     ValueError: an unknown mode, ``hyperperiods`` < 1, a negative ``settle_s`` or a bad bandwidth.
+///     TypeError: ``work`` or ``init`` is not a dict of names to callables (or ``oversub.NOOP``).
+///     ValueError: an unknown mode, ``hyperperiods`` < 1, a negative ``settle_s``, a bad bandwidth or ``inflate``.
 #[pyfunction]
 #[pyo3(signature = (
     config=None,
@@ -495,6 +532,9 @@ fn plan_schedule<'py>(
     pin_threads=false,
     at_min_period=false,
     settle_s=0.5,
+    work=None,
+    init=None,
+    inflate=1.0,
 ))]
 #[allow(clippy::too_many_arguments)]
 fn run_schedule<'py>(
@@ -509,6 +549,9 @@ fn run_schedule<'py>(
     pin_threads: bool,
     at_min_period: bool,
     settle_s: f64,
+    work: Option<&Bound<'py, PyAny>>,
+    init: Option<&Bound<'py, PyAny>>,
+    inflate: f64,
 ) -> PyResult<Bound<'py, PyAny>> {
     let src = source(config, text)?;
     let modes = parse_modes(mode, true)?;
@@ -522,23 +565,40 @@ fn run_schedule<'py>(
             "settle_s must be a non-negative number of seconds, not {settle_s}"
         )));
     }
+    if !(inflate.is_finite() && inflate > 0.0) {
+        return Err(PyValueError::new_err(format!(
+            "inflate must be a positive number, not {inflate}"
+        )));
+    }
+    let works = UserWorks::from_args(work, init)?;
     let settings = RunSettings {
         hyperperiods,
         warmup,
         pin_threads,
         at_min_period,
         settle_s,
+        inflate,
     };
-    let runs = py
-        .detach(|| -> Result<Vec<(Mode, RunOut)>, Raised> {
-            let system = load(&src)?;
-            let speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
-            modes
-                .iter()
-                .map(|&m| run_one(&system, m, speed, settings).map(|r| (m, r)))
-                .collect()
-        })
-        .map_err(|r| r.to_pyerr(py))?;
+    let stop = Stop::default();
+    let run_all = || -> Result<Vec<(Mode, RunOut)>, Failure> {
+        let system = load(&src)?;
+        works.check(&system)?;
+        let speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
+        let mut runs = Vec::with_capacity(modes.len());
+        for &m in &modes {
+            if stop.is_set() {
+                break;
+            }
+            runs.push((m, run_one(&system, m, speed, settings, &works, &stop)?));
+        }
+        Ok(runs)
+    };
+    let runs = slots::detach_interruptibly(py, &stop, run_all);
+    // Ctrl-C during the run wins over what it made the run fail with.
+    if let Some(e) = stop.take() {
+        return Err(e);
+    }
+    let runs = runs.map_err(|f| f.into_pyerr(py))?;
     if several {
         let modes: BTreeMap<&str, RunOut> = runs.into_iter().map(|(m, r)| (m.name(), r)).collect();
         to_python(py, &serde_json::json!({ "modes": modes }))

@@ -12,7 +12,7 @@ use oversub_report::{
 };
 use oversub_sched::plan::{self, feasible_table};
 use oversub_sched::setup::{self, StoreSpeed};
-use oversub_sched::{Bandwidths, Mode, PlanDoc, RunOptions, RunResult, System};
+use oversub_sched::{Bandwidths, Mode, PlanDoc, Readahead, RunOptions, RunResult, System};
 use serde::Serialize;
 
 use crate::bench::BoxError;
@@ -85,6 +85,42 @@ pub struct RunArgs {
     /// Do not pin lane threads to their CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Plan the works as taking this many times as long (>= 1; interference from the paging's memory traffic,
+    /// Sec. III-D; `oversub bench interference` measures it). The works themselves run as they are.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_inflation)]
+    inflate: f64,
+    /// Demand mode: the kernel's readahead on the memory-mapped store (`kernel`: Linux's demand paging as the
+    /// paper measured it; `off`: every touched 4 KiB page is a fault that reads just that page).
+    #[arg(long, value_enum, default_value_t = ReadaheadArg::Kernel)]
+    demand_readahead: ReadaheadArg,
+}
+
+/// The kernel's readahead for demand paging.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReadaheadArg {
+    /// Linux's default (MADV_NORMAL): faults bring the following pages in too.
+    Kernel,
+    /// None (MADV_RANDOM): one 4 KiB read per fault.
+    Off,
+}
+
+impl ReadaheadArg {
+    fn readahead(self) -> Readahead {
+        match self {
+            ReadaheadArg::Kernel => Readahead::Kernel,
+            ReadaheadArg::Off => Readahead::Off,
+        }
+    }
+}
+
+fn parse_inflation(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f >= 1.0 => Ok(f),
+        Ok(f) => Err(format!(
+            "{f} is not an inflation factor: give a number >= 1 (1.17 = works take 17% longer)"
+        )),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
 }
 
 #[derive(Debug, Args)]
@@ -104,6 +140,24 @@ pub struct DemoArgs {
     /// Largest memory unit the demo may use per component.
     #[arg(long, default_value = "512MiB", value_parser = crate::parse_size_arg)]
     max_unit: u64,
+    /// Share of a 500 ms slot that one swap (a unit out and a unit in, at the store's measured speeds) takes: 1.0
+    /// is the paper's example, where paging fills the whole slot.
+    #[arg(long, default_value_t = 1.0, value_parser = parse_share)]
+    swap_share: f64,
+    /// Do not search the largest swap share at which async paging still meets the target (1.0, 0.9, …).
+    #[arg(long)]
+    no_share_search: bool,
+    /// Demand mode's readahead on the memory-mapped store (see `oversub run --help`).
+    #[arg(long, value_enum, default_value_t = ReadaheadArg::Kernel)]
+    demand_readahead: ReadaheadArg,
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(f) if f.is_finite() && f > 0.0 && f <= 4.0 => Ok(f),
+        Ok(f) => Err(format!("{f} is not a swap share: give a number in (0, 4], e.g. 1.0 or 0.25")),
+        Err(_) => Err(format!("{s:?} is not a number")),
+    }
 }
 
 /// The store's bandwidths from the profile, else measured, said on stderr.
@@ -264,28 +318,42 @@ fn slots_bar(len: u64) -> ProgressBar {
     bar
 }
 
-/// Plans and runs `system` in `mode`, with a progress bar.
-fn run_mode(
-    system: &System,
-    mode: Mode,
+/// How a run is made.
+#[derive(Debug, Clone, Copy)]
+struct RunHow {
     hyperperiods: usize,
     warmup: usize,
     bw: Bandwidths,
     pin: bool,
+    inflate: f64,
+    readahead: Readahead,
+}
+
+/// Plans (with the works inflated, if asked) and runs `system` in `mode`, with a progress bar.
+fn run_mode(
+    system: &System,
+    mode: Mode,
+    how: RunHow,
     bar: &ProgressBar,
 ) -> Result<RunResult, BoxError> {
-    let p = plan::plan(system, mode, hyperperiods + warmup, bw);
+    let planning = if how.inflate != 1.0 {
+        system.with_work_inflation(how.inflate)
+    } else {
+        system.clone()
+    };
+    let p = plan::plan(&planning, mode, how.hyperperiods + how.warmup, how.bw);
     let pool = setup::pool_for(system)?;
     let space = pool.address_space();
     let progress_bar = bar.clone();
     let base = bar.position();
     let options = RunOptions {
-        pin_threads: pin,
+        pin_threads: how.pin,
         settle_s: 0.5,
-        warmup_hyperperiods: warmup,
+        warmup_hyperperiods: how.warmup,
         progress: Some(Arc::new(move |done, _total| {
             progress_bar.set_position(base + done as u64)
         })),
+        demand_readahead: how.readahead,
     };
     Ok(oversub_sched::run(system, &space, &p, &options)?)
 }
@@ -444,6 +512,8 @@ struct ModeSummary {
     hyperperiods_counted: usize,
     warmup_hyperperiods: usize,
     warmup_misses: usize,
+    major_faults: u64,
+    work_inflation: f64,
 }
 
 /// The cells every run summary shows: period, verdict, misses, worst lateness, bytes paged.
@@ -486,7 +556,36 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     if args.hyperperiods == 0 {
         return Err("--hyperperiods must be at least 1".into());
     }
+    let user: Vec<&str> = system
+        .components
+        .iter()
+        .filter(|c| !c.work.is_builtin())
+        .map(|c| c.name.as_str())
+        .collect();
+    if !user.is_empty() {
+        return Err(format!(
+            "{}: component{} {} {} no built-in work (work = {{ spin_ms = … }} or {{ sleep_ms = … }}): `oversub run` \
+             runs built-in works only; run your own code with the library (oversub_sched::Runtime::work) or \
+             Python (oversub.run_schedule(config, work={{\"{}\": fn}}))",
+            args.config.display(),
+            if user.len() > 1 { "s" } else { "" },
+            user.join(", "),
+            if user.len() > 1 { "have" } else { "has" },
+            user[0]
+        )
+        .into());
+    }
     let bw = bandwidths(args.profile.as_deref(), &system)?.bw;
+    let planning = if args.inflate != 1.0 {
+        eprintln!(
+            "works planned {:.0}% longer (--inflate {})",
+            (args.inflate - 1.0) * 100.0,
+            args.inflate
+        );
+        system.with_work_inflation(args.inflate)
+    } else {
+        system.clone()
+    };
     let modes = args.mode.modes();
     let several = modes.len() > 1;
     let mut results = Vec::new();
@@ -495,10 +594,13 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     );
     for mode in modes {
         // The planner's searches are costly: find the feasible table once, for the report and for --at-min-period.
-        let min_table = feasible_table(&system, mode, bw);
+        let min_table = feasible_table(&planning, mode, bw);
         let minp = min_table.as_ref().map(|s| s.table.hyperperiod_s);
         let table = if args.at_min_period {
-            min_table.ok_or_else(|| format!("{mode}: no feasible period found"))?
+            let t = min_table.ok_or_else(|| format!("{mode}: no feasible period found"))?;
+            let mut run_table = system.clone();
+            run_table.table = t.table;
+            run_table
         } else {
             system.clone()
         };
@@ -506,15 +608,15 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
             "{mode} at {}",
             format_seconds(table.table.hyperperiod_s)
         ));
-        let r = run_mode(
-            &table,
-            mode,
-            args.hyperperiods,
-            args.warmup,
+        let how = RunHow {
+            hyperperiods: args.hyperperiods,
+            warmup: args.warmup,
             bw,
-            !args.no_pin,
-            &bar,
-        )?;
+            pin: !args.no_pin,
+            inflate: args.inflate,
+            readahead: args.demand_readahead.readahead(),
+        };
+        let r = run_mode(&table, mode, how, &bar)?;
         if let Some(svg) = &args.svg {
             let path = per_mode_path(svg, mode, several, "svg");
             timeline(
@@ -552,6 +654,8 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
                         hyperperiods_counted: r.hyperperiods - r.warmup_hyperperiods,
                         warmup_hyperperiods: r.warmup_hyperperiods,
                         warmup_misses: r.warmup_misses,
+                        major_faults: r.major_faults,
+                        work_inflation: args.inflate,
                     },
                 )
             })
@@ -569,23 +673,22 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
 /// The paper's example (Figs. 5-8) as shipped in examples/paper.toml.
 const PAPER_TOML: &str = include_str!("../../../examples/paper.toml");
 
-pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
-    let started = Instant::now();
-    let paper = oversub_sched::parse_system(PAPER_TOML, "examples/paper.toml")?;
-    eprintln!(
-        "oversub demo: the paper's example (Figs. 5-8), run for real with the three paging modes"
-    );
-    let bw = setup::measure_bandwidths(args.store.as_deref(), setup::MEASURE_BYTES)?;
-    eprintln!("store measured with the pager: {}", describe_bw(bw));
-    // One unit of memory per component, sized so one swap (a unit out and a unit in) takes 25% of a 500 ms slot at
-    // the measured speeds (the paper's 1 GiB at 4 GiB/s took the whole slot; sustained transfers on a busy store
-    // run slower than a short measurement, hence the margin): the same effect on any machine, at real time scale.
-    let swap_target_s = 0.125;
+/// The paper's example scaled to this store: one unit of memory per component, sized so one swap (a unit out
+/// and a unit in, at the measured speeds) takes `share` of a 500 ms slot. The paper's 1 GiB at 4 GiB/s fills the
+/// whole slot (share 1.0). If the unit had to be capped below that size, time shrinks with it so paging still fills
+/// the same share of a slot. Returns the system, the unit and the time scale.
+fn demo_system(
+    paper: &System,
+    bw: Bandwidths,
+    share: f64,
+    max_unit: u64,
+    store: Option<&Path>,
+) -> (System, u64, f64) {
+    let slot_s = 0.5;
+    let swap_target_s = share * slot_s;
     let swap_s_per_byte = 1.0 / bw.read_bytes_per_s + 1.0 / bw.write_bytes_per_s;
     let ideal_unit = (swap_target_s / swap_s_per_byte) as u64;
-    let unit = (ideal_unit.min(args.max_unit) >> 20).max(1) << 20;
-    // If the unit had to shrink below what the store allows, time shrinks with it so paging still fills the same
-    // share of a slot.
+    let unit = (ideal_unit.min(max_unit) >> 20).max(1) << 20;
     let time_scale = if (unit as f64) < ideal_unit as f64 * 0.95 {
         (unit as f64 * swap_s_per_byte / swap_target_s).min(1.0)
     } else {
@@ -599,10 +702,11 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         c.budget_s *= time_scale;
         c.period_s *= time_scale;
         // The work is an accelerator kernel the CPU waits for (so the two CPUs stay free for paging and checks) and
-        // fills 80% of the budget: the rest is for verifying the buffer's checksum, so synchronous paging inside the
-        // slot has no room, as in the paper, where each component needs its whole budget.
+        // fills 60% of the budget: the rest is for verifying and rewriting the unit's checksum (about 0.1 s for
+        // 500 MiB here), so synchronous paging inside the slot has no room, as in the paper, where each component
+        // needs its whole budget.
         c.work = oversub_sched::Work::Sleep {
-            compute_s: c.budget_s * 0.8,
+            compute_s: c.budget_s * 0.6,
         };
     }
     system.table.hyperperiod_s *= time_scale;
@@ -611,7 +715,43 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         s.length_s *= time_scale;
     }
     system.platform.capacity_bytes = 4 * unit;
-    system.platform.store = args.store.clone();
+    system.platform.store = store.map(Path::to_path_buf);
+    (system, unit, time_scale)
+}
+
+/// Swap shares the demo searches, largest first.
+const SHARES: [f64; 10] = [1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1];
+
+pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
+    let started = Instant::now();
+    let paper = oversub_sched::parse_system(PAPER_TOML, "examples/paper.toml")?;
+    eprintln!(
+        "oversub demo: the paper's example (Figs. 5-8), run for real with the three paging modes"
+    );
+    let direct = setup::measure_bandwidths(args.store.as_deref(), setup::MEASURE_BYTES)?;
+    let readahead = args.demand_readahead.readahead();
+    let demand = oversub_core::measure_demand_bandwidths_with(
+        Some(&setup::store_dir(args.store.as_deref())),
+        setup::MEASURE_BYTES,
+        3,
+        readahead,
+    )?;
+    let bw = direct.with_demand(demand.read_bytes_per_s, demand.write_bytes_per_s);
+    eprintln!(
+        "store measured with the pager: {}; demand paging (mmap, readahead {}): fault-in {:.0} MB/s, write-back \
+         {:.0} MB/s",
+        describe_bw(direct),
+        args.demand_readahead_name(),
+        demand.read_bytes_per_s / 1e6,
+        demand.write_bytes_per_s / 1e6
+    );
+    let (system, unit, time_scale) = demo_system(
+        &paper,
+        bw,
+        args.swap_share,
+        args.max_unit,
+        args.store.as_deref(),
+    );
     let scale_note = if time_scale < 1.0 {
         format!(
             "time scaled by {time_scale:.3} (units capped at {})",
@@ -621,9 +761,20 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         "real time scale (1500 ms period), unit sized from the store's bandwidth".to_string()
     };
     eprintln!(
-        "unit {} per component, capacity 4 units (25% oversubscription); {scale_note}",
-        format_bytes(unit)
+        "swap share {:.2}: unit {} per component (one swap = {:.0} ms of a 500 ms slot), capacity 4 units (25% \
+         oversubscription); {scale_note}",
+        args.swap_share,
+        format_bytes(unit),
+        args.swap_share * 500.0
     );
+    let how = RunHow {
+        hyperperiods: args.hyperperiods,
+        warmup: args.warmup,
+        bw,
+        pin: true,
+        inflate: 1.0,
+        readahead,
+    };
 
     let target = system.table.hyperperiod_s;
     let mut runs: Vec<(String, Mode, System)> = Mode::ALL
@@ -640,6 +791,11 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             }
         }
     }
+    // The planner's prediction of the largest share async meets at the target, at this store's speeds.
+    let predicted_share = SHARES.iter().copied().find(|&sh| {
+        let (s, _, _) = demo_system(&paper, bw, sh, args.max_unit, args.store.as_deref());
+        plan::steady_feasible(&s, Mode::Async, bw)
+    });
     let total: usize = runs
         .iter()
         .map(|(_, _, s)| s.table.slots.len() * (args.hyperperiods + args.warmup))
@@ -647,35 +803,30 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     let bar = slots_bar(total as u64);
     std::fs::create_dir_all(&args.out)
         .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
-    let mut results = Vec::new();
+    let mut results: Vec<(String, Mode, RunResult)> = Vec::new();
     let mut report =
         HtmlReport::new("oversub demo: GPU memory oversubscription with foreknowledge");
     report.push(HtmlBlock::Paragraph(format!(
         "The example of Bakita & Anderson (RTSS 2022), Figs. 5-8: components A, B, C (500 ms) on CPU 0 with the \
-         GPU and D, E (750 ms) on CPU 1, period 1500 ms, one unit of memory each, capacity for four units. Unit: \
-         {}; {scale_note}. Store: {}.",
+         GPU and D, E (750 ms) on CPU 1, period 1500 ms, one unit of memory each, capacity for four units. Swap \
+         share {:.2} (one unit out and one in take {:.0} ms of a 500 ms slot); unit {}; {scale_note}. Store: {}; \
+         demand paging: fault-in {:.0} MB/s, write-back {:.0} MB/s (readahead {}).",
+        args.swap_share,
+        args.swap_share * 500.0,
         format_bytes(unit),
-        describe_bw(bw)
+        describe_bw(direct),
+        demand.read_bytes_per_s / 1e6,
+        demand.write_bytes_per_s / 1e6,
+        args.demand_readahead_name(),
     )));
-    let mut i = 0;
-    while i < runs.len() {
-        let (label, mode, table) = runs[i].clone();
-        let (label, mode, table) = (&label, &mode, &table);
-        i += 1;
-        bar.set_message(label.clone());
-        let r = run_mode(table, *mode, args.hyperperiods, args.warmup, bw, true, &bar)?;
-        // A plan is only as good as its bandwidth estimate: when the planned minimum misses in reality, try 30%
-        // more, so the report shows a period that runs do meet.
-        if !r.met_target() && label.ends_with("at its min feasible period") {
-            let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
-            bar.inc_length((longer.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
-            runs.push((
-                format!("{mode} at 1.3 × its min feasible period"),
-                *mode,
-                longer,
-            ));
-        }
-        let name = format!("run{i}-{}", mode.name());
+    let mut add_run = |label: &str,
+                       mode: Mode,
+                       table: &System,
+                       r: RunResult,
+                       report: &mut HtmlReport,
+                       n: usize|
+     -> Result<RunResult, BoxError> {
+        let name = format!("run{n}-{}", mode.name());
         let tl = timeline(
             table,
             &r,
@@ -693,20 +844,69 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         )));
         report.push(HtmlBlock::Paragraph(format!(
             "{} deadline misses of {} counted slots ({} in the {} warm-up repetition(s) before them), worst \
-             lateness {}, {} paged.",
+             lateness {}, {} paged{}.",
             r.deadline_misses,
             r.counted_slots(),
             r.warmup_misses,
             r.warmup_hyperperiods,
             format_seconds(r.max_lateness_s),
-            format_bytes(r.bytes_paged)
+            format_bytes(r.bytes_paged),
+            if mode == Mode::Demand {
+                format!(", {} major page faults", r.major_faults)
+            } else {
+                String::new()
+            }
         )));
         report.push(HtmlBlock::Svg(tl.to_svg()));
         report.push(HtmlBlock::Link {
             text: "Chrome trace (open in Perfetto)".into(),
             href: format!("{name}.trace.json"),
         });
-        results.push((label.clone(), *mode, r));
+        Ok(r)
+    };
+    let mut i = 0;
+    while i < runs.len() {
+        let (label, mode, table) = runs[i].clone();
+        i += 1;
+        bar.set_message(label.clone());
+        let r = run_mode(&table, mode, how, &bar)?;
+        // A plan is only as good as its bandwidth estimate: when the planned minimum misses in reality, try 30%
+        // more, so the report shows a period that runs do meet.
+        if !r.met_target() && label.ends_with("at its min feasible period") {
+            let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
+            bar.inc_length((longer.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
+            runs.push((
+                format!("{mode} at 1.3 × its min feasible period"),
+                mode,
+                longer,
+            ));
+        }
+        let r = add_run(&label, mode, &table, r, &mut report, i)?;
+        results.push((label, mode, r));
+    }
+    // The largest swap share async still meets the target at: the run at the requested share, then smaller ones.
+    let met_at_share = results
+        .first()
+        .is_some_and(|(_, m, r)| *m == Mode::Async && r.met_target());
+    let mut largest_share_met = met_at_share.then_some(args.swap_share);
+    let mut share_runs: Vec<(f64, RunResult)> = Vec::new();
+    if !met_at_share && !args.no_share_search {
+        for sh in SHARES.iter().copied().filter(|&sh| sh < args.swap_share - 1e-9) {
+            let (s, u, _) = demo_system(&paper, bw, sh, args.max_unit, args.store.as_deref());
+            let label = format!("async at the target period, swap share {sh:.1} (unit {})", format_bytes(u));
+            bar.inc_length((s.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
+            bar.set_message(label.clone());
+            let r = run_mode(&s, Mode::Async, how, &bar)?;
+            i += 1;
+            let r = add_run(&label, Mode::Async, &s, r, &mut report, i)?;
+            let met = r.met_target();
+            share_runs.push((sh, r.clone()));
+            results.push((label, Mode::Async, r));
+            if met {
+                largest_share_met = Some(sh);
+                break;
+            }
+        }
     }
     bar.finish_and_clear();
 
@@ -715,6 +915,11 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         .map(|(label, m, r)| {
             let mut row = vec![label.clone()];
             row.extend(outcome_cells(r));
+            row.push(if *m == Mode::Demand {
+                r.major_faults.to_string()
+            } else {
+                "-".into()
+            });
             row.push(opt_period(minp.get(m).copied().flatten()));
             row
         })
@@ -726,42 +931,45 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         "misses",
         "worst lateness",
         "bytes paged",
+        "major faults",
         "min feasible period (plan)",
     ];
     println!("{}", text_table(&header, &rows));
-    // The paper's analysis beside ours: its bandwidth assumptions, 1 GiB units, our planner.
+    let share_line = format!(
+        "largest swap share async met at the target period: {} (planner predicts {}; asked {:.2})",
+        largest_share_met.map_or_else(|| "none".into(), |s| format!("{s:.2}")),
+        predicted_share.map_or_else(|| "none".into(), |s| format!("{s:.2}")),
+        args.swap_share
+    );
+    println!("{share_line}");
+    // The paper's analysis beside ours: its bandwidth assumptions (4 GiB/s direct I/O, 1.33 GiB/s demand paging;
+    // Sec. III-B), its 1 GiB units, our planner, one set of speeds for all three modes.
     let gib = (1u64 << 30) as f64;
-    let paper_direct = Bandwidths {
-        read_bytes_per_s: 4.0 * gib,
-        write_bytes_per_s: 4.0 * gib,
-    };
-    let paper_demand = Bandwidths {
-        read_bytes_per_s: 1.33 * gib,
-        write_bytes_per_s: 1.33 * gib,
-    };
-    let paper_async = min_feasible_period(&paper, Mode::Async, paper_direct);
-    let paper_sync = min_feasible_period(&paper, Mode::Sync, paper_direct);
-    let paper_demand_p = min_feasible_period(&paper, Mode::Demand, paper_demand);
+    let paper_bw = Bandwidths::direct(4.0 * gib, 4.0 * gib).with_demand(1.33 * gib, 1.33 * gib);
     let met_in_runs = |m: Mode| {
         results
             .iter()
-            .filter(|(_, rm, r)| *rm == m && r.met_target())
+            .filter(|(label, rm, r)| *rm == m && r.met_target() && !label.contains("swap share"))
             .map(|(_, _, r)| r.hyperperiod_s)
             .reduce(f64::min)
     };
-    let cmp_row = |name: &str, paper_s: &str, ours_paper_bw: Option<f64>, m: Mode| {
+    let paper_periods: BTreeMap<Mode, Option<f64>> = Mode::ALL
+        .iter()
+        .map(|&m| (m, min_feasible_period(&paper, m, paper_bw)))
+        .collect();
+    let cmp_row = |name: &str, paper_s: &str, m: Mode| {
         vec![
             name.to_string(),
             paper_s.to_string(),
-            opt_period(ours_paper_bw),
+            opt_period(paper_periods.get(&m).copied().flatten()),
             opt_period(minp.get(&m).copied().flatten()),
             opt_period(met_in_runs(m)),
         ]
     };
     let cmp_rows = vec![
-        cmp_row("async", "1.50 s", paper_async, Mode::Async),
-        cmp_row("sync (paging slot)", "2.50 s", paper_sync, Mode::Sync),
-        cmp_row("demand", "6.00 s", paper_demand_p, Mode::Demand),
+        cmp_row("async", "1.50 s", Mode::Async),
+        cmp_row("sync (paging slot)", "2.50 s", Mode::Sync),
+        cmp_row("demand", "6.00 s", Mode::Demand),
     ];
     let cmp_header = [
         "mode",
@@ -771,7 +979,8 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         "shortest period met in runs",
     ];
     println!(
-        "minimum feasible periods:\n{}",
+        "minimum feasible periods (swap share {:.2}):\n{}",
+        args.swap_share,
         text_table(&cmp_header, &cmp_rows)
     );
     report.blocks.insert(
@@ -781,11 +990,12 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             rows,
         },
     );
+    report.blocks.insert(2, HtmlBlock::Paragraph(share_line));
     report
         .blocks
-        .insert(2, HtmlBlock::Heading("Minimum feasible periods".into()));
+        .insert(3, HtmlBlock::Heading("Minimum feasible periods".into()));
     report.blocks.insert(
-        3,
+        4,
         HtmlBlock::Table {
             header: cmp_header.iter().map(|s| s.to_string()).collect(),
             rows: cmp_rows,
@@ -796,14 +1006,22 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         .write(&index)
         .map_err(|e| format!("writing {}: {e}", index.display()))?;
     let json = serde_json::json!({
+        "swap_share": args.swap_share,
+        "largest_swap_share_met": largest_share_met,
+        "predicted_largest_swap_share": predicted_share,
         "unit_bytes": unit,
         "time_scale": time_scale,
-        "read_bytes_per_s": bw.read_bytes_per_s,
-        "write_bytes_per_s": bw.write_bytes_per_s,
+        "read_bytes_per_s": direct.read_bytes_per_s,
+        "write_bytes_per_s": direct.write_bytes_per_s,
+        "demand_read_bytes_per_s": demand.read_bytes_per_s,
+        "demand_write_bytes_per_s": demand.write_bytes_per_s,
+        "demand_readahead": args.demand_readahead_name(),
+        "paper_bandwidths_min_period_s": paper_periods.iter().map(|(m, p)| (m.name(), *p)).collect::<BTreeMap<_, _>>(),
         "runs": results.iter().map(|(label, m, r)| serde_json::json!({
             "label": label, "mode": m.name(), "period_s": r.hyperperiod_s, "met_target": r.met_target(),
             "deadline_misses": r.deadline_misses, "max_lateness_s": r.max_lateness_s, "bytes_paged": r.bytes_paged,
             "counted_slots": r.counted_slots(), "warmup_misses": r.warmup_misses,
+            "major_faults": r.major_faults,
             "min_feasible_period_s": minp.get(m).copied().flatten(),
         })).collect::<Vec<_>>(),
     });
@@ -816,4 +1034,13 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         started.elapsed().as_secs_f64()
     );
     Ok(())
+}
+
+impl DemoArgs {
+    fn demand_readahead_name(&self) -> &'static str {
+        match self.demand_readahead {
+            ReadaheadArg::Kernel => "kernel",
+            ReadaheadArg::Off => "off",
+        }
+    }
 }

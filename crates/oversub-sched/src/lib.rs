@@ -21,4 +21,5 @@ pub use run::{
     run, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult, Runtime, SlotContext, SlotError,
     SlotRecord, WorkFn, WorkResult,
 };
+pub use oversub_core::demand::Readahead;
 pub use setup::{BandwidthSource, SetupError, StoreSpeed};

@@ -50,21 +50,106 @@ impl std::fmt::Display for Mode {
 }
 
 /// Storage speeds the plan assumes, bytes per second.
+///
+/// `read_bytes_per_s` and `write_bytes_per_s` are the store's speeds with direct I/O (whole buffers in large
+/// requests: what `async` and `sync` paging and the pager do). Demand paging is slower (the paper's Fig. 4: 1.33 GiB/s
+/// against 4 GiB/s, its cost being the fault handling on the faulting CPU); when it was measured,
+/// `demand_read_bytes_per_s` / `demand_write_bytes_per_s` give its speeds and [`Mode::Demand`] is priced at them.
+/// `None`: not measured, and demand paging is priced at the direct speeds.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Bandwidths {
-    /// Page-in speed.
+    /// Page-in speed with direct I/O.
     pub read_bytes_per_s: f64,
-    /// Page-out speed.
+    /// Page-out speed with direct I/O.
     pub write_bytes_per_s: f64,
+    /// Page-in (fault-in) speed with demand paging; `None`: not measured.
+    pub demand_read_bytes_per_s: Option<f64>,
+    /// Page-out (write-back) speed with demand paging; `None`: not measured.
+    pub demand_write_bytes_per_s: Option<f64>,
+}
+
+/// How a mode's paging was priced (see [`Bandwidths::pricing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Pricing {
+    /// At the direct-I/O speeds (`async`, `sync`).
+    Direct,
+    /// `demand` at the measured demand-paging speeds.
+    MeasuredDemand,
+    /// `demand` at the direct-I/O speeds, because demand paging was not measured.
+    DirectDemandNotMeasured,
+}
+
+impl Pricing {
+    /// The words reports use.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Pricing::Direct => "direct I/O",
+            Pricing::MeasuredDemand => "measured demand paging",
+            Pricing::DirectDemandNotMeasured => "direct I/O (demand not measured)",
+        }
+    }
 }
 
 impl Bandwidths {
+    /// Direct-I/O speeds only; demand paging not measured.
+    pub const fn direct(read_bytes_per_s: f64, write_bytes_per_s: f64) -> Bandwidths {
+        Bandwidths {
+            read_bytes_per_s,
+            write_bytes_per_s,
+            demand_read_bytes_per_s: None,
+            demand_write_bytes_per_s: None,
+        }
+    }
+
+    /// The same, with measured demand-paging speeds.
+    pub const fn with_demand(self, read_bytes_per_s: f64, write_bytes_per_s: f64) -> Bandwidths {
+        Bandwidths {
+            demand_read_bytes_per_s: Some(read_bytes_per_s),
+            demand_write_bytes_per_s: Some(write_bytes_per_s),
+            ..self
+        }
+    }
+
+    /// Whether demand-paging speeds were given.
+    pub fn demand_measured(&self) -> bool {
+        self.demand_read_bytes_per_s.is_some() || self.demand_write_bytes_per_s.is_some()
+    }
+
+    /// Which speeds `mode`'s paging is priced at.
+    pub fn pricing(&self, mode: Mode) -> Pricing {
+        match mode {
+            Mode::Async | Mode::Sync => Pricing::Direct,
+            Mode::Demand if self.demand_measured() => Pricing::MeasuredDemand,
+            Mode::Demand => Pricing::DirectDemandNotMeasured,
+        }
+    }
+
+    /// The speeds (page-in, page-out) a slot of `mode` waits for its paging at: the direct ones, except for
+    /// `demand` with measured demand speeds (a speed not given falls back to the direct one).
+    pub fn priced(&self, mode: Mode) -> (f64, f64) {
+        match mode {
+            Mode::Demand => (
+                self.demand_read_bytes_per_s
+                    .unwrap_or(self.read_bytes_per_s),
+                self.demand_write_bytes_per_s
+                    .unwrap_or(self.write_bytes_per_s),
+            ),
+            Mode::Async | Mode::Sync => (self.read_bytes_per_s, self.write_bytes_per_s),
+        }
+    }
+
     fn read_s(&self, bytes: u64) -> f64 {
         bytes as f64 / self.read_bytes_per_s.max(1.0)
     }
 
     fn write_s(&self, bytes: u64) -> f64 {
         bytes as f64 / self.write_bytes_per_s.max(1.0)
+    }
+
+    /// Only `mode`'s priced speeds, as direct ones.
+    fn for_mode(&self, mode: Mode) -> Bandwidths {
+        let (r, w) = self.priced(mode);
+        Bandwidths::direct(r, w)
     }
 }
 
@@ -278,6 +363,12 @@ pub struct PlannerState {
     /// Decided instances still to finish: (end, buffers).
     pending: Vec<(f64, Vec<BufferId>)>,
     store_free_s: f64,
+    /// Demand paging at measured speeds only: bytes held by the buffers once every operation up to
+    /// `mem_events` has happened, and the operations after it (time, bytes taken (+) or freed (-)).
+    mem_base: i64,
+    mem_events: Vec<(f64, i64)>,
+    /// Demand paging at measured speeds only: when the store is busy (sorted, disjoint intervals).
+    store_busy: Vec<(f64, f64)>,
 }
 
 /// What a decision must resolve.
@@ -304,10 +395,15 @@ pub struct PlanContext<'a> {
     /// order, the order requests are served in, not by start time alone (two uses starting together are served in
     /// issue order).
     uses: Vec<Vec<(f64, f64, usize)>>,
+    /// The store's speeds (direct I/O): the time an operation keeps the store busy.
     bandwidths: Bandwidths,
+    /// The speeds the slot waits for its paging at ([`Bandwidths::priced`]).
+    priced: Bandwidths,
     mode: Mode,
     /// Uses after this time count as never (a finite sequence); `None`: the table repeats forever.
     horizon_s: Option<f64>,
+    /// Victims decided ahead, per table slot (a periodic choice; see [`sync_search`]); `None`: the mode's rule.
+    fixed: Option<Vec<Vec<BufferId>>>,
 }
 
 impl<'a> PlanContext<'a> {
@@ -349,9 +445,28 @@ impl<'a> PlanContext<'a> {
             instances: unrolled,
             uses,
             bandwidths,
+            priced: bandwidths.for_mode(mode),
             mode,
             horizon_s: None,
+            fixed: None,
         }
+    }
+
+    /// Plans with the victims decided ahead for each table slot (indexed like `system.table.slots`) instead of the
+    /// mode's rule: each instance pages out its slot's victims (those resident; during the first repetition, which
+    /// fills memory, some may not be yet). An instance whose planned victims are in use, not resident after the first
+    /// repetition, or do not make room gets a problem (and Belady's rule for the missing room), so a plan that
+    /// strays from the choice is never feasible.
+    pub fn with_victims(mut self, victims: Vec<Vec<BufferId>>) -> Self {
+        self.fixed = Some(victims);
+        self
+    }
+
+    /// Whether demand paging runs at measured demand speeds: then its cost is the fault handling on the faulting
+    /// CPU, so slots on different CPUs page concurrently, each at the demand speed, and share the store only at its
+    /// direct speed.
+    fn concurrent_demand(&self) -> bool {
+        self.mode == Mode::Demand && self.bandwidths.demand_measured()
     }
 
     /// The instances in decision order (by the time their paging is issued).
@@ -401,14 +516,21 @@ impl<'a> PlanContext<'a> {
         None
     }
 
-    /// A fresh state: nothing resident, nothing stored.
+    /// A fresh state: nothing resident. Every read-only buffer has its copy on the store already: the executor
+    /// fills every buffer and pages it out before the table starts, and the pager keeps a read-only buffer's slot.
     pub fn initial_state(&self) -> PlannerState {
         PlannerState {
             resident: BTreeSet::new(),
-            stored: BTreeSet::new(),
+            stored: (0..self.sizes.len())
+                .filter(|&b| self.read_only[b])
+                .map(BufferId)
+                .collect(),
             last_use_s: HashMap::new(),
             pending: Vec::new(),
             store_free_s: f64::NEG_INFINITY,
+            mem_base: 0,
+            mem_events: Vec::new(),
+            store_busy: Vec::new(),
         }
     }
 
@@ -527,7 +649,7 @@ impl<'a> PlanContext<'a> {
         problem: Option<String>,
     ) -> SlotPlan {
         let inst = self.instances[idx].clone();
-        let bw = self.bandwidths;
+        let bw = self.priced;
         let page_outs: Vec<PageOp> = victims
             .iter()
             .map(|&b| {
@@ -587,11 +709,15 @@ impl<'a> PlanContext<'a> {
         let eps = 1e-9;
         let mut problem = problem;
         let no_ops = page_outs.is_empty() && page_ins.is_empty();
-        let (paging_start, work_start) = if issue < 0.0 || no_ops {
+        let (paging_start, paging_end, work_start) = if issue < 0.0 || no_ops {
             // Nothing to page, or issued before the table starts (done during set-up, however long that takes).
-            (issue.min(inst.start_s), inst.start_s)
+            let start = issue.min(inst.start_s);
+            (start, start + paging_s, inst.start_s)
+        } else if self.concurrent_demand() {
+            let (start, end) = self.time_concurrent_demand(state, &inst, &page_outs, &page_ins);
+            (start, end, end)
         } else {
-            match self.mode {
+            let (start, work_start) = match self.mode {
                 Mode::Async => {
                     let start = issue.max(state.store_free_s);
                     if start + paging_s > inst.start_s + eps && problem.is_none() {
@@ -621,18 +747,16 @@ impl<'a> PlanContext<'a> {
                     let start = inst.start_s.max(state.store_free_s);
                     (start, start + paging_s)
                 }
-            }
+            };
+            state.store_free_s = start + paging_s;
+            (start, start + paging_s, work_start)
         };
-        let paging_end = paging_start + paging_s;
-        if !no_ops && issue >= 0.0 {
-            state.store_free_s = paging_end;
-        }
         let completion = work_start + work_s;
         if completion > inst.deadline_s + eps && problem.is_none() {
             problem = Some(format!(
                 "work completes {:.1} ms after its deadline ({:.1} ms of paging in the way)",
                 (completion - inst.deadline_s) * 1e3,
-                paging_s * 1e3
+                (paging_end - paging_start) * 1e3
             ));
         }
         SlotPlan {
@@ -648,27 +772,178 @@ impl<'a> PlanContext<'a> {
         }
     }
 
-    /// Plans every instance with the mode's own victim choice.
+    /// Times a demand slot's paging when demand paging was measured: the slot faults its page-outs, then its
+    /// page-ins, at the demand speeds; each also keeps the store busy at its direct speed (one queue shared by all
+    /// CPUs), and ends when both are done. The page-ins start once the memory they take is free for good: after the
+    /// slot's own page-outs and when no operation decided earlier would push the memory past the capacity. Returns
+    /// the paging's start and end.
+    fn time_concurrent_demand(
+        &self,
+        state: &mut PlannerState,
+        inst: &Instance,
+        page_outs: &[PageOp],
+        page_ins: &[PageOp],
+    ) -> (f64, f64) {
+        let t0 = inst.start_s;
+        // Operations before the slot starts are over for every later query: fold them into the base.
+        let (done, later): (Vec<(f64, i64)>, Vec<(f64, i64)>) =
+            state.mem_events.iter().partition(|e| e.0 <= t0);
+        state.mem_base += done.iter().map(|e| e.1).sum::<i64>();
+        state.mem_events = later;
+        state.store_busy.retain(|iv| iv.1 > t0);
+        let store = self.bandwidths;
+        let mut out_end = t0;
+        if !page_outs.is_empty() {
+            let lane_s: f64 = page_outs.iter().map(|o| o.est_s).sum();
+            let store_s: f64 = page_outs.iter().map(|o| store.write_s(o.io_bytes)).sum();
+            let dev = occupy(&mut state.store_busy, t0, store_s);
+            out_end = (t0 + lane_s).max(dev + store_s);
+            let freed: u64 = page_outs.iter().map(|o| o.bytes).sum();
+            state.mem_events.push((out_end, -(freed as i64)));
+        }
+        if page_ins.is_empty() {
+            return (t0, out_end);
+        }
+        let taken: u64 = page_ins.iter().map(|o| o.bytes).sum();
+        let cap = self.system.platform.capacity_bytes as i64;
+        state
+            .mem_events
+            .sort_by(|a, b| a.0.total_cmp(&b.0).then(a.1.cmp(&b.1)));
+        // Memory after each event, and the most it reaches from each event on.
+        let mut level = Vec::with_capacity(state.mem_events.len());
+        let mut m = state.mem_base;
+        for e in &state.mem_events {
+            m += e.1;
+            level.push(m);
+        }
+        let mut peak_from = level.clone();
+        for i in (0..peak_from.len().saturating_sub(1)).rev() {
+            peak_from[i] = peak_from[i].max(peak_from[i + 1]);
+        }
+        let fits = |t: f64| {
+            let j = state.mem_events.partition_point(|e| e.0 <= t);
+            let now = if j == 0 { state.mem_base } else { level[j - 1] };
+            let ahead = peak_from.get(j).copied().unwrap_or(i64::MIN);
+            now.max(ahead) + taken as i64 <= cap
+        };
+        let t_in = std::iter::once(out_end)
+            .chain(
+                state
+                    .mem_events
+                    .iter()
+                    .map(|e| e.0)
+                    .filter(|&t| t > out_end),
+            )
+            .find(|&t| fits(t))
+            .unwrap_or_else(|| {
+                state
+                    .mem_events
+                    .last()
+                    .map_or(out_end, |e| e.0.max(out_end))
+            });
+        let lane_s: f64 = page_ins.iter().map(|o| o.est_s).sum();
+        let store_s: f64 = page_ins.iter().map(|o| store.read_s(o.io_bytes)).sum();
+        let dev = occupy(&mut state.store_busy, t_in, store_s);
+        state.mem_events.push((t_in, taken as i64));
+        (t0, (t_in + lane_s).max(dev + store_s))
+    }
+
+    /// Victims for instance `idx` from the choice decided ahead ([`PlanContext::with_victims`]), Belady's rule for
+    /// any room they leave missing. Returns the victims, a capacity problem (nothing can make room) and a deviation
+    /// from the choice.
+    fn fixed_victims(
+        &self,
+        fixed: &[Vec<BufferId>],
+        state: &PlannerState,
+        idx: usize,
+        need: &Need,
+    ) -> (Vec<BufferId>, Option<String>, Option<String>) {
+        let inst = &self.instances[idx];
+        let name = &self.system.components[inst.component].name;
+        let buffer_name = |b: BufferId| {
+            self.system.buffers().get(b.0).map_or_else(
+                || format!("buffer {}", b.0),
+                |(c, spec)| format!("{}.{}", self.system.components[*c].name, spec.name),
+            )
+        };
+        let mut victims = Vec::new();
+        let mut deviation = None;
+        for &b in fixed.get(inst.slot).map_or(&[][..], Vec::as_slice) {
+            if !state.resident.contains(&b) {
+                // During the first repetition memory is still filling: a victim not loaded yet is no deviation.
+                if inst.hyperperiod > 0 && deviation.is_none() {
+                    deviation = Some(format!("planned victim {} is not resident", buffer_name(b)));
+                }
+            } else if !need.candidates.contains(&b) {
+                deviation
+                    .get_or_insert_with(|| format!("planned victim {} is in use", buffer_name(b)));
+            } else {
+                victims.push(b);
+            }
+        }
+        let freed: u64 = victims.iter().map(|b| self.sizes[b.0]).sum();
+        if freed >= need.shortfall_bytes {
+            return (victims, None, deviation);
+        }
+        let rest = Need {
+            missing: need.missing.clone(),
+            shortfall_bytes: need.shortfall_bytes - freed,
+            candidates: need
+                .candidates
+                .iter()
+                .copied()
+                .filter(|b| !victims.contains(b))
+                .collect(),
+        };
+        match self.choose_victims(state, idx, &rest) {
+            Some(extra) => {
+                victims.extend(extra);
+                (
+                    victims,
+                    None,
+                    deviation.or_else(|| Some(format!("the planned victims do not make room for {name}"))),
+                )
+            }
+            None => (
+                need.candidates.clone(),
+                Some(format!(
+                    "{name} needs {} more bytes than the capacity leaves, and everything else resident is in use",
+                    need.shortfall_bytes
+                )),
+                deviation,
+            ),
+        }
+    }
+
+    /// Plans every instance with the mode's own victim choice (or the one given by [`PlanContext::with_victims`]).
     pub fn plan(&self) -> Plan {
         let mut state = self.initial_state();
         let mut slots = Vec::with_capacity(self.instances.len());
         for idx in self.decision_order() {
             let need = self.need(&state, idx);
-            let (victims, problem) = match self.choose_victims(&state, idx, &need) {
-                Some(v) => (v, None),
-                None => {
-                    let inst = &self.instances[idx];
-                    let name = &self.system.components[inst.component].name;
-                    (
-                        need.candidates.clone(),
-                        Some(format!(
-                            "{name} needs {} more bytes than the capacity leaves, and everything else resident is in use",
-                            need.shortfall_bytes
-                        )),
-                    )
-                }
+            let (victims, problem, deviation) = match &self.fixed {
+                Some(fixed) => self.fixed_victims(fixed, &state, idx, &need),
+                None => match self.choose_victims(&state, idx, &need) {
+                    Some(v) => (v, None, None),
+                    None => {
+                        let inst = &self.instances[idx];
+                        let name = &self.system.components[inst.component].name;
+                        (
+                            need.candidates.clone(),
+                            Some(format!(
+                                "{name} needs {} more bytes than the capacity leaves, and everything else resident is in use",
+                                need.shortfall_bytes
+                            )),
+                            None,
+                        )
+                    }
+                },
             };
-            slots.push(self.apply(&mut state, idx, &victims, problem));
+            let mut sp = self.apply(&mut state, idx, &victims, problem);
+            if let Some(d) = deviation {
+                sp.problem.get_or_insert(d);
+            }
+            slots.push(sp);
         }
         Plan {
             mode: self.mode,
@@ -682,6 +957,27 @@ impl<'a> PlanContext<'a> {
             slots,
         }
     }
+}
+
+/// Books `d` seconds of the store in the first free interval from `ready` on; returns its start.
+fn occupy(busy: &mut Vec<(f64, f64)>, ready: f64, d: f64) -> f64 {
+    if d <= 0.0 {
+        return ready;
+    }
+    let mut t = ready;
+    let mut at = busy.len();
+    for (i, &(s, e)) in busy.iter().enumerate() {
+        if e <= t {
+            continue;
+        }
+        if s >= t + d {
+            at = i;
+            break;
+        }
+        t = t.max(e);
+    }
+    busy.insert(at, (t, t + d));
+    t
 }
 
 fn issue_for(mode: Mode, inst: &Instance) -> f64 {
@@ -720,8 +1016,18 @@ fn cmp_next(a: Option<(f64, f64, usize)>, b: Option<(f64, f64, usize)>) -> std::
 }
 
 /// Plans `system` in `mode` over `hyperperiods` repetitions.
+///
+/// `Sync` follows the periodic victim choice of [`sync_victims`] for this table (so the table [`feasible_table`]
+/// returns runs with the choice its analysis made), or Belady's rule when no periodic choice runs the table.
 pub fn plan(system: &System, mode: Mode, hyperperiods: usize, bandwidths: Bandwidths) -> Plan {
-    PlanContext::new(system, mode, hyperperiods.max(1), bandwidths).plan()
+    let ctx = PlanContext::new(system, mode, hyperperiods.max(1), bandwidths);
+    match mode {
+        Mode::Sync => match sync_victims(system, bandwidths) {
+            Some(v) => ctx.with_victims(v).plan(),
+            None => ctx.plan(),
+        },
+        Mode::Async | Mode::Demand => ctx.plan(),
+    }
 }
 
 /// Repetitions planned to judge feasibility: the first fills memory, the later ones are the steady state.
@@ -825,27 +1131,462 @@ pub fn max_oversubscription(
 
 /// The table `mode` needs to meet every deadline, with the shortest hyperperiod this planner finds:
 /// - `Async` keeps the table's shape and stretches or shrinks it uniformly ([`min_feasible_hyperperiod`]);
-/// - `Sync` repacks each CPU's slots back to back with a paging slot before every slot that pages (Fig. 7);
-/// - `Demand` repacks them with each slot's window widened by the paging it does at its start (Fig. 6).
+/// - `Sync` repacks each CPU's slots back to back with a paging slot before every slot that pages (Fig. 7), for the
+///   best periodic victim choice ([`sync_search`]); when the search is not exhaustive (a large system), Belady's
+///   repacking below is tried too and the shorter kept;
+/// - `Demand` repacks them with each slot's window widened by the paging it does at its start (Fig. 6): each slot's
+///   most paging in the steady state of an LRU plan on a relaxed table.
 ///
-/// Paging amounts are each slot's most in the steady state of a plan on a relaxed table; if the repacked table still has a
-/// problem (the store is shared by all CPUs), it is stretched until it has none. `None` when nothing works.
+/// Repacking keeps every slot's whole length (its budget) besides its paging, as the paper's Figs. 6 and 7 count
+/// it: a component suspended for paging still gets its whole time slice (a slot whose planned work is longer gets
+/// room for the work). If the repacked table still has a problem (the store is shared by all CPUs), it is stretched
+/// in 1% steps, up to twice, until it has none. Only when no repacked table works is the uniform stretch used for
+/// `Sync` and `Demand`. `None` when nothing works.
 pub fn feasible_table(system: &System, mode: Mode, bandwidths: Bandwidths) -> Option<System> {
     let uniform =
-        min_feasible_hyperperiod(system, mode, bandwidths).map(|h| system.with_hyperperiod(h));
-    if mode == Mode::Async {
-        return uniform;
+        || min_feasible_hyperperiod(system, mode, bandwidths).map(|h| system.with_hyperperiod(h));
+    let shorter = |a: Option<System>, b: Option<System>| match (a, b) {
+        (Some(x), Some(y)) if y.table.hyperperiod_s < x.table.hyperperiod_s - EPS => Some(y),
+        (Some(x), _) => Some(x),
+        (None, y) => y,
+    };
+    match mode {
+        Mode::Async => uniform(),
+        Mode::Sync => {
+            let search = sync_search(system, bandwidths);
+            let mut best = search.best.map(|c| c.table);
+            if !search.exhaustive || best.is_none() {
+                best = shorter(best, belady_repack(system, mode, bandwidths));
+            }
+            best.or_else(uniform)
+        }
+        Mode::Demand => belady_repack(system, mode, bandwidths).or_else(uniform),
     }
-    let relaxed = uniform
-        .clone()
+}
+
+/// The repacked table with each slot's paging taken as its most in the steady state of the mode's own plan
+/// (Belady's rule or LRU) on a relaxed table: the table stretched uniformly until feasible, else eight times.
+fn belady_repack(system: &System, mode: Mode, bandwidths: Bandwidths) -> Option<System> {
+    let relaxed = min_feasible_hyperperiod(system, mode, bandwidths)
+        .map(|h| system.with_hyperperiod(h))
         .unwrap_or_else(|| system.with_hyperperiod(system.table.hyperperiod_s * 8.0));
-    let p = plan(&relaxed, mode, ANALYSIS_HYPERPERIODS, bandwidths);
-    // Belady's choices can repeat over several hyperperiods, so a fixed table gives each slot the most paging it
-    // does in any steady-state repetition.
+    let p = PlanContext::new(&relaxed, mode, ANALYSIS_HYPERPERIODS, bandwidths).plan();
+    // The choices can repeat over several hyperperiods, so a fixed table gives each slot the most paging it does in
+    // any steady-state repetition.
     let mut paging_s = vec![0.0f64; system.table.slots.len()];
     for s in p.slots.iter().filter(|s| s.instance.hyperperiod > 0) {
         paging_s[s.instance.slot] = paging_s[s.instance.slot].max(s.paging_s());
     }
+    let (packed, _) = repack(system, mode, &paging_s);
+    stretch_until(&packed, |s| steady_feasible(s, mode, bandwidths))
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Sync: the periodic victim choice.
+
+/// DFS nodes (decisions and cover choices tried, over all starting sets) an exhaustive sync search may visit before
+/// it settles for the best choice found so far (see [`sync_search`]).
+pub const SYNC_SEARCH_NODES: usize = 200_000;
+
+/// Buffers the exhaustive sync search handles (one bit each); larger systems use Belady's rule.
+const SYNC_MAX_BUFFERS: usize = 64;
+
+const EPS: f64 = 1e-9;
+
+/// One steady-state hyperperiod of sync decisions on a table, in decision order, with what each may evict.
+#[derive(Debug, Clone)]
+struct SyncWindow {
+    /// Table slot of each decision.
+    slot: Vec<usize>,
+    /// CPU lane of each decision.
+    cpu: Vec<usize>,
+    /// The decision's own buffers.
+    own: Vec<u64>,
+    /// Buffers that may not be evicted at the decision (its own, those of slots running during its paging or
+    /// starting before it, those of decided slots not finished).
+    pinned: Vec<u64>,
+    /// Buffers used by a later decision of the window.
+    later_use: Vec<u64>,
+    /// Decisions from each decision to each buffer's next use (cyclically; `usize::MAX`: never used).
+    next_use: Vec<Vec<usize>>,
+    /// Room for the paging slot: the slot's start minus the end of the previous slot on its lane.
+    gap_s: Vec<f64>,
+    sizes: Vec<u64>,
+    /// Page-out and page-in time of each buffer (a read-only buffer's page-out writes nothing).
+    out_s: Vec<f64>,
+    in_s: Vec<f64>,
+    /// Buffers some slot uses.
+    used: u64,
+    capacity: u64,
+}
+
+fn mask_of(bufs: &[BufferId]) -> u64 {
+    bufs.iter().fold(0u64, |m, b| m | (1u64 << b.0))
+}
+
+fn bits(mask: u64) -> impl Iterator<Item = usize> {
+    (0..64).filter(move |i| mask & (1u64 << i) != 0)
+}
+
+impl SyncWindow {
+    /// The window of `system`'s table; `None` when the system is too large for the exhaustive search or has no
+    /// table.
+    fn new(system: &System, bw: Bandwidths) -> Option<SyncWindow> {
+        let bufs = system.buffers();
+        let m = system.table.slots.len();
+        if bufs.len() > SYNC_MAX_BUFFERS || m == 0 || system.table.hyperperiod_s <= 0.0 {
+            return None;
+        }
+        // Five repetitions: the decisions from the third one's first on are a full period with its whole context.
+        let ctx = PlanContext::new(system, Mode::Sync, 5, bw);
+        let order = ctx.decision_order();
+        let p0 = order
+            .iter()
+            .position(|&i| ctx.instances[i].hyperperiod == 2)?;
+        let block = order.get(p0..p0 + m)?;
+        let mut seen = vec![false; m];
+        for &i in block {
+            let s = ctx.instances[i].slot;
+            if std::mem::replace(seen.get_mut(s)?, true) {
+                return None;
+            }
+        }
+        let mut w = SyncWindow {
+            slot: Vec::with_capacity(m),
+            cpu: Vec::with_capacity(m),
+            own: Vec::with_capacity(m),
+            pinned: Vec::with_capacity(m),
+            later_use: vec![0; m],
+            next_use: Vec::with_capacity(m),
+            gap_s: Vec::with_capacity(m),
+            sizes: bufs.iter().map(|(_, b)| b.size_bytes).collect(),
+            out_s: bufs
+                .iter()
+                .map(|(_, b)| {
+                    if b.read_only {
+                        0.0
+                    } else {
+                        bw.write_s(b.size_bytes)
+                    }
+                })
+                .collect(),
+            in_s: bufs.iter().map(|(_, b)| bw.read_s(b.size_bytes)).collect(),
+            used: 0,
+            capacity: system.platform.capacity_bytes,
+        };
+        for (k, &idx) in block.iter().enumerate() {
+            let inst = &ctx.instances[idx];
+            let issue = inst.prev_end_s;
+            let own = mask_of(&inst.buffers);
+            let mut pinned = own;
+            for &j in &order[..p0 + k] {
+                let o = &ctx.instances[j];
+                if o.end_s > issue + EPS {
+                    pinned |= mask_of(&o.buffers);
+                }
+            }
+            for o in &ctx.instances {
+                if o.start_s < inst.start_s - EPS && o.end_s > issue + EPS {
+                    pinned |= mask_of(&o.buffers);
+                }
+            }
+            w.slot.push(inst.slot);
+            w.cpu.push(inst.cpu);
+            w.own.push(own);
+            w.pinned.push(pinned);
+            w.gap_s.push(inst.start_s - inst.prev_end_s);
+            w.used |= own;
+        }
+        for k in (0..m.saturating_sub(1)).rev() {
+            w.later_use[k] = w.later_use[k + 1] | w.own[k + 1];
+        }
+        for k in 0..m {
+            let dist = (0..bufs.len())
+                .map(|b| {
+                    (1..=m)
+                        .find(|d| w.own[(k + d) % m] & (1u64 << b) != 0)
+                        .unwrap_or(usize::MAX)
+                })
+                .collect();
+            w.next_use.push(dist);
+        }
+        Some(w)
+    }
+
+    fn len(&self) -> usize {
+        self.slot.len()
+    }
+
+    fn bytes(&self, mask: u64) -> u64 {
+        bits(mask).map(|b| self.sizes[b]).sum()
+    }
+
+    fn paging_s(&self, victims: u64, missing: u64) -> f64 {
+        bits(victims).map(|b| self.out_s[b]).sum::<f64>()
+            + bits(missing).map(|b| self.in_s[b]).sum::<f64>()
+    }
+
+    /// Whether `victims` is a minimal cover of `short` bytes: enough, and none of them superfluous.
+    fn minimal_cover(&self, victims: u64, short: u64) -> bool {
+        let freed = self.bytes(victims);
+        freed >= short && bits(victims).all(|b| freed - self.sizes[b] < short)
+    }
+
+    /// The minimal covers of `short` bytes among `cands` at decision `k`: cheapest page-outs first, then (Belady's
+    /// rule) those whose buffers are next used furthest ahead.
+    fn covers(&self, k: usize, cands: u64, short: u64, nodes: &mut usize) -> Vec<u64> {
+        if short == 0 {
+            return vec![0];
+        }
+        let items: Vec<usize> = bits(cands).collect();
+        let mut rest = vec![0u64; items.len() + 1];
+        for i in (0..items.len()).rev() {
+            rest[i] = rest[i + 1] + self.sizes[items[i]];
+        }
+        let mut out = Vec::new();
+        let mut stack = vec![(0usize, 0u64, 0u64)];
+        while let Some((i, chosen, sum)) = stack.pop() {
+            *nodes += 1;
+            if sum >= short {
+                if self.minimal_cover(chosen, short) {
+                    out.push(chosen);
+                }
+                continue;
+            }
+            if i == items.len() || sum + rest[i] < short {
+                continue;
+            }
+            stack.push((i + 1, chosen, sum));
+            stack.push((
+                i + 1,
+                chosen | (1u64 << items[i]),
+                sum + self.sizes[items[i]],
+            ));
+        }
+        let soonest = |c: u64| bits(c).map(|b| self.next_use[k][b]).min().unwrap_or(0);
+        out.sort_by(|&a, &b| {
+            let (ca, cb) = (self.paging_s(a, 0), self.paging_s(b, 0));
+            ca.total_cmp(&cb)
+                .then(soonest(b).cmp(&soonest(a)))
+                .then(a.cmp(&b))
+        });
+        out
+    }
+
+    /// Checks that `victims` (per table slot) is a periodic choice on this window: starting from the resident set
+    /// it implies (a buffer is resident at the window's start when its last event in the window is a use, not an
+    /// eviction), every decision evicts resident buffers it may evict, as few as cover its shortfall (a minimal
+    /// cover), and the window ends where it started. Returns each table slot's paging time.
+    fn cycle(&self, victims: &[Vec<BufferId>]) -> Option<Vec<f64>> {
+        let m = self.len();
+        if victims.len() != m {
+            return None;
+        }
+        let nb = self.sizes.len();
+        if victims.iter().flatten().any(|b| b.0 >= nb) {
+            return None;
+        }
+        let vm: Vec<u64> = self.slot.iter().map(|&s| mask_of(&victims[s])).collect();
+        let mut r0 = 0u64;
+        for b in 0..nb {
+            let bit = 1u64 << b;
+            let mut status = false;
+            for k in 0..m {
+                if vm[k] & bit != 0 {
+                    status = false;
+                }
+                if self.own[k] & bit != 0 {
+                    status = true;
+                }
+            }
+            if status {
+                r0 |= bit;
+            }
+        }
+        if self.bytes(r0) > self.capacity {
+            return None;
+        }
+        let mut paging = vec![0.0; m];
+        let mut res = r0;
+        for k in 0..m {
+            let missing = self.own[k] & !res;
+            let free = self.capacity.saturating_sub(self.bytes(res));
+            let short = self.bytes(missing).saturating_sub(free);
+            let cands = res & !self.pinned[k];
+            if vm[k] & !cands != 0 || !self.minimal_cover(vm[k], short) {
+                return None;
+            }
+            res = (res & !vm[k]) | missing;
+            paging[self.slot[k]] = self.paging_s(vm[k], missing);
+        }
+        (res == r0).then_some(paging)
+    }
+}
+
+/// The depth-first search over periodic choices: for each starting resident set, each decision of the window
+/// branches on the minimal covers of its shortfall; a branch whose lanes already add up to the bound is cut.
+struct SyncDfs<'a> {
+    w: &'a SyncWindow,
+    /// Lane index of each decision.
+    lane: Vec<usize>,
+    /// Per lane, the slots' lengths (or works, when longer).
+    base: Vec<f64>,
+    /// Per lane, the paging decided so far.
+    extra: Vec<f64>,
+    victims: Vec<u64>,
+    paging: Vec<f64>,
+    r0: u64,
+    /// Cut branches whose paging does not fit the gap before its slot (planning a table as it is).
+    gap_fit: bool,
+    bound: f64,
+    nodes: usize,
+    budget: usize,
+    out_of_budget: bool,
+}
+
+impl<'a> SyncDfs<'a> {
+    fn new(w: &'a SyncWindow, system: &System, gap_fit: bool, budget: usize) -> Self {
+        let mut cpus: Vec<usize> = w.cpu.clone();
+        cpus.sort_unstable();
+        cpus.dedup();
+        let lane: Vec<usize> = w
+            .cpu
+            .iter()
+            .map(|c| cpus.binary_search(c).unwrap_or(0))
+            .collect();
+        let mut base = vec![0.0; cpus.len()];
+        for (k, &s) in w.slot.iter().enumerate() {
+            let slot = &system.table.slots[s];
+            let work = system
+                .components
+                .get(slot.component)
+                .map_or(0.0, |c| c.work.compute_s());
+            base[lane[k]] += slot.length_s.max(work);
+        }
+        SyncDfs {
+            w,
+            lane,
+            extra: vec![0.0; base.len()],
+            base,
+            victims: vec![0; w.len()],
+            paging: vec![0.0; w.len()],
+            r0: 0,
+            gap_fit,
+            bound: f64::INFINITY,
+            nodes: 0,
+            budget,
+            out_of_budget: false,
+        }
+    }
+
+    /// The longest lane with the paging decided so far: a lower bound of any completion's repacked period.
+    fn packed_s(&self) -> f64 {
+        self.base
+            .iter()
+            .zip(&self.extra)
+            .map(|(b, e)| b + e)
+            .fold(0.0, f64::max)
+    }
+
+    /// The victims of the current leaf per table slot.
+    fn victims_by_slot(&self) -> Vec<Vec<BufferId>> {
+        let mut v = vec![Vec::new(); self.w.len()];
+        for (k, &s) in self.w.slot.iter().enumerate() {
+            v[s] = bits(self.victims[k]).map(BufferId).collect();
+        }
+        v
+    }
+
+    /// Runs the search; `leaf` sees each complete periodic choice whose packed period is under the bound and
+    /// returns the new bound when the choice improves on it.
+    fn run(&mut self, leaf: &mut dyn FnMut(&SyncDfs<'_>) -> Option<f64>) {
+        let w = self.w;
+        // Starting sets: subsets of the used buffers that fit, those keeping more (higher bits) first.
+        let mut r = w.used;
+        loop {
+            if self.out_of_budget {
+                return;
+            }
+            if w.bytes(r) <= w.capacity {
+                self.r0 = r;
+                self.dfs(0, r, leaf);
+            }
+            if r == 0 {
+                break;
+            }
+            r = (r - 1) & w.used;
+        }
+    }
+
+    fn dfs(&mut self, k: usize, res: u64, leaf: &mut dyn FnMut(&SyncDfs<'_>) -> Option<f64>) {
+        let w = self.w;
+        self.nodes += 1;
+        if self.nodes > self.budget {
+            self.out_of_budget = true;
+            return;
+        }
+        if k == w.len() {
+            if res == self.r0 && self.packed_s() < self.bound - EPS {
+                if let Some(b) = leaf(self) {
+                    self.bound = self.bound.min(b);
+                }
+            }
+            return;
+        }
+        let missing = w.own[k] & !res;
+        let free = w.capacity.saturating_sub(w.bytes(res));
+        let short = w.bytes(missing).saturating_sub(free);
+        // A buffer resident at the start must not be evicted after its last use, or the window cannot close.
+        let cands = res & !w.pinned[k] & !(self.r0 & !w.later_use[k]);
+        for cover in w.covers(k, cands, short, &mut self.nodes) {
+            if self.out_of_budget {
+                return;
+            }
+            let p = w.paging_s(cover, missing);
+            if self.gap_fit && p > w.gap_s[k] + EPS {
+                continue;
+            }
+            let lane = self.lane[k];
+            self.extra[lane] += p;
+            if self.packed_s() < self.bound - EPS {
+                self.victims[k] = cover;
+                self.paging[k] = p;
+                self.dfs(k + 1, (res & !cover) | missing, leaf);
+            }
+            self.extra[lane] -= p;
+        }
+        self.victims[k] = 0;
+        self.paging[k] = 0.0;
+    }
+}
+
+/// The outcome of [`sync_search`].
+#[derive(Debug, Clone)]
+pub struct SyncSearch {
+    /// The best choice found: the victims per slot of `table`, and the repacked table.
+    pub best: Option<SyncChoice>,
+    /// Whether the search covered every periodic choice (then `best` is optimal among them); false when the
+    /// system has more than 64 buffers or the search used its [`SYNC_SEARCH_NODES`] nodes.
+    pub exhaustive: bool,
+    /// DFS nodes visited.
+    pub nodes: usize,
+}
+
+/// A periodic sync victim choice and the table it gives.
+#[derive(Debug, Clone)]
+pub struct SyncChoice {
+    /// The repacked (and, if the store needed it, stretched) table.
+    pub table: System,
+    /// Victims per slot of `table` (indexed like `table.table.slots`), paged out in the paging slot before it.
+    pub victims: Vec<Vec<BufferId>>,
+    /// Each slot's paging time, seconds (indexed like `table.table.slots`).
+    pub paging_s: Vec<f64>,
+}
+
+/// Repacks each CPU's slots back to back in their order, with `paging_s[i]` before slot `i` (sync) or added to its
+/// window (demand); a slot whose work is longer than it gets room for the work. Returns the table and, per old slot
+/// index, its index in the new table.
+fn repack(system: &System, mode: Mode, paging_s: &[f64]) -> (System, Vec<usize>) {
     let mut packed = system.clone();
     let mut lane_end: HashMap<usize, f64> = HashMap::new();
     let mut order: Vec<usize> = (0..system.table.slots.len()).collect();
@@ -855,32 +1596,182 @@ pub fn feasible_table(system: &System, mode: Mode, bandwidths: Bandwidths) -> Op
             .total_cmp(&system.table.slots[b].start_s)
     });
     for i in order {
+        let work = system
+            .components
+            .get(system.table.slots[i].component)
+            .map_or(0.0, |c| c.work.compute_s());
         let slot = &mut packed.table.slots[i];
+        let room = slot.length_s.max(work);
         let t = lane_end.entry(slot.cpu).or_insert(0.0);
+        let p = paging_s.get(i).copied().unwrap_or(0.0);
         match mode {
             Mode::Sync => {
-                slot.start_s = *t + paging_s[i];
-                *t = slot.start_s + slot.length_s;
+                slot.start_s = *t + p;
+                *t = slot.start_s + room;
             }
             _ => {
                 slot.start_s = *t;
-                *t += paging_s[i] + slot.length_s;
+                *t += p + room;
             }
         }
     }
     packed.table.hyperperiod_s = lane_end.values().copied().fold(0.0, f64::max).max(1e-6);
-    packed
-        .table
-        .slots
-        .sort_by(|a, b| a.start_s.total_cmp(&b.start_s).then(a.cpu.cmp(&b.cpu)));
-    // Stretch in 1% steps until the shared store keeps up, up to twice the packed length.
-    let base = packed.table.hyperperiod_s;
-    let repacked = (0..=100)
-        .map(|k| packed.with_hyperperiod(base * (1.0 + k as f64 / 100.0)))
-        .find(|s| steady_feasible(s, mode, bandwidths));
-    match (repacked, uniform) {
-        (Some(r), Some(u)) if u.table.hyperperiod_s < r.table.hyperperiod_s => Some(u),
-        (Some(r), _) => Some(r),
-        (None, u) => u,
+    let mut idx: Vec<usize> = (0..packed.table.slots.len()).collect();
+    idx.sort_by(|&a, &b| {
+        let (x, y) = (&packed.table.slots[a], &packed.table.slots[b]);
+        x.start_s.total_cmp(&y.start_s).then(x.cpu.cmp(&y.cpu))
+    });
+    let mut new_index = vec![0; idx.len()];
+    for (pos, &old) in idx.iter().enumerate() {
+        new_index[old] = pos;
     }
+    packed.table.slots = idx.iter().map(|&i| packed.table.slots[i].clone()).collect();
+    (packed, new_index)
+}
+
+/// Stretches `packed` until `ok` accepts it: as it is, else in 1% steps up to twice its period (tried first at
+/// twice: if that fails too, nothing is). Returns the accepted table.
+fn stretch_until(packed: &System, ok: impl Fn(&System) -> bool) -> Option<System> {
+    let base = packed.table.hyperperiod_s;
+    let at = |k: u32| packed.with_hyperperiod(base * (1.0 + f64::from(k) / 100.0));
+    let first = at(0);
+    if ok(&first) {
+        return Some(first);
+    }
+    let last = at(100);
+    if !ok(&last) {
+        return None;
+    }
+    (1..100).map(at).find(|s| ok(s)).or(Some(last))
+}
+
+/// Whether the steady state (every repetition after the first) of `p` has no problem.
+fn steady_ok(p: &Plan) -> bool {
+    p.slots
+        .iter()
+        .filter(|s| s.instance.hyperperiod > 0)
+        .all(|s| s.problem.is_none())
+}
+
+/// Whether `victims` (per slot of `system`'s table) is a periodic choice on this table and the plan that follows
+/// it runs the steady state without a problem.
+fn fixed_ok(system: &System, w: &SyncWindow, victims: &[Vec<BufferId>], bw: Bandwidths) -> bool {
+    table_fits(system)
+        && w.cycle(victims).is_some()
+        && steady_ok(
+            &PlanContext::new(system, Mode::Sync, ANALYSIS_HYPERPERIODS, bw)
+                .with_victims(victims.to_vec())
+                .plan(),
+        )
+}
+
+/// The sync period of one periodic choice `victims` (per slot of `system`'s table), as the search judges it:
+/// `None` unless it is a periodic choice on the table; else the table repacked with each slot's paging slot before
+/// it, stretched until the plan following the choice runs without a problem.
+fn evaluate_sync(
+    system: &System,
+    w: &SyncWindow,
+    victims: &[Vec<BufferId>],
+    bw: Bandwidths,
+) -> Option<SyncChoice> {
+    let paging = w.cycle(victims)?;
+    let (packed, new_index) = repack(system, Mode::Sync, &paging);
+    let mut moved = vec![Vec::new(); victims.len()];
+    let mut moved_paging = vec![0.0; victims.len()];
+    for (old, &new) in new_index.iter().enumerate() {
+        moved[new] = victims[old].clone();
+        moved_paging[new] = paging[old];
+    }
+    let table = stretch_until(&packed, |t| {
+        SyncWindow::new(t, bw).is_some_and(|tw| fixed_ok(t, &tw, &moved, bw))
+    })?;
+    Some(SyncChoice {
+        table,
+        victims: moved,
+        paging_s: moved_paging,
+    })
+}
+
+/// The repacked sync period of one periodic victim choice (`victims[i]`: what the paging slot before table slot
+/// `i` pages out; see [`sync_search`]), or `None` when it is not a periodic choice of this table or no stretch up
+/// to twice the packed period runs it. This is the function the search minimises; the brute-force test calls it on
+/// every choice.
+pub fn sync_period_with(system: &System, victims: &[Vec<BufferId>], bw: Bandwidths) -> Option<f64> {
+    let w = SyncWindow::new(system, bw)?;
+    evaluate_sync(system, &w, victims, bw).map(|c| c.table.table.hyperperiod_s)
+}
+
+/// The shortest sync table over periodic victim choices (Fig. 7).
+///
+/// A periodic choice says, for each slot of the table, which buffers the paging slot before it pages out; it is
+/// the same every hyperperiod, so the steady state repeats every hyperperiod (Belady's rule, optimal in page-outs,
+/// can cycle over several, and a fixed table must then budget each slot's worst). Victims are chosen only by the
+/// slot that needs the room, as few as cover its shortfall (a minimal cover), among the resident buffers no slot
+/// running during the paging, starting before the slot, or decided and not finished holds. Each choice is judged
+/// by the table it gives: each CPU's slots packed back to back with a paging slot before every slot that pages,
+/// then stretched in 1% steps (up to twice) while the plan following the choice has a problem (the shared store not
+/// keeping up). The search is exhaustive: a depth-first search over the starting resident set and each decision's
+/// minimal covers, cutting branches whose lanes already reach the best period found (the packed length is a lower
+/// bound of the stretched one). It gives up after [`SYNC_SEARCH_NODES`] nodes, or does not start for systems with
+/// more than 64 buffers; `exhaustive` says so, and [`feasible_table`] then also tries Belady's repacking.
+pub fn sync_search(system: &System, bw: Bandwidths) -> SyncSearch {
+    let Some(w) = SyncWindow::new(system, bw) else {
+        return SyncSearch {
+            best: None,
+            exhaustive: false,
+            nodes: 0,
+        };
+    };
+    let mut best: Option<SyncChoice> = None;
+    let mut dfs = SyncDfs::new(&w, system, false, SYNC_SEARCH_NODES);
+    dfs.run(&mut |d: &SyncDfs<'_>| {
+        let choice = evaluate_sync(system, &w, &d.victims_by_slot(), bw)?;
+        let p = choice.table.table.hyperperiod_s;
+        let better = best
+            .as_ref()
+            .is_none_or(|b| p < b.table.table.hyperperiod_s - EPS);
+        better.then(|| {
+            best = Some(choice);
+            p
+        })
+    });
+    let (exhaustive, nodes) = (!dfs.out_of_budget, dfs.nodes);
+    // The table may run with other choices as good as this one (ties); report the one its plan follows
+    // ([`sync_victims`]), so what the analysis says is what `plan` (and the executor) does.
+    if let Some(b) = &mut best {
+        let followed = sync_victims(&b.table, bw).and_then(|v| {
+            let paging = SyncWindow::new(&b.table, bw)?.cycle(&v)?;
+            Some((v, paging))
+        });
+        if let Some((v, paging)) = followed {
+            b.victims = v;
+            b.paging_s = paging;
+        }
+    }
+    SyncSearch {
+        best,
+        exhaustive,
+        nodes,
+    }
+}
+
+/// The periodic choice the sync plan of `system`'s table follows as it is (no repacking): among the choices whose
+/// plan runs the steady state without a problem, the one whose packed period is shortest (the first found on ties,
+/// in the search order of [`sync_search`]). `None` when none does (or the search is not possible or ran out of
+/// nodes without one): the plan then uses Belady's rule.
+pub fn sync_victims(system: &System, bw: Bandwidths) -> Option<Vec<Vec<BufferId>>> {
+    let w = SyncWindow::new(system, bw)?;
+    if !table_fits(system) {
+        return None;
+    }
+    let mut best: Option<Vec<Vec<BufferId>>> = None;
+    let mut dfs = SyncDfs::new(&w, system, true, SYNC_SEARCH_NODES);
+    dfs.run(&mut |d: &SyncDfs<'_>| {
+        let v = d.victims_by_slot();
+        fixed_ok(system, &w, &v, bw).then(|| {
+            best = Some(v);
+            d.packed_s()
+        })
+    });
+    best
 }

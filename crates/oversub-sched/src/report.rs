@@ -35,15 +35,29 @@ pub struct SlotPaging {
 }
 
 /// The analysis of one paging mode.
+///
+/// With a work inflation (interference, Sec. III-D; [`PlanDoc::new_inflated`]) everything is analysed with every
+/// work planned `work_inflation` times as long, and `feasible_at_target_uninflated` /
+/// `min_feasible_period_uninflated_s` give the same two answers for the works as declared.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ModeAnalysis {
     /// The table's own period, seconds.
     pub target_period_s: f64,
-    /// Whether the steady state runs at that period.
+    /// The page-in speed this mode's paging was priced at, bytes per second.
+    pub read_bytes_per_s: f64,
+    /// The page-out speed this mode's paging was priced at, bytes per second.
+    pub write_bytes_per_s: f64,
+    /// Which speeds those are: "direct I/O", "measured demand paging" or "direct I/O (demand not measured)".
+    pub priced_at: &'static str,
+    /// Whether the steady state runs at that period (works inflated, if they are).
     pub feasible_at_target: bool,
+    /// The same for the works as declared (equal to `feasible_at_target` without inflation).
+    pub feasible_at_target_uninflated: bool,
     /// The shortest period the planner finds feasible (async: the table stretched uniformly; sync and demand:
-    /// repacked); None when none is found.
+    /// repacked); None when none is found. Works inflated, if they are.
     pub min_feasible_period_s: Option<f64>,
+    /// The same for the works as declared (equal to `min_feasible_period_s` without inflation).
+    pub min_feasible_period_uninflated_s: Option<f64>,
     /// Page-outs per hyperperiod in the steady state.
     pub page_outs_per_hyperperiod: usize,
     /// Bytes to or from the store per hyperperiod in the steady state.
@@ -113,10 +127,18 @@ impl ModeAnalysis {
             .collect();
         problems.dedup();
         let ov = max_oversubscription(system, mode, bw);
+        let (read, write) = bw.priced(mode);
+        let feasible = plan::steady_feasible(system, mode, bw);
+        let min_period = feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s);
         ModeAnalysis {
             target_period_s: system.table.hyperperiod_s,
-            feasible_at_target: plan::steady_feasible(system, mode, bw),
-            min_feasible_period_s: feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s),
+            read_bytes_per_s: read,
+            write_bytes_per_s: write,
+            priced_at: bw.pricing(mode).describe(),
+            feasible_at_target: feasible,
+            feasible_at_target_uninflated: feasible,
+            min_feasible_period_s: min_period,
+            min_feasible_period_uninflated_s: min_period,
             page_outs_per_hyperperiod: p.steady_page_outs_per_hyperperiod(),
             bytes_paged_per_hyperperiod: p.steady_io_bytes_per_hyperperiod(),
             min_capacity_bytes: ov.map(|o| o.0),
@@ -125,15 +147,36 @@ impl ModeAnalysis {
             slots: Some(steady_slots(system, &p)),
         }
     }
+
+    /// [`ModeAnalysis::new`] with every work planned `inflate` times as long ([`System::with_work_inflation`]);
+    /// the uninflated feasibility and minimum period are filled in beside the inflated ones. `inflate` 1.0 is
+    /// `new`.
+    pub fn new_inflated(system: &System, mode: Mode, bw: Bandwidths, inflate: f64) -> Self {
+        if inflate == 1.0 {
+            return ModeAnalysis::new(system, mode, bw);
+        }
+        let mut a = ModeAnalysis::new(&system.with_work_inflation(inflate), mode, bw);
+        a.feasible_at_target_uninflated = plan::steady_feasible(system, mode, bw);
+        a.min_feasible_period_uninflated_s =
+            feasible_table(system, mode, bw).map(|s| s.table.hyperperiod_s);
+        a
+    }
 }
 
 /// The analysis of a configuration in several modes at the store's bandwidths.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct PlanDoc {
-    /// The store's page-in bandwidth the plans assume, bytes per second.
+    /// The store's page-in bandwidth with direct I/O the plans assume, bytes per second.
     pub read_bytes_per_s: f64,
-    /// The store's page-out bandwidth the plans assume, bytes per second.
+    /// The store's page-out bandwidth with direct I/O the plans assume, bytes per second.
     pub write_bytes_per_s: f64,
+    /// The page-in (fault-in) speed of demand paging, bytes per second; None: not measured (demand is then priced
+    /// at the direct speeds; each mode's `priced_at` says).
+    pub demand_read_bytes_per_s: Option<f64>,
+    /// The page-out speed of demand paging, bytes per second; None: not measured.
+    pub demand_write_bytes_per_s: Option<f64>,
+    /// The factor every work was planned as taking longer by (interference, Sec. III-D); 1.0: none.
+    pub work_inflation: f64,
     /// Where the bandwidths came from; left out of the document when None.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub bandwidth_source: Option<BandwidthSource>,
@@ -151,16 +194,32 @@ pub struct PlanDoc {
 impl PlanDoc {
     /// Analyses `system` in each of `modes` at `speed` (everything filled in).
     pub fn new(system: &System, speed: StoreSpeed, modes: &[Mode]) -> Self {
+        PlanDoc::new_inflated(system, speed, modes, 1.0)
+    }
+
+    /// Analyses `system` in each of `modes` at `speed` with every work planned `inflate` times as long (the
+    /// interference of paging on the CPU tasks, Sec. III-D; `oversub bench interference` measures it; the caller
+    /// checks it is finite and at least 1). Each mode carries the inflated and the uninflated feasibility and
+    /// minimum period.
+    pub fn new_inflated(system: &System, speed: StoreSpeed, modes: &[Mode], inflate: f64) -> Self {
         PlanDoc {
             read_bytes_per_s: speed.bw.read_bytes_per_s,
             write_bytes_per_s: speed.bw.write_bytes_per_s,
+            demand_read_bytes_per_s: speed.bw.demand_read_bytes_per_s,
+            demand_write_bytes_per_s: speed.bw.demand_write_bytes_per_s,
+            work_inflation: inflate,
             bandwidth_source: Some(speed.source),
             demand_bytes: system.demand_bytes(),
             capacity_bytes: system.platform.capacity_bytes,
             hyperperiod_s: Some(system.table.hyperperiod_s),
             modes: modes
                 .iter()
-                .map(|&m| (m.name(), ModeAnalysis::new(system, m, speed.bw)))
+                .map(|&m| {
+                    (
+                        m.name(),
+                        ModeAnalysis::new_inflated(system, m, speed.bw, inflate),
+                    )
+                })
                 .collect(),
         }
     }

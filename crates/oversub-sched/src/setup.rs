@@ -82,10 +82,11 @@ pub fn bandwidths_from_profile(path: &Path) -> Result<Bandwidths, SetupError> {
         path: path.to_path_buf(),
     })?;
     // Positive and finite: `Profile::load` checked.
-    Ok(Bandwidths {
-        read_bytes_per_s: storage.read_bytes_per_s,
-        write_bytes_per_s: storage.write_bytes_per_s,
-    })
+    // Profiles hold no demand-paging speeds: demand is priced at these.
+    Ok(Bandwidths::direct(
+        storage.read_bytes_per_s,
+        storage.write_bytes_per_s,
+    ))
 }
 
 /// The folder a swap store goes in: `store` itself when it is a folder, else the folder holding it; none given,
@@ -130,10 +131,11 @@ pub fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths,
         reads.push(t.elapsed().as_secs_f64());
     }
     let slowest = |v: &[f64]| v.iter().copied().fold(f64::MIN_POSITIVE, f64::max);
-    Ok(Bandwidths {
-        read_bytes_per_s: size as f64 / slowest(&reads),
-        write_bytes_per_s: size as f64 / slowest(&writes),
-    })
+    // The pager moves whole buffers with direct I/O; demand paging is not measured here.
+    Ok(Bandwidths::direct(
+        size as f64 / slowest(&reads),
+        size as f64 / slowest(&writes),
+    ))
 }
 
 /// The store's bandwidths for `system`: `given`, else the `[storage]` table of `profile`, else measured on the

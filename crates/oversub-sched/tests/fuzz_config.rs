@@ -51,10 +51,7 @@ fn plan_it(text: &str) {
     if system.components.len() > 16 || system.buffers().len() > 64 {
         return;
     }
-    let bw = Bandwidths {
-        read_bytes_per_s: 1e9,
-        write_bytes_per_s: 1e9,
-    };
+    let bw = Bandwidths::direct(1e9, 1e9);
     for mode in Mode::ALL {
         let _ = plan::steady_feasible(&system, mode, bw);
         let _ = plan::plan(&system, mode, 2, bw);

@@ -4,47 +4,46 @@
 mod common;
 
 use common::*;
-use oversub_sched::plan::{self, max_oversubscription, min_feasible_hyperperiod, PlanContext};
+use oversub_sched::plan::{self, PlanContext};
 use oversub_sched::{Bandwidths, Mode};
 
-/// The paper's assumption for direct I/O: 4 GiB/s both ways.
-const PAPER_DIRECT: Bandwidths = Bandwidths {
-    read_bytes_per_s: 4.0 * GIB as f64,
-    write_bytes_per_s: 4.0 * GIB as f64,
-};
+/// The paper's assumptions (Sec. III-B): 4 GiB/s both ways with direct I/O, 1.33 GiB/s when demand paging.
+const PAPER: Bandwidths = Bandwidths::direct(4.0 * GIB as f64, 4.0 * GIB as f64)
+    .with_demand(1.33 * GIB as f64, 1.33 * GIB as f64);
 
+/// Direct I/O only, demand not measured.
+const PAPER_DIRECT: Bandwidths = Bandwidths::direct(4.0 * GIB as f64, 4.0 * GIB as f64);
+
+fn min_period(sys: &oversub_sched::System, mode: Mode, bw: Bandwidths) -> Option<f64> {
+    plan::feasible_table(sys, mode, bw).map(|s| s.table.hyperperiod_s)
+}
+
+/// Figs. 6-8 at the paper's speeds, from one `Bandwidths`: async 1.5 s, sync (paging component) 2.5 s, demand 6 s.
 #[test]
-fn paper_example_numbers() {
+fn paper_example_periods() {
     let sys = paper(GIB, 4);
-    for mode in Mode::ALL {
-        let p = plan::plan(&sys, mode, 4, PAPER_DIRECT);
-        let minp = min_feasible_hyperperiod(&sys, mode, PAPER_DIRECT);
-        let ft = plan::feasible_table(&sys, mode, PAPER_DIRECT).map(|s| s.table.hyperperiod_s);
-        eprintln!("{mode}: feasible table period {ft:?}");
-        let ov = max_oversubscription(&sys, mode, PAPER_DIRECT);
-        eprintln!(
-            "{mode}: steady page-outs {} feasible(steady) {} min period {:?} max oversub {:?}",
-            p.steady_page_outs_per_hyperperiod(),
-            plan::steady_feasible(&sys, mode, PAPER_DIRECT),
-            minp,
-            ov
+    let got: Vec<Option<f64>> = Mode::ALL
+        .iter()
+        .map(|&m| min_period(&sys, m, PAPER))
+        .collect();
+    eprintln!("async/sync/demand: {got:?}");
+    for (mode, want, got) in [
+        (Mode::Async, 1.5, got[0]),
+        (Mode::Sync, 2.5, got[1]),
+        (Mode::Demand, 6.0, got[2]),
+    ] {
+        let got = got.unwrap_or_else(|| panic!("{mode}: no feasible period"));
+        assert!(
+            (got - want).abs() <= 0.05,
+            "{mode}: {got} s, the paper's {want} s"
         );
-        for s in p.problems().take(3) {
-            eprintln!(
-                "  {} h{}: {:?}",
-                s.instance.component, s.instance.hyperperiod, s.problem
-            );
-        }
     }
-    let demand_bw = Bandwidths {
-        read_bytes_per_s: 1.33 * GIB as f64,
-        write_bytes_per_s: 1.33 * GIB as f64,
-    };
-    eprintln!(
-        "demand @1.33: {:?}",
-        plan::feasible_table(&sys, Mode::Demand, demand_bw).map(|s| s.table.hyperperiod_s)
-    );
-    let _ = PlanContext::new(&sys, Mode::Async, 1, PAPER_DIRECT);
+    // Without demand speeds, demand is priced at the direct ones (as before): shorter than with them.
+    let direct_demand = min_period(&sys, Mode::Demand, PAPER_DIRECT).unwrap();
+    assert!(direct_demand < 6.0 - 0.05, "{direct_demand}");
+    assert_eq!(min_period(&sys, Mode::Sync, PAPER_DIRECT), got[1]);
+    assert_eq!(min_period(&sys, Mode::Async, PAPER_DIRECT), got[0]);
+    let _ = PlanContext::new(&sys, Mode::Async, 1, PAPER);
 }
 
 use oversub_sched::plan::{PageKind, PlannerState};
@@ -52,10 +51,7 @@ use oversub_sched::{BufferSpec, Component, DeviceKind, Platform, Slot, System, T
 use proptest::prelude::*;
 
 const UNIT: u64 = 1 << 20;
-const FAST: Bandwidths = Bandwidths {
-    read_bytes_per_s: 1e12,
-    write_bytes_per_s: 1e12,
-};
+const FAST: Bandwidths = Bandwidths::direct(1e12, 1e12);
 
 /// A random table: `n` one-unit components spread over two CPUs, packed in random order with random gaps.
 fn random_system(
@@ -194,7 +190,7 @@ proptest! {
             order.swap(i, (x % (i as u64 + 1)) as usize);
         }
         let sys = random_system(n, 2 + extra, &order, &gaps, &read_only);
-        let bw = Bandwidths { read_bytes_per_s: mbps * 1e6, write_bytes_per_s: mbps * 2e6 };
+        let bw = Bandwidths::direct(mbps * 1e6, mbps * 2e6);
         for mode in Mode::ALL {
             let p = plan::plan(&sys, mode, 3, bw);
             // Memory over time: a page-in holds memory from its start, a page-out frees it at its end.
@@ -235,4 +231,309 @@ proptest! {
             }
         }
     }
+}
+
+// --- Sync: the periodic victim choice ------------------------------------------------------------------------------
+
+/// The plan of `table` follows `victims` (per slot of `table`) in every steady-state repetition, without a problem.
+fn follows_choice(
+    table: &System,
+    victims: &[Vec<oversub_sched::BufferId>],
+    bw: Bandwidths,
+) -> bool {
+    let p = plan::plan(table, Mode::Sync, plan::ANALYSIS_HYPERPERIODS, bw);
+    p.slots
+        .iter()
+        .filter(|s| s.instance.hyperperiod > 0)
+        .all(|s| {
+            let mut out: Vec<_> = s.page_outs.iter().map(|o| o.buffer).collect();
+            out.sort();
+            let mut want = victims[s.instance.slot].clone();
+            want.sort();
+            s.problem.is_none() && out == want
+        })
+}
+
+/// The paper's Fig. 7: B, D and E stay resident; the paging slot before A swaps C out and A in, the one before C
+/// swaps A out and C in. The executor's plan of the returned table does exactly that.
+#[test]
+fn paper_sync_is_the_paging_component() {
+    let sys = paper(GIB, 4);
+    let search = plan::sync_search(&sys, PAPER);
+    assert!(search.exhaustive);
+    let choice = search.best.expect("a periodic choice");
+    let period = choice.table.table.hyperperiod_s;
+    assert!((period - 2.5).abs() < 1e-6, "{period}");
+    let name = |b: &oversub_sched::BufferId| sys.buffers()[b.0].0;
+    let mut swaps: Vec<(usize, Vec<usize>)> = choice
+        .table
+        .table
+        .slots
+        .iter()
+        .zip(&choice.victims)
+        .filter(|(_, v)| !v.is_empty())
+        .map(|(s, v)| (s.component, v.iter().map(name).collect()))
+        .collect();
+    swaps.sort();
+    assert_eq!(
+        swaps,
+        vec![(0, vec![2]), (2, vec![0])],
+        "A evicts C, C evicts A"
+    );
+    assert!(follows_choice(&choice.table, &choice.victims, PAPER));
+    assert!(plan::steady_feasible(&choice.table, Mode::Sync, PAPER));
+    assert_eq!(
+        plan::feasible_table(&sys, Mode::Sync, PAPER).map(|t| t.table.hyperperiod_s),
+        Some(period)
+    );
+    // At the paper's own period there is no gap for a paging slot.
+    assert!(!plan::steady_feasible(&sys, Mode::Sync, PAPER));
+}
+
+/// A random table for the sync search: `n` components (one buffer each, one or two units, some read-only) on two
+/// CPUs, one slot each in a random order with random gaps, lengths and works.
+fn random_sync_system(
+    n: usize,
+    sizes: &[u64],
+    read_only: &[bool],
+    order: &[usize],
+    gaps: &[u8],
+    lengths: &[u8],
+    spare_units: u64,
+) -> System {
+    let size = |i: usize| sizes[i % sizes.len()] * UNIT;
+    let length = |i: usize| 0.05 * f64::from(1 + lengths[i % lengths.len()]);
+    let components: Vec<Component> = (0..n)
+        .map(|i| Component {
+            name: format!("c{i}"),
+            budget_s: length(i),
+            period_s: 10.0,
+            cpus: vec![i % 2],
+            gpus: vec![],
+            buffers: vec![BufferSpec {
+                name: "b".into(),
+                size_bytes: size(i),
+                read_only: read_only[i % read_only.len()],
+            }],
+            work: Work::Sleep {
+                compute_s: length(i) * 0.5,
+            },
+        })
+        .collect();
+    let mut lane_t = [0.0f64; 2];
+    let mut slots = Vec::new();
+    for (k, &c) in order.iter().enumerate() {
+        let cpu = c % 2;
+        let start = lane_t[cpu] + f64::from(gaps[k % gaps.len()]) * 0.02;
+        slots.push(Slot {
+            component: c,
+            start_s: start,
+            length_s: length(c),
+            cpu,
+            gpu: None,
+        });
+        lane_t[cpu] = start + length(c);
+    }
+    slots.sort_by(|a, b| a.start_s.total_cmp(&b.start_s));
+    let total: u64 = (0..n).map(size).sum();
+    let largest = (0..n).map(size).max().unwrap_or(UNIT);
+    // Oversubscribed: at least the largest buffer, at most all but one unit.
+    let capacity = (largest + spare_units * UNIT)
+        .min(total - UNIT)
+        .max(largest);
+    System {
+        platform: Platform {
+            capacity_bytes: capacity,
+            store: None,
+            device: DeviceKind::Host,
+            cpus: 2,
+            gpus: 0,
+        },
+        components,
+        table: Table {
+            hyperperiod_s: lane_t[0].max(lane_t[1]) + 0.05,
+            slots,
+        },
+    }
+}
+
+/// Every assignment of victim sets to slots (each slot: any subset of the other components' buffers), by brute
+/// force: the shortest sync period any of them gives.
+fn brute_force_sync(sys: &System, bw: Bandwidths) -> Option<f64> {
+    let bufs = sys.buffers().len();
+    let slots = &sys.table.slots;
+    let own: Vec<Vec<oversub_sched::BufferId>> = slots
+        .iter()
+        .map(|s| sys.component_buffers(s.component))
+        .collect();
+    let per_slot = 1usize << bufs;
+    let total = per_slot.pow(slots.len() as u32);
+    let mut best: Option<f64> = None;
+    for code in 0..total {
+        let mut c = code;
+        let mut victims = Vec::with_capacity(slots.len());
+        let mut skip = false;
+        for own_i in &own {
+            let mask = c % per_slot;
+            c /= per_slot;
+            let v: Vec<oversub_sched::BufferId> = (0..bufs)
+                .filter(|b| mask & (1 << b) != 0)
+                .map(oversub_sched::BufferId)
+                .collect();
+            skip |= v.iter().any(|b| own_i.contains(b));
+            victims.push(v);
+        }
+        if skip {
+            continue;
+        }
+        if let Some(p) = plan::sync_period_with(sys, &victims, bw) {
+            best = Some(best.map_or(p, |b: f64| b.min(p)));
+        }
+    }
+    best
+}
+
+fn shuffled(n: usize, seed: u64) -> Vec<usize> {
+    let mut order: Vec<usize> = (0..n).collect();
+    let mut x = seed | 1;
+    for i in (1..n).rev() {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        order.swap(i, (x % (i as u64 + 1)) as usize);
+    }
+    order
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
+
+    /// The sync search is exact: its period is the shortest over every periodic victim choice (brute force), and
+    /// the executor's plan of the table it returns follows its choice without a problem.
+    #[test]
+    fn sync_period_is_optimal(
+        n in 3usize..5,
+        sizes in proptest::collection::vec(1u64..3, 1..5),
+        read_only in proptest::collection::vec(any::<bool>(), 1..4),
+        perm_seed in any::<u64>(),
+        gaps in proptest::collection::vec(0u8..4, 1..5),
+        lengths in proptest::collection::vec(0u8..3, 1..5),
+        spare in 0u64..3,
+        mbps in 5.0f64..60.0,
+    ) {
+        let sys = random_sync_system(n, &sizes, &read_only, &shuffled(n, perm_seed), &gaps, &lengths, spare);
+        let bw = Bandwidths::direct(mbps * 1e6, mbps * 0.7e6);
+        let search = plan::sync_search(&sys, bw);
+        prop_assert!(search.exhaustive);
+        let found = search.best.as_ref().map(|c| c.table.table.hyperperiod_s);
+        let brute = brute_force_sync(&sys, bw);
+        match (found, brute) {
+            (Some(f), Some(b)) => prop_assert!((f - b).abs() < 1e-9, "search {} vs brute force {}", f, b),
+            (f, b) => prop_assert_eq!(f, b),
+        }
+        if let Some(c) = &search.best {
+            prop_assert!(follows_choice(&c.table, &c.victims, bw), "the plan strays from the choice");
+            prop_assert_eq!(
+                plan::feasible_table(&sys, Mode::Sync, bw).map(|t| t.table.hyperperiod_s),
+                found
+            );
+        }
+    }
+}
+
+// --- Demand speeds and interference ------------------------------------------------------------------------------
+
+#[test]
+fn demand_is_priced_at_demand_speeds_when_given() {
+    use oversub_sched::plan::Pricing;
+    let sys = paper(GIB, 4);
+    assert_eq!(PAPER.pricing(Mode::Demand), Pricing::MeasuredDemand);
+    assert_eq!(
+        PAPER_DIRECT.pricing(Mode::Demand),
+        Pricing::DirectDemandNotMeasured
+    );
+    assert_eq!(PAPER.pricing(Mode::Sync), Pricing::Direct);
+    let p = plan::plan(&sys, Mode::Demand, 2, PAPER);
+    let op = p
+        .slots
+        .iter()
+        .flat_map(|s| s.ops())
+        .find(|o| o.io_bytes == GIB)
+        .unwrap();
+    assert!((op.est_s - 1.0 / 1.33).abs() < 1e-9, "{}", op.est_s);
+    let p = plan::plan(&sys, Mode::Async, 2, PAPER);
+    let op = p
+        .slots
+        .iter()
+        .flat_map(|s| s.ops())
+        .find(|o| o.io_bytes == GIB)
+        .unwrap();
+    assert!((op.est_s - 0.25).abs() < 1e-9, "{}", op.est_s);
+}
+
+fn speed(bw: Bandwidths) -> oversub_sched::StoreSpeed {
+    oversub_sched::StoreSpeed {
+        bw,
+        source: oversub_sched::BandwidthSource::Given,
+    }
+}
+
+/// The paper's example with works that nearly fill their slots (450 of 500 ms, 700 of 750 ms).
+fn tight_paper() -> System {
+    let mut sys = paper(GIB, 4);
+    for c in &mut sys.components {
+        c.work = Work::Spin {
+            compute_s: c.budget_s - 0.05,
+        };
+    }
+    sys
+}
+
+#[test]
+fn inflation_raises_the_min_period_monotonically() {
+    let sys = tight_paper();
+    let modes = [Mode::Async, Mode::Sync];
+    let mut last: Vec<f64> = vec![0.0; modes.len()];
+    for inflate in [1.0, 1.05, 1.17, 1.3, 1.6] {
+        let doc = oversub_sched::PlanDoc::new_inflated(&sys, speed(PAPER), &modes, inflate);
+        assert_eq!(doc.work_inflation, inflate);
+        for (i, m) in modes.iter().enumerate() {
+            let a = &doc.modes[m.name()];
+            let p = a.min_feasible_period_s.expect("a period");
+            assert!(
+                p >= last[i] - 1e-6,
+                "{m} at x{inflate}: {p} after {}",
+                last[i]
+            );
+            last[i] = p;
+            let plain = a.min_feasible_period_uninflated_s.expect("a period");
+            assert!(
+                p >= plain - 1e-6,
+                "{m} at x{inflate}: {p} below the uninflated {plain}"
+            );
+        }
+    }
+    let plain = oversub_sched::PlanDoc::new(&sys, speed(PAPER), &modes);
+    let heavy = oversub_sched::PlanDoc::new_inflated(&sys, speed(PAPER), &modes, 1.6);
+    for m in modes {
+        let (a, b) = (&plain.modes[m.name()], &heavy.modes[m.name()]);
+        assert!(
+            b.min_feasible_period_s.unwrap() > a.min_feasible_period_s.unwrap() + 0.01,
+            "{m}: inflation does not show"
+        );
+        assert_eq!(b.min_feasible_period_uninflated_s, a.min_feasible_period_s);
+    }
+}
+
+#[test]
+fn inflation_makes_a_tight_table_infeasible() {
+    let sys = tight_paper();
+    let doc = oversub_sched::PlanDoc::new_inflated(&sys, speed(PAPER), &[Mode::Async], 1.17);
+    let a = &doc.modes["async"];
+    // 450 ms of work fits the 500 ms slot; 527 ms does not.
+    assert!(a.feasible_at_target_uninflated);
+    assert!(!a.feasible_at_target);
+    assert!(a.min_feasible_period_s.unwrap() > 1.5 + 0.01);
+    assert!((a.min_feasible_period_uninflated_s.unwrap() - 1.5).abs() < 1e-3);
+    assert_eq!(doc.work_inflation, 1.17);
 }

@@ -51,10 +51,7 @@ fn pool_for(sys: &System) -> Pool {
 #[test]
 fn every_mode_runs_end_to_end_and_keeps_data() {
     let sys = tiny_paper();
-    let bw = Bandwidths {
-        read_bytes_per_s: 500e6,
-        write_bytes_per_s: 500e6,
-    };
+    let bw = Bandwidths::direct(500e6, 500e6);
     for mode in Mode::ALL {
         let table = plan::feasible_table(&sys, mode, bw).unwrap_or_else(|| sys.clone());
         let p = plan::plan(&table, mode, 12, bw);
@@ -78,10 +75,7 @@ fn every_mode_runs_end_to_end_and_keeps_data() {
 fn a_capacity_the_table_cannot_fit_is_refused() {
     let mut sys = tiny_paper();
     sys.platform.capacity_bytes = MIB; // two components run at once and need two units
-    let bw = Bandwidths {
-        read_bytes_per_s: 500e6,
-        write_bytes_per_s: 500e6,
-    };
+    let bw = Bandwidths::direct(500e6, 500e6);
     let p = plan::plan(&sys, Mode::Async, 2, bw);
     assert!(!p.feasible());
     let pool = pool_for(&sys);

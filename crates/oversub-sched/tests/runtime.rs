@@ -11,7 +11,7 @@ use common::*;
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_core::{Pool, PoolConfig};
 use oversub_io::SwapStore;
-use oversub_sched::{Bandwidths, Mode, RunError, Runtime, System, Work};
+use oversub_sched::{Bandwidths, Mode, Readahead, RunError, Runtime, System, Work};
 
 const MIB: u64 = 1 << 20;
 
@@ -36,10 +36,7 @@ fn tiny_user() -> System {
 }
 
 fn bw() -> Bandwidths {
-    Bandwidths {
-        read_bytes_per_s: 500e6,
-        write_bytes_per_s: 500e6,
-    }
+    Bandwidths::direct(500e6, 500e6)
 }
 
 fn pool_for(sys: &System) -> Pool {
@@ -83,21 +80,27 @@ fn closures_see_their_own_resident_buffers_with_the_bytes_the_previous_slot_left
             rt = rt.work(name.clone(), move |slot| {
                 let names: Vec<&str> = slot.buffer_names().collect();
                 if names != ["state"] {
-                    problems.lock().unwrap().push(format!("{}: buffers {names:?}", slot.component()));
+                    problems
+                        .lock()
+                        .unwrap()
+                        .push(format!("{}: buffers {names:?}", slot.component()));
                 }
                 let instance = slot.instance() as u64;
                 let component = slot.component().to_string();
                 let bytes = slot.bytes_mut("state")?;
-                let expected_prev = if instance == 0 { None } else { Some(instance - 1) };
+                let expected_prev = if instance == 0 {
+                    None
+                } else {
+                    Some(instance - 1)
+                };
                 let ok = match expected_prev {
                     None => bytes.iter().all(|&b| b == 0),
                     Some(prev) => bytes.iter().copied().eq(pattern(prev, bytes.len())),
                 };
                 if !ok {
-                    problems
-                        .lock()
-                        .unwrap()
-                        .push(format!("{mode}: {component} slot {instance} found other bytes"));
+                    problems.lock().unwrap().push(format!(
+                        "{mode}: {component} slot {instance} found other bytes"
+                    ));
                 }
                 let len = bytes.len();
                 for (b, p) in bytes.iter_mut().zip(pattern(instance, len)) {
@@ -109,7 +112,11 @@ fn closures_see_their_own_resident_buffers_with_the_bytes_the_previous_slot_left
         }
         let result = rt.run().unwrap();
         assert_eq!(result.slots.len(), 5 * 5, "{mode}");
-        assert!(problems.lock().unwrap().is_empty(), "{:?}", problems.lock().unwrap());
+        assert!(
+            problems.lock().unwrap().is_empty(),
+            "{:?}",
+            problems.lock().unwrap()
+        );
         for name in &names {
             assert_eq!(calls.lock().unwrap()[name], 5, "{mode}: {name}");
         }
@@ -148,7 +155,9 @@ fn typed_views_and_access_check_their_arguments() {
             Ok(())
         })
         .work("B", |slot| {
-            seen.lock().unwrap().push(slot.bytes_mut("state").unwrap_err().to_string());
+            seen.lock()
+                .unwrap()
+                .push(slot.bytes_mut("state").unwrap_err().to_string());
             assert!(slot.bytes("state").is_ok());
             Ok(())
         })
@@ -160,7 +169,11 @@ fn typed_views_and_access_check_their_arguments() {
     assert_eq!(seen[0], format!("f32 {}", MIB / 4));
     assert!(seen[1].contains("cannot be viewed as f32"), "{}", seen[1]);
     assert!(seen[2].contains("twice"), "{}", seen[2]);
-    assert!(seen[3].contains("no buffer \"nope\"") && seen[3].contains("state, out"), "{}", seen[3]);
+    assert!(
+        seen[3].contains("no buffer \"nope\"") && seen[3].contains("state, out"),
+        "{}",
+        seen[3]
+    );
     assert!(seen[4].contains("read-only"), "{}", seen[4]);
 }
 
@@ -205,7 +218,11 @@ fn an_error_or_a_panic_in_a_closure_stops_the_run_and_frees_everything() {
                 } => {
                     assert_eq!(component, "C");
                     assert_eq!(instance, &2);
-                    let want = if panics { "panicked: C broke" } else { "C refused" };
+                    let want = if panics {
+                        "panicked: C broke"
+                    } else {
+                        "C refused"
+                    };
                     assert!(message.contains(want), "{message}");
                 }
                 other => panic!("{mode}: unexpected {other:?}"),
@@ -260,6 +277,7 @@ fn demand_mode_faults_every_page_a_slot_touches_after_eviction() {
     let pages = (MIB / 4096) as u64;
     let mut rt = Runtime::new(sys)
         .mode(Mode::Demand)
+        .demand_readahead(Readahead::Off)
         .bandwidths(bw())
         .at_min_period(true)
         .hyperperiods(3)
@@ -291,6 +309,38 @@ fn demand_mode_faults_every_page_a_slot_touches_after_eviction() {
         .iter()
         .filter(|s| s.major_faults >= pages)
         .count();
-    assert!(faulting >= 5, "only {faulting} slots faulted their whole buffer in");
+    assert!(
+        faulting >= 5,
+        "only {faulting} slots faulted their whole buffer in"
+    );
     assert!(result.major_faults >= pages);
+}
+
+#[test]
+fn demand_mode_with_the_kernels_readahead_still_faults_its_pages_in() {
+    let sys = tiny_user();
+    let mut rt = Runtime::new(sys)
+        .mode(Mode::Demand)
+        .bandwidths(bw())
+        .at_min_period(true)
+        .hyperperiods(2)
+        .pin_threads(false)
+        .settle_s(0.0);
+    for n in ["A", "B", "C", "D", "E"] {
+        rt = rt.work(n, |slot| {
+            let bytes = slot.bytes("state")?;
+            std::hint::black_box(bytes.iter().step_by(4096).map(|&b| b as u64).sum::<u64>());
+            Ok(())
+        });
+    }
+    let result = rt.run().unwrap();
+    // Readahead turns most faults minor, but the first slot (nothing resident) still faults its buffer in.
+    let first = &result.slots[0];
+    assert!(
+        first.major_faults >= 1 && first.major_faults + first.minor_faults >= 16,
+        "{}: {} major, {} minor faults",
+        first.component,
+        first.major_faults,
+        first.minor_faults
+    );
 }

@@ -20,6 +20,8 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use oversub_core::demand::Readahead;
+
 use super::{execute, RunError, RunOptions, RunResult, SlotContext, WorkResult};
 use crate::model::System;
 use crate::plan::{self, Bandwidths, Mode, Plan};
@@ -74,7 +76,7 @@ impl<'w> Runtime<'w> {
                 pin_threads: true,
                 warmup_hyperperiods: 1,
                 settle_s: 0.5,
-                progress: None,
+                ..RunOptions::default()
             },
             works: HashMap::new(),
             inits: HashMap::new(),
@@ -157,6 +159,13 @@ impl<'w> Runtime<'w> {
         self
     }
 
+    /// Demand mode: the kernel's readahead on the store mapping (default [`Readahead::Kernel`], Linux's demand
+    /// paging as the paper measured it; [`Readahead::Off`]: one fault per touched 4 KiB page).
+    pub fn demand_readahead(mut self, readahead: Readahead) -> Runtime<'w> {
+        self.options.demand_readahead = readahead;
+        self
+    }
+
     /// Called after each slot instance with (done, total).
     pub fn progress(mut self, f: Arc<dyn Fn(usize, usize) + Send + Sync>) -> Runtime<'w> {
         self.options.progress = Some(f);
@@ -219,9 +228,7 @@ impl<'w> Runtime<'w> {
         space: Option<&oversub_core::AddressSpace>,
     ) -> Result<RunResult, RunError> {
         if self.hyperperiods == 0 {
-            return Err(RunError::Config(
-                "hyperperiods must be at least 1".into(),
-            ));
+            return Err(RunError::Config("hyperperiods must be at least 1".into()));
         }
         super::check_works(&self.system, &self.works, &self.inits)?;
         let speed = setup::store_speed(self.bandwidths, self.profile.as_deref(), &self.system)?;

@@ -28,7 +28,9 @@ pub enum SlotError {
         known: String,
     },
     /// A mutable view of a read-only buffer.
-    #[error("buffer {component}.{name} is read-only: ask for it with bytes() or slice(), not mutably")]
+    #[error(
+        "buffer {component}.{name} is read-only: ask for it with bytes() or slice(), not mutably"
+    )]
     ReadOnly {
         /// The component.
         component: String,
@@ -293,8 +295,14 @@ impl<'a> SlotContext<'a> {
         read: [&str; R],
         write: [&str; W],
     ) -> Result<([&[u8]; R], [&mut [u8]; W]), SlotError> {
-        let r: Vec<usize> = read.iter().map(|n| self.find(n)).collect::<Result<_, _>>()?;
-        let w: Vec<usize> = write.iter().map(|n| self.find(n)).collect::<Result<_, _>>()?;
+        let r: Vec<usize> = read
+            .iter()
+            .map(|n| self.find(n))
+            .collect::<Result<_, _>>()?;
+        let w: Vec<usize> = write
+            .iter()
+            .map(|n| self.find(n))
+            .collect::<Result<_, _>>()?;
         for (k, &i) in w.iter().enumerate() {
             self.writable(i)?;
             if w[..k].contains(&i) || r.contains(&i) {
@@ -322,7 +330,10 @@ impl<'a> SlotContext<'a> {
         let why = if b.len % size != 0 {
             Some(format!("{} is not a multiple of {size}", b.len))
         } else if (b.ptr as usize) % std::mem::align_of::<T>() != 0 {
-            Some(format!("its address is not {}-byte aligned", std::mem::align_of::<T>()))
+            Some(format!(
+                "its address is not {}-byte aligned",
+                std::mem::align_of::<T>()
+            ))
         } else {
             None
         };
@@ -353,6 +364,30 @@ impl<'a> SlotContext<'a> {
         let n = self.layout::<T>(i)?;
         // SAFETY: as in `slice`; `&mut self` makes this the only view.
         Ok(unsafe { std::slice::from_raw_parts_mut(self.buffers[i].ptr.cast::<T>(), n) })
+    }
+
+    /// Several buffers at once as slices of `T`, like [`SlotContext::access`]: e.g.
+    /// `let ([w], [x]) = slot.access_slices::<f32, 1, 1>(["weights"], ["state"])?;`.
+    #[allow(clippy::type_complexity)]
+    pub fn access_slices<T: Element, const R: usize, const W: usize>(
+        &mut self,
+        read: [&str; R],
+        write: [&str; W],
+    ) -> Result<([&[T]; R], [&mut [T]; W]), SlotError> {
+        for name in read.iter().chain(&write) {
+            self.layout::<T>(self.find(name)?)?;
+        }
+        let (shared, unique) = self.access(read, write)?;
+        let size = std::mem::size_of::<T>();
+        // SAFETY: `layout` checked every buffer's size and alignment for `T`, and `T: Element` accepts any bytes;
+        // the slices keep the borrows `access` checked.
+        let shared = shared
+            .map(|b| unsafe { std::slice::from_raw_parts(b.as_ptr().cast::<T>(), b.len() / size) });
+        let unique = unique.map(|b| {
+            // SAFETY: as above.
+            unsafe { std::slice::from_raw_parts_mut(b.as_mut_ptr().cast::<T>(), b.len() / size) }
+        });
+        Ok((shared, unique))
     }
 
     /// A buffer's address for bindings that build their own views; dereferencing it is `unsafe` and valid only
@@ -391,7 +426,10 @@ impl std::fmt::Debug for SlotContext<'_> {
             .field("hyperperiod", &self.hyperperiod)
             .field("instance", &self.instance)
             .field("deadline_s", &self.deadline_s)
-            .field("buffers", &self.buffers.iter().map(|b| b.name).collect::<Vec<_>>())
+            .field(
+                "buffers",
+                &self.buffers.iter().map(|b| b.name).collect::<Vec<_>>(),
+            )
             .finish()
     }
 }
