@@ -188,8 +188,11 @@ def plan_schedule(
     mode: Literal["all", "async", "sync", "demand"] = "all",
     profile: _StrPath | None = None,
     bandwidths: tuple[float, float] | None = None,
+    demand_bandwidths: tuple[float, float] | None = None,
+    inflate: float = 1.0,
 ) -> dict[str, Any]:
-    """Feasibility per mode, paging per slot, minimum period (as ``oversub plan --json``)."""
+    """Feasibility per mode, paging per slot, minimum period (as ``oversub plan --json``); ``demand_bandwidths``
+    prices demand paging at its own speeds, ``inflate`` plans every work that many times as long."""
 
 @overload
 def run_schedule(

@@ -125,10 +125,18 @@ impl UserWorks {
         work: Option<&Bound<'_, PyAny>>,
         init: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<UserWorks> {
-        Ok(UserWorks {
+        let works = UserWorks {
             work: jobs_arg(work, "work")?,
             init: jobs_arg(init, "init")?,
-        })
+        };
+        let python = works.work.iter().chain(&works.init);
+        if python.into_iter().any(|(_, j)| matches!(j, Job::Python(_))) {
+            // Imported now (where installed) rather than by the first slot that views its buffers.
+            if let Some(py) = work.or(init).map(|o| o.py()) {
+                let _ = numpy(py);
+            }
+        }
+        Ok(works)
     }
 
     /// Every name must be a component, and every component without a built-in work needs code (ConfigError).
@@ -407,7 +415,12 @@ where
             });
             loop {
                 match rx.recv_timeout(SIGNAL_POLL) {
-                    Ok(v) => return v,
+                    Ok(v) => {
+                        // Joined (not just left to the scope) so the thread's kept Python thread state is given
+                        // back before the GIL is taken again.
+                        let _ = worker.join();
+                        return v;
+                    }
                     Err(mpsc::RecvTimeoutError::Timeout) => {
                         if !stop.is_set() {
                             if let Err(e) = Python::attach(|py| py.check_signals()) {
@@ -569,10 +582,59 @@ impl Drop for ExportLease {
     }
 }
 
+/// A Python thread state kept on a lane thread from its first Python work until the thread ends.
+///
+/// `Python::attach` on a thread without one creates a thread state and deletes it on return, and the first call of
+/// a fresh state allocates its frame stack: about 20 µs per slot. Keeping one state per lane thread (the GIL
+/// released between slots) makes later `attach`es cheap restores of it. The thread-local's destructor gives it
+/// back when the thread ends; the executor joins its lane threads (and [`detach_interruptibly`] its run thread)
+/// before the run returns, so that happens while `run_schedule` waits, with the interpreter alive and the GIL
+/// free to take.
+struct KeptThreadState {
+    gstate: ffi::PyGILState_STATE,
+    tstate: *mut ffi::PyThreadState,
+}
+
+impl Drop for KeptThreadState {
+    fn drop(&mut self) {
+        // SAFETY: `tstate` is this thread's own state, released by `PyEval_SaveThread` in `keep_thread_state`; it is
+        // made current again (taking the GIL), then the `PyGILState_Ensure` that created it is undone, which deletes
+        // it and releases the GIL. No Python code of this thread runs afterwards.
+        unsafe {
+            ffi::PyEval_RestoreThread(self.tstate);
+            ffi::PyGILState_Release(self.gstate);
+        }
+    }
+}
+
+thread_local! {
+    static KEPT: std::cell::RefCell<Option<KeptThreadState>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Gives this thread a Python thread state that outlives the slot (see [`KeptThreadState`]), unless it has one.
+fn keep_thread_state() {
+    let _ = KEPT.try_with(|kept| {
+        let mut kept = kept.borrow_mut();
+        if kept.is_some() {
+            return;
+        }
+        // SAFETY: the interpreter runs (run_schedule called us) and this thread does not hold the GIL: works run on
+        // the executor's threads (or run_schedule's run thread, for inits), outside any `Python::attach`.
+        // `PyGILState_Ensure` creates the thread's state and takes the GIL; `PyEval_SaveThread` releases the GIL and
+        // returns that state, kept for the destructor.
+        unsafe {
+            let gstate = ffi::PyGILState_Ensure();
+            let tstate = ffi::PyEval_SaveThread();
+            *kept = Some(KeptThreadState { gstate, tstate });
+        }
+    });
+}
+
 /// Calls a Python work with the slot, then closes the slot.
 fn call_python(f: &Py<PyAny>, ctx: &mut SlotContext<'_>, stop: &Stop, init: bool) -> WorkResult {
     stop.check()?;
     let shared = Arc::new(SlotShared::new(ctx, init)?);
+    keep_thread_state();
     Python::attach(|py| -> WorkResult {
         let slot = Bound::new(
             py,
@@ -719,7 +781,7 @@ impl Slot {
     }
 
     /// End of the slot's window, seconds from the table's start: work that returns later is a deadline miss (it
-    /// is never cut). Very large in an init.
+    /// is never cut). Infinite in an init.
     #[getter]
     fn deadline_s(&self) -> f64 {
         self.shared.deadline_s

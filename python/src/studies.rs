@@ -408,7 +408,9 @@ fn load_schedule<'py>(
 /// largest oversubscription that still work, and the steady-state paging per slot.
 ///
 /// The store's bandwidths come from ``bandwidths``, else from the ``[storage]`` table of ``profile``, else they are
-/// measured (three 256 MiB round trips through the pager on the configuration's store; a second or two).
+/// measured (three 256 MiB round trips through the pager on the configuration's store; a second or two). Those are
+/// direct-I/O speeds (what ``async`` and ``sync`` pay); ``demand_bandwidths`` gives demand paging's own (slower)
+/// speeds, without which ``demand`` is priced at the direct ones.
 ///
 /// Args:
 ///     config: path of the TOML configuration (str or os.PathLike).
@@ -417,12 +419,20 @@ fn load_schedule<'py>(
 ///     profile: platform profile (``oversub probe --out FILE``) whose ``[storage]`` table gives the bandwidths.
 ///     bandwidths: ``(read_bytes_per_s, write_bytes_per_s)`` of the store (page-in, page-out), instead of a
 ///         profile or a measurement.
+///     demand_bandwidths: ``(read_bytes_per_s, write_bytes_per_s)`` of demand paging (the paper's 1.33 GiB/s
+///         against 4 GiB/s direct); None: not measured.
+///     inflate: plan every work as taking this many times as long (the interference of paging with the CPU
+///         tasks, Sec. III-D; ``oversub bench interference`` measures it); at least 1.0.
 ///
 /// Returns:
-///     dict with ``read_bytes_per_s``, ``write_bytes_per_s``, ``bandwidth_source`` ("given", "profile" or
-///     "measured"), ``demand_bytes``, ``capacity_bytes``, ``hyperperiod_s`` and ``modes``: {mode name: analysis},
-///     each analysis holding ``target_period_s``, ``feasible_at_target``, ``min_feasible_period_s`` (None: none
-///     found), ``page_outs_per_hyperperiod``, ``bytes_paged_per_hyperperiod``, ``min_capacity_bytes``,
+///     dict with ``read_bytes_per_s``, ``write_bytes_per_s``, ``demand_read_bytes_per_s``,
+///     ``demand_write_bytes_per_s`` (None: not measured), ``work_inflation``, ``bandwidth_source`` ("given",
+///     "profile" or "measured"), ``demand_bytes``, ``capacity_bytes``, ``hyperperiod_s`` and ``modes``: {mode name:
+///     analysis}, each analysis holding ``target_period_s``, ``read_bytes_per_s`` / ``write_bytes_per_s`` and
+///     ``priced_at`` (the speeds the mode was priced at: "direct I/O", "measured demand paging" or "direct I/O
+///     (demand not measured)"), ``feasible_at_target``, ``min_feasible_period_s`` (None: none found; both with the
+///     works inflated) and beside them ``feasible_at_target_uninflated`` and ``min_feasible_period_uninflated_s``,
+///     ``page_outs_per_hyperperiod``, ``bytes_paged_per_hyperperiod``, ``min_capacity_bytes``,
 ///     ``max_oversubscription`` (None when even the full demand does not work), ``problems`` (list of str) and
 ///     ``slots`` (steady state, one dict per slot: component, cpu, gpu, start_s, page_outs, page_ins, io_bytes,
 ///     paging_s, available_s, problem).
@@ -431,9 +441,12 @@ fn load_schedule<'py>(
 ///     oversub.errors.ConfigError: the configuration cannot be read or is not valid.
 ///     oversub.errors.ProfileError: the profile cannot be read, is not valid or has no ``[storage]`` table.
 ///     oversub.errors.IoError, oversub.errors.PagerError: measuring the store failed.
-///     ValueError: an unknown mode or a bandwidth that is not a positive number.
+///     ValueError: an unknown mode, a bandwidth that is not a positive number, or an inflation under 1.0.
 #[pyfunction]
-#[pyo3(signature = (config=None, *, text=None, mode="all", profile=None, bandwidths=None))]
+#[pyo3(signature = (
+    config=None, *, text=None, mode="all", profile=None, bandwidths=None, demand_bandwidths=None, inflate=1.0
+))]
+#[allow(clippy::too_many_arguments)]
 fn plan_schedule<'py>(
     py: Python<'py>,
     config: Option<PathBuf>,
@@ -441,15 +454,29 @@ fn plan_schedule<'py>(
     mode: &str,
     profile: Option<PathBuf>,
     bandwidths: Option<(f64, f64)>,
+    demand_bandwidths: Option<(f64, f64)>,
+    inflate: f64,
 ) -> PyResult<Bound<'py, PyAny>> {
     let src = source(config, text)?;
     let modes = parse_modes(mode, true)?;
     let given = bandwidths_arg(bandwidths)?;
+    let demand = bandwidths_arg(demand_bandwidths)?;
+    if !(inflate.is_finite() && inflate >= 1.0) {
+        return Err(PyValueError::new_err(format!(
+            "inflate must be a number at least 1.0 (works planned that many times as long), not {inflate}"
+        )));
+    }
     let out = py
         .detach(|| -> Result<PlanDoc, Raised> {
             let system = load(&src)?;
-            let speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
-            Ok(PlanDoc::new(&system, speed, &modes))
+            let mut speed =
+                setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
+            if let Some(d) = demand {
+                speed.bw = speed
+                    .bw
+                    .with_demand(d.read_bytes_per_s, d.write_bytes_per_s);
+            }
+            Ok(PlanDoc::new_inflated(&system, speed, &modes, inflate))
         })
         .map_err(|r| r.to_pyerr(py))?;
     to_python(py, &out)
@@ -460,8 +487,8 @@ fn plan_schedule<'py>(
 /// temporary swap file on the configuration's store), and in each slot the component's work: a built-in one
 /// (``work = { spin_ms = ... }`` or ``{ sleep_ms = ... }`` in the configuration) or your own Python function
 /// (``work=``). The call blocks for the run's duration (about ``(warmup + hyperperiods) * period + settle_s`` per
-/// mode, after the set-up) with the GIL released; Ctrl-C stops it at the next slot of a Python work (else at the
-/// end of the mode) and raises KeyboardInterrupt.
+/// mode, after the set-up) with the GIL released; Ctrl-C stops it at the next slot whose work is Python code (or
+/// ``oversub.NOOP``), else at the end of the mode, and raises KeyboardInterrupt.
 ///
 /// Your own work: ``work={"A": fn}`` calls ``fn(slot)`` in each of component A's slots, on A's lane thread, after
 /// the slot's planned page-ins completed (with the GIL held for the call only). ``slot`` is an
@@ -474,7 +501,10 @@ fn plan_schedule<'py>(
 /// must be given code; a component with a built-in work may be given code too, which replaces it. ``init={"A":
 /// fn}`` calls ``fn(slot)`` once before the run to fill A's buffers (they start zeroed; read-only buffers are
 /// writable there). The same functions serve every mode of ``mode="all"``. ``oversub.NOOP`` in place of a function
-/// registers a Rust closure that does nothing: a baseline for measuring what calling Python costs per slot.
+/// registers a Rust closure that does nothing: a baseline for measuring what calling Python costs per slot (a few
+/// microseconds; examples/bench_work_overhead.py). Works of different CPU lanes share the GIL: their Python code
+/// does not run in parallel, calls that release the GIL (NumPy, PyTorch kernels, I/O) do. The slots' records give
+/// each work's time (``work_s``), so works that run past their window show there and as deadline misses.
 ///
 /// The store's bandwidths, which the plan assumes, come from ``bandwidths``, else from the ``[storage]`` table of
 /// ``profile``, else they are measured first (three 256 MiB round trips through the pager).
@@ -498,7 +528,8 @@ fn plan_schedule<'py>(
 ///     For one mode, a dict: the run's record (``mode``, ``hyperperiod_s``, ``hyperperiods``, ``slots`` (one dict
 ///     per slot instance: component, cpu, gpu, hyperperiod, planned_start_s, actual_start_s, lateness_s,
 ///     completion_s, deadline_s, met, paging_wait_s, work_s (seconds from the work's start to its return),
-///     major_faults (page faults the work took: demand mode's page-ins)), ``ops`` (paging operations: kind
+///     major_faults (page faults the work took that read the store: demand mode's page-ins), minor_faults),
+///     ``ops`` (paging operations: kind
 ///     "in"/"out", buffer, io_bytes, start_s, end_s, for_component), ``resident_at_start``,
 ///     ``warmup_hyperperiods``, ``deadline_misses``, ``warmup_misses``, ``max_lateness_s``, ``bytes_paged``,
 ///     ``store_busy_s``, ``major_faults``) and ``met_target``, ``counted_slots``, ``hyperperiods_counted``,

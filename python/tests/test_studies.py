@@ -268,6 +268,9 @@ def test_run_schedule_returns_the_run_record(async_run: dict) -> None:
             "deadline_s",
             "met",
             "paging_wait_s",
+            "work_s",
+            "major_faults",
+            "minor_faults",
         }
         assert isinstance(s["met"], bool)
         assert s["completion_s"] >= s["actual_start_s"] >= 0.0

@@ -48,6 +48,22 @@ pub struct PlanArgs {
     /// bandwidths. Without it, the store is measured quickly.
     #[arg(long)]
     profile: Option<PathBuf>,
+    /// Demand-paging speeds, READ[,WRITE] in bytes per second (e.g. 1.43e9,1.43e9; one number: both ways): demand
+    /// is then priced at them (concurrent per CPU, the store shared at its direct speed). Without it demand is
+    /// priced at the store's direct-I/O speeds.
+    #[arg(long, value_name = "READ[,WRITE]")]
+    demand_bandwidth: Option<String>,
+    /// Plan every work as taking this many times as long: the interference of paging with the CPU tasks
+    /// (Sec. III-D). At least 1.0; the table then shows the feasibility and minimum period without it beside.
+    #[arg(long, default_value_t = 1.0, conflicts_with = "inflate_from")]
+    inflate: f64,
+    /// Take --inflate from a JSON file written by `oversub bench interference --json FILE`: the worst slowdown of
+    /// a CPU task under paging, i.e. the largest of (a) each DRAM-thrashing row's bandwidth alone over its
+    /// bandwidth with the paging loop running (the same memory traffic takes that much longer) and (b) the PREM
+    /// task's mean iteration time (load + compute + unload) with the paging interferer over alone. Values under 1
+    /// count as 1. The number used is printed.
+    #[arg(long, value_name = "FILE")]
+    inflate_from: Option<PathBuf>,
     /// Write the analysis as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
@@ -155,7 +171,9 @@ pub struct DemoArgs {
 fn parse_share(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(f) if f.is_finite() && f > 0.0 && f <= 4.0 => Ok(f),
-        Ok(f) => Err(format!("{f} is not a swap share: give a number in (0, 4], e.g. 1.0 or 0.25")),
+        Ok(f) => Err(format!(
+            "{f} is not a swap share: give a number in (0, 4], e.g. 1.0 or 0.25"
+        )),
         Err(_) => Err(format!("{s:?} is not a number")),
     }
 }
@@ -214,42 +232,172 @@ fn opt_period(p: Option<f64>) -> String {
 }
 
 pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
+    /// The worst slowdown of a CPU task under paging in an `oversub bench interference --json` file, and what it
+    /// was measured on.
+    fn slowdown_from(path: &Path) -> Result<(f64, String), BoxError> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("--inflate-from {}: {e}", path.display()))?;
+        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+            format!(
+                "--inflate-from {}: not JSON ({e}); give a file written by `oversub bench interference --json`",
+                path.display()
+            )
+        })?;
+        let num = |v: &serde_json::Value, key: &str| {
+            v.get(key)
+                .and_then(serde_json::Value::as_f64)
+                .filter(|x| x.is_finite() && *x > 0.0)
+        };
+        let mut found: Vec<(f64, String)> = Vec::new();
+        for row in doc
+            .get("thrashing")
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let (Some(alone), Some(with)) =
+                (num(row, "bw_alone_mbs"), num(row, "bw_with_paging_mbs"))
+            {
+                let kind = row.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
+                let tasks = row.get("tasks").and_then(|t| t.as_u64()).unwrap_or(0);
+                found.push((
+                    alone / with,
+                    format!(
+                        "{tasks} {kind} DRAM thrasher(s): {alone:.0} MB/s alone, {with:.0} MB/s with paging"
+                    ),
+                ));
+            }
+        }
+        let iteration_us = |c: Option<&serde_json::Value>| -> Option<f64> {
+            let c = c?;
+            ["mem_load_us", "compute_us", "mem_unload_us"]
+                .iter()
+                .map(|k| c.get(*k).and_then(|p| num(p, "mean")))
+                .sum()
+        };
+        if let Some(prem) = doc.get("prem") {
+            let alone = iteration_us(prem.get("alone"));
+            let paged = iteration_us(prem.get("paging").and_then(|p| p.get("interfered")));
+            if let (Some(a), Some(p)) = (alone, paged) {
+                found.push((
+                    p / a,
+                    format!(
+                        "the PREM task's mean iteration: {a:.0} us alone, {p:.0} us with paging"
+                    ),
+                ));
+            }
+        }
+        let worst = found
+            .into_iter()
+            .max_by(|a, b| a.0.total_cmp(&b.0))
+            .ok_or_else(|| {
+                format!(
+                    "--inflate-from {}: no slowdown under paging in it (no `thrashing` rows with bw_alone_mbs and \
+                     bw_with_paging_mbs, no `prem` alone and paging.interfered timings); give a file written by \
+                     `oversub bench interference --json`",
+                    path.display()
+                )
+            })?;
+        Ok(worst)
+    }
+
     let system = load(&args.config)?;
     println!("{}: {}", args.config.display(), describe_system(&system));
-    let speed = bandwidths(args.profile.as_deref(), &system)?;
-    let doc = PlanDoc::new(&system, speed, &Mode::ALL);
+    let inflate = match &args.inflate_from {
+        Some(path) => {
+            let (slowdown, what) = slowdown_from(path)?;
+            let used = slowdown.max(1.0);
+            println!(
+                "work inflation x{used:.3} from {}: the worst slowdown of a CPU task under paging, {what} \
+                 (x{slowdown:.3}{})",
+                path.display(),
+                if slowdown < 1.0 { ", counted as 1" } else { "" }
+            );
+            used
+        }
+        None => {
+            if !(args.inflate.is_finite() && args.inflate >= 1.0) {
+                return Err(format!(
+                    "--inflate must be a number at least 1.0 (works planned that many times as long), not {}",
+                    args.inflate
+                )
+                .into());
+            }
+            if args.inflate != 1.0 {
+                println!("work inflation x{:.3} (--inflate)", args.inflate);
+            }
+            args.inflate
+        }
+    };
+    let mut speed = bandwidths(args.profile.as_deref(), &system)?;
+    if let Some(text) = &args.demand_bandwidth {
+        let parse = |t: &str| {
+            t.trim()
+                .parse::<f64>()
+                .ok()
+                .filter(|v| v.is_finite() && *v > 0.0)
+                .ok_or_else(|| {
+                    format!(
+                        "--demand-bandwidth {text}: {t:?} is not a positive number of bytes per second \
+                         (READ[,WRITE], e.g. 1.43e9,1.43e9)"
+                    )
+                })
+        };
+        let mut parts = text.splitn(2, ',');
+        let read = parse(parts.next().unwrap_or(""))?;
+        let write = parts.next().map_or(Ok(read), parse)?;
+        speed.bw = speed.bw.with_demand(read, write);
+    }
+    let doc = PlanDoc::new_inflated(&system, speed, &Mode::ALL, inflate);
     let analyses = &doc.modes;
+    let inflated = inflate != 1.0;
     let rows: Vec<Vec<String>> = Mode::ALL
         .iter()
         .filter_map(|m| analyses.get(m.name()).map(|a| (m, a)))
         .map(|(m, a)| {
-            vec![
-                m.name().to_string(),
-                if a.feasible_at_target { "yes" } else { "NO" }.into(),
-                opt_period(a.min_feasible_period_s),
+            let yes = |b: bool| if b { "yes" } else { "NO" }.to_string();
+            let mut row = vec![m.name().to_string(), yes(a.feasible_at_target)];
+            if inflated {
+                row.push(yes(a.feasible_at_target_uninflated));
+            }
+            row.push(opt_period(a.min_feasible_period_s));
+            if inflated {
+                row.push(opt_period(a.min_feasible_period_uninflated_s));
+            }
+            row.extend([
                 a.page_outs_per_hyperperiod.to_string(),
                 format_bytes(a.bytes_paged_per_hyperperiod),
                 a.min_capacity_bytes.map_or("-".into(), format_bytes),
                 a.max_oversubscription
                     .map_or("-".into(), |o| format!("{:.0}%", o * 100.0)),
-            ]
+            ]);
+            row
         })
         .collect();
-    println!(
-        "{}",
-        text_table(
-            &[
-                "mode",
-                "feasible at its period",
-                "min feasible period",
-                "page-outs / hyperperiod",
-                "paged / hyperperiod",
-                "min capacity",
-                "max oversubscription",
-            ],
-            &rows
-        )
-    );
+    let mut header = vec!["mode", "feasible at its period"];
+    if inflated {
+        header.push("(uninflated)");
+    }
+    header.push("min feasible period");
+    if inflated {
+        header.push("(uninflated)");
+    }
+    header.extend([
+        "page-outs / hyperperiod",
+        "paged / hyperperiod",
+        "min capacity",
+        "max oversubscription",
+    ]);
+    println!("{}", text_table(&header, &rows));
+    for m in Mode::ALL {
+        if let Some(a) = analyses.get(m.name()) {
+            println!(
+                "  {m} priced at {}: {}",
+                a.priced_at,
+                describe_bw(Bandwidths::direct(a.read_bytes_per_s, a.write_bytes_per_s))
+            );
+        }
+    }
     for m in Mode::ALL {
         if let Some(a) = analyses.get(m.name()) {
             for p in a.problems.iter().take(5) {
@@ -819,12 +967,12 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         demand.write_bytes_per_s / 1e6,
         args.demand_readahead_name(),
     )));
-    let mut add_run = |label: &str,
-                       mode: Mode,
-                       table: &System,
-                       r: RunResult,
-                       report: &mut HtmlReport,
-                       n: usize|
+    let add_run = |label: &str,
+                   mode: Mode,
+                   table: &System,
+                   r: RunResult,
+                   report: &mut HtmlReport,
+                   n: usize|
      -> Result<RunResult, BoxError> {
         let name = format!("run{n}-{}", mode.name());
         let tl = timeline(
@@ -891,9 +1039,16 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     let mut largest_share_met = met_at_share.then_some(args.swap_share);
     let mut share_runs: Vec<(f64, RunResult)> = Vec::new();
     if !met_at_share && !args.no_share_search {
-        for sh in SHARES.iter().copied().filter(|&sh| sh < args.swap_share - 1e-9) {
+        for sh in SHARES
+            .iter()
+            .copied()
+            .filter(|&sh| sh < args.swap_share - 1e-9)
+        {
             let (s, u, _) = demo_system(&paper, bw, sh, args.max_unit, args.store.as_deref());
-            let label = format!("async at the target period, swap share {sh:.1} (unit {})", format_bytes(u));
+            let label = format!(
+                "async at the target period, swap share {sh:.1} (unit {})",
+                format_bytes(u)
+            );
             bar.inc_length((s.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
             bar.set_message(label.clone());
             let r = run_mode(&s, Mode::Async, how, &bar)?;

@@ -15,11 +15,11 @@ pub use config::{load_system, parse_system, ConfigError};
 pub use model::{
     BufferId, BufferSpec, Component, ComponentId, DeviceKind, Platform, Slot, System, Table, Work,
 };
+pub use oversub_core::demand::Readahead;
 pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
 pub use report::{ModeAnalysis, PlanDoc, SlotPaging};
 pub use run::{
-    run, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult, Runtime, SlotContext, SlotError,
-    SlotRecord, WorkFn, WorkResult,
+    run, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult, Runtime,
+    SlotContext, SlotError, SlotRecord, WorkFn, WorkResult,
 };
-pub use oversub_core::demand::Readahead;
 pub use setup::{BandwidthSource, SetupError, StoreSpeed};

@@ -3,16 +3,21 @@
 //! The table is unrolled over `hyperperiods` repetitions. Slot instances are decided in the order their paging is
 //! issued. Before an instance starts, its buffers must be resident; when they do not fit, victims are chosen among
 //! resident buffers nobody uses meanwhile:
-//! - `Async` and `Sync` know the table, so they evict the buffer whose next use lies furthest ahead (Belady's rule,
-//!   optimal in the number of page-outs for equal sizes), preferring read-only buffers with a stored copy on ties
-//!   since their page-out writes nothing. `Async` issues the paging at the start of the previous slot on the same
-//!   CPU, so it overlaps that slot's work (Fig. 8); `Sync` runs it as a paging slot right before the instance
-//!   (Fig. 7).
+//! - `Async` knows the table, so it evicts the buffer whose next use lies furthest ahead (Belady's rule, optimal in
+//!   the number of page-outs for equal sizes), preferring read-only buffers with a stored copy on ties since their
+//!   page-out writes nothing. It issues the paging at the start of the previous slot on the same CPU, so it
+//!   overlaps that slot's work (Fig. 8).
+//! - `Sync` runs the paging as a paging slot right before the instance (Fig. 7), with a periodic victim choice:
+//!   the same victims for a slot every hyperperiod, found by an exhaustive search ([`sync_search`] for the shortest
+//!   repacked table, [`sync_victims`] for a table as it is); Belady's rule when no periodic choice runs the table.
 //! - `Demand` knows nothing ahead: at the instance's start it evicts the least recently used buffers and pages
-//!   synchronously inside the slot (Fig. 6).
+//!   synchronously inside the slot (Fig. 6), at the demand-paging speeds when they were measured
+//!   ([`Bandwidths::priced`]).
 //!
 //! The store is one queue: operations run one after another at the given bandwidths, page-outs before the page-ins
-//! that need their memory, so the capacity is never exceeded at any instant.
+//! that need their memory, so the capacity is never exceeded at any instant. Demand paging at measured speeds is
+//! bound by the fault handling on each CPU instead: slots on different CPUs page concurrently, each at the demand
+//! speed, while the store serves them at its direct speed, and a page-in waits until the memory it takes is free.
 
 use std::collections::{BTreeSet, HashMap};
 
@@ -786,10 +791,14 @@ impl<'a> PlanContext<'a> {
     ) -> (f64, f64) {
         let t0 = inst.start_s;
         // Operations before the slot starts are over for every later query: fold them into the base.
-        let (done, later): (Vec<(f64, i64)>, Vec<(f64, i64)>) =
-            state.mem_events.iter().partition(|e| e.0 <= t0);
-        state.mem_base += done.iter().map(|e| e.1).sum::<i64>();
-        state.mem_events = later;
+        let folded: i64 = state
+            .mem_events
+            .iter()
+            .filter(|e| e.0 <= t0)
+            .map(|e| e.1)
+            .sum();
+        state.mem_base += folded;
+        state.mem_events.retain(|e| e.0 > t0);
         state.store_busy.retain(|iv| iv.1 > t0);
         let store = self.bandwidths;
         let mut out_end = t0;
@@ -981,11 +990,19 @@ fn occupy(busy: &mut Vec<(f64, f64)>, ready: f64, d: f64) -> f64 {
 }
 
 fn issue_for(mode: Mode, inst: &Instance) -> f64 {
-    match mode {
+    let issue = match mode {
         Mode::Async => inst.prev_start_s,
         // Sync and demand page on the instance's own lane, in the gap before it or inside it.
         Mode::Sync => inst.prev_end_s,
         Mode::Demand => inst.start_s,
+    };
+    // Float noise around the table's start (a previous slot ending exactly at the hyperperiod's end) must not make
+    // a paging a set-up one (issued before the table starts): decisions within a nanosecond are the same instant,
+    // and the executor runs set-up paging, strictly negative issue times, before any other.
+    if issue.abs() < 1e-9 {
+        0.0
+    } else {
+        issue
     }
 }
 
@@ -1038,11 +1055,7 @@ pub fn steady_feasible(system: &System, mode: Mode, bandwidths: Bandwidths) -> b
     if !table_fits(system) {
         return false;
     }
-    let p = plan(system, mode, ANALYSIS_HYPERPERIODS, bandwidths);
-    p.slots
-        .iter()
-        .filter(|s| s.instance.hyperperiod > 0)
-        .all(|s| s.problem.is_none())
+    steady_ok(&plan(system, mode, ANALYSIS_HYPERPERIODS, bandwidths))
 }
 
 /// Whether no two slots of one CPU overlap (stretching a table shorter than its slots makes them overlap).
@@ -1188,6 +1201,16 @@ fn belady_repack(system: &System, mode: Mode, bandwidths: Bandwidths) -> Option<
 /// it settles for the best choice found so far (see [`sync_search`]).
 pub const SYNC_SEARCH_NODES: usize = 200_000;
 
+/// Complete choices an exhaustive sync search may judge (each plans the repacked table a few times) before it
+/// settles for the best found so far.
+pub const SYNC_SEARCH_EVALUATIONS: usize = 2_000;
+
+/// Nodes and choices [`sync_victims`] may visit and plan (it runs for every table judged, so less than the
+/// search).
+pub const SYNC_PLAN_NODES: usize = 50_000;
+/// See [`SYNC_PLAN_NODES`].
+pub const SYNC_PLAN_EVALUATIONS: usize = 64;
+
 /// Buffers the exhaustive sync search handles (one bit each); larger systems use Belady's rule.
 const SYNC_MAX_BUFFERS: usize = 64;
 
@@ -1225,7 +1248,14 @@ fn mask_of(bufs: &[BufferId]) -> u64 {
 }
 
 fn bits(mask: u64) -> impl Iterator<Item = usize> {
-    (0..64).filter(move |i| mask & (1u64 << i) != 0)
+    let mut rest = mask;
+    std::iter::from_fn(move || {
+        (rest != 0).then(|| {
+            let b = rest.trailing_zeros() as usize;
+            rest &= rest - 1;
+            b
+        })
+    })
 }
 
 impl SyncWindow {
@@ -1391,11 +1421,11 @@ impl SyncWindow {
         for b in 0..nb {
             let bit = 1u64 << b;
             let mut status = false;
-            for k in 0..m {
-                if vm[k] & bit != 0 {
+            for (v, own) in vm.iter().zip(&self.own) {
+                if v & bit != 0 {
                     status = false;
                 }
-                if self.own[k] & bit != 0 {
+                if own & bit != 0 {
                     status = true;
                 }
             }
@@ -1441,11 +1471,22 @@ struct SyncDfs<'a> {
     bound: f64,
     nodes: usize,
     budget: usize,
+    /// Complete choices judged (each plans the table a few times), and how many may be.
+    evaluations: usize,
+    evaluation_budget: usize,
     out_of_budget: bool,
+    /// Per starting set, whether a state can still close the window.
+    closing: HashMap<(usize, u64), bool>,
 }
 
 impl<'a> SyncDfs<'a> {
-    fn new(w: &'a SyncWindow, system: &System, gap_fit: bool, budget: usize) -> Self {
+    fn new(
+        w: &'a SyncWindow,
+        system: &System,
+        gap_fit: bool,
+        budget: usize,
+        evaluation_budget: usize,
+    ) -> Self {
         let mut cpus: Vec<usize> = w.cpu.clone();
         cpus.sort_unstable();
         cpus.dedup();
@@ -1475,7 +1516,10 @@ impl<'a> SyncDfs<'a> {
             bound: f64::INFINITY,
             nodes: 0,
             budget,
+            evaluations: 0,
+            evaluation_budget,
             out_of_budget: false,
+            closing: HashMap::new(),
         }
     }
 
@@ -1501,14 +1545,31 @@ impl<'a> SyncDfs<'a> {
     /// returns the new bound when the choice improves on it.
     fn run(&mut self, leaf: &mut dyn FnMut(&SyncDfs<'_>) -> Option<f64>) {
         let w = self.w;
-        // Starting sets: subsets of the used buffers that fit, those keeping more (higher bits) first.
+        let m = w.len();
+        let largest = bits(w.used).map(|b| w.sizes[b]).max().unwrap_or(0);
+        // Buffers no decision after their last use may evict: resident at the window's end, so at its start.
+        let mut forced = 0u64;
+        for b in bits(w.used) {
+            let bit = 1u64 << b;
+            let last = (0..m).rev().find(|&k| w.own[k] & bit != 0).unwrap_or(0);
+            if (last + 1..m).all(|k| w.pinned[k] & bit != 0) {
+                forced |= bit;
+            }
+        }
+        // Starting sets, those keeping more (higher bits) first. After a decision that evicts, less memory is free
+        // than its smallest victim (a minimal cover), and decisions that do not evict only fill memory: so a
+        // cycle that evicts at all starts with less than the largest buffer free, and one that does not keeps
+        // every buffer it uses.
         let mut r = w.used;
         loop {
             if self.out_of_budget {
                 return;
             }
-            if w.bytes(r) <= w.capacity {
+            let bytes = w.bytes(r);
+            let full = r == w.used || w.capacity - bytes.min(w.capacity) < largest;
+            if bytes <= w.capacity && full && r & forced == forced {
                 self.r0 = r;
+                self.closing.clear();
                 self.dfs(0, r, leaf);
             }
             if r == 0 {
@@ -1518,26 +1579,60 @@ impl<'a> SyncDfs<'a> {
         }
     }
 
+    /// The decision's shortfall and the buffers it may evict, in state `res`.
+    fn options(&self, k: usize, res: u64) -> (u64, u64, u64) {
+        let w = self.w;
+        let missing = w.own[k] & !res;
+        let free = w.capacity.saturating_sub(w.bytes(res));
+        let short = w.bytes(missing).saturating_sub(free);
+        // A buffer resident at the start must not be evicted after its last use, or the window cannot close.
+        let cands = res & !w.pinned[k] & !(self.r0 & !w.later_use[k]);
+        (missing, short, cands)
+    }
+
+    /// Whether some choice of the decisions from `k` on, in state `res`, closes the window (memoised per starting
+    /// set; the bound does not matter here).
+    fn closes(&mut self, k: usize, res: u64) -> bool {
+        let w = self.w;
+        if k == w.len() {
+            return res == self.r0;
+        }
+        if let Some(&c) = self.closing.get(&(k, res)) {
+            return c;
+        }
+        self.nodes += 1;
+        let (missing, short, cands) = self.options(k, res);
+        let mut ok = false;
+        for cover in w.covers(k, cands, short, &mut self.nodes) {
+            if self.gap_fit && w.paging_s(cover, missing) > w.gap_s[k] + EPS {
+                continue;
+            }
+            if self.closes(k + 1, (res & !cover) | missing) {
+                ok = true;
+                break;
+            }
+        }
+        self.closing.insert((k, res), ok);
+        ok
+    }
+
     fn dfs(&mut self, k: usize, res: u64, leaf: &mut dyn FnMut(&SyncDfs<'_>) -> Option<f64>) {
         let w = self.w;
         self.nodes += 1;
-        if self.nodes > self.budget {
+        if self.nodes > self.budget || self.evaluations >= self.evaluation_budget {
             self.out_of_budget = true;
             return;
         }
         if k == w.len() {
             if res == self.r0 && self.packed_s() < self.bound - EPS {
+                self.evaluations += 1;
                 if let Some(b) = leaf(self) {
                     self.bound = self.bound.min(b);
                 }
             }
             return;
         }
-        let missing = w.own[k] & !res;
-        let free = w.capacity.saturating_sub(w.bytes(res));
-        let short = w.bytes(missing).saturating_sub(free);
-        // A buffer resident at the start must not be evicted after its last use, or the window cannot close.
-        let cands = res & !w.pinned[k] & !(self.r0 & !w.later_use[k]);
+        let (missing, short, cands) = self.options(k, res);
         for cover in w.covers(k, cands, short, &mut self.nodes) {
             if self.out_of_budget {
                 return;
@@ -1546,12 +1641,13 @@ impl<'a> SyncDfs<'a> {
             if self.gap_fit && p > w.gap_s[k] + EPS {
                 continue;
             }
+            let next = (res & !cover) | missing;
             let lane = self.lane[k];
             self.extra[lane] += p;
-            if self.packed_s() < self.bound - EPS {
+            if self.packed_s() < self.bound - EPS && self.closes(k + 1, next) {
                 self.victims[k] = cover;
                 self.paging[k] = p;
-                self.dfs(k + 1, (res & !cover) | missing, leaf);
+                self.dfs(k + 1, next, leaf);
             }
             self.extra[lane] -= p;
         }
@@ -1674,12 +1770,38 @@ fn evaluate_sync(
     victims: &[Vec<BufferId>],
     bw: Bandwidths,
 ) -> Option<SyncChoice> {
-    let paging = w.cycle(victims)?;
-    let (packed, new_index) = repack(system, Mode::Sync, &paging);
-    let mut moved = vec![Vec::new(); victims.len()];
+    let mut paging = w.cycle(victims)?;
+    let moved_to = |new_index: &[usize]| {
+        let mut moved = vec![Vec::new(); victims.len()];
+        for (old, &new) in new_index.iter().enumerate() {
+            moved[new] = victims[old].clone();
+        }
+        moved
+    };
+    // On the repacked table the decisions may come in another order across CPUs, and a slot may then page more
+    // than on the table as given: repack again with the larger amounts, a few times, until they hold.
+    let (mut packed, mut new_index) = repack(system, Mode::Sync, &paging);
+    for _ in 0..4 {
+        let Some(there) =
+            SyncWindow::new(&packed, bw).and_then(|pw| pw.cycle(&moved_to(&new_index)))
+        else {
+            break;
+        };
+        let mut grew = false;
+        for (old, &new) in new_index.iter().enumerate() {
+            if there[new] > paging[old] + EPS {
+                paging[old] = there[new];
+                grew = true;
+            }
+        }
+        if !grew {
+            break;
+        }
+        (packed, new_index) = repack(system, Mode::Sync, &paging);
+    }
+    let moved = moved_to(&new_index);
     let mut moved_paging = vec![0.0; victims.len()];
     for (old, &new) in new_index.iter().enumerate() {
-        moved[new] = victims[old].clone();
         moved_paging[new] = paging[old];
     }
     let table = stretch_until(&packed, |t| {
@@ -1723,7 +1845,13 @@ pub fn sync_search(system: &System, bw: Bandwidths) -> SyncSearch {
         };
     };
     let mut best: Option<SyncChoice> = None;
-    let mut dfs = SyncDfs::new(&w, system, false, SYNC_SEARCH_NODES);
+    let mut dfs = SyncDfs::new(
+        &w,
+        system,
+        false,
+        SYNC_SEARCH_NODES,
+        SYNC_SEARCH_EVALUATIONS,
+    );
     dfs.run(&mut |d: &SyncDfs<'_>| {
         let choice = evaluate_sync(system, &w, &d.victims_by_slot(), bw)?;
         let p = choice.table.table.hyperperiod_s;
@@ -1755,23 +1883,33 @@ pub fn sync_search(system: &System, bw: Bandwidths) -> SyncSearch {
     }
 }
 
-/// The periodic choice the sync plan of `system`'s table follows as it is (no repacking): among the choices whose
-/// plan runs the steady state without a problem, the one whose packed period is shortest (the first found on ties,
-/// in the search order of [`sync_search`]). `None` when none does (or the search is not possible or ran out of
-/// nodes without one): the plan then uses Belady's rule.
+/// The periodic choice the sync plan of `system`'s table follows as it is (no repacking): the first, in the search
+/// order of [`sync_search`] (cheapest page-outs first, then Belady's furthest next use), whose paging fits the gap
+/// before each slot and whose plan runs the steady state without a problem. `None` when none does, or the search is
+/// not possible or gives up ([`SYNC_PLAN_NODES`] nodes, [`SYNC_PLAN_EVALUATIONS`] choices planned) without one:
+/// the plan then uses Belady's rule.
 pub fn sync_victims(system: &System, bw: Bandwidths) -> Option<Vec<Vec<BufferId>>> {
     let w = SyncWindow::new(system, bw)?;
-    if !table_fits(system) {
+    // A work that does not fit before the next slot on its CPU fails every choice.
+    let work_fits = instances(system, 1).iter().all(|i| {
+        let work = system
+            .components
+            .get(i.component)
+            .map_or(0.0, |c| c.work.compute_s());
+        i.start_s + work <= i.deadline_s + EPS
+    });
+    if !table_fits(system) || !work_fits {
         return None;
     }
-    let mut best: Option<Vec<Vec<BufferId>>> = None;
-    let mut dfs = SyncDfs::new(&w, system, true, SYNC_SEARCH_NODES);
+    let mut found: Option<Vec<Vec<BufferId>>> = None;
+    let mut dfs = SyncDfs::new(&w, system, true, SYNC_PLAN_NODES, SYNC_PLAN_EVALUATIONS);
     dfs.run(&mut |d: &SyncDfs<'_>| {
         let v = d.victims_by_slot();
         fixed_ok(system, &w, &v, bw).then(|| {
-            best = Some(v);
-            d.packed_s()
+            found = Some(v);
+            // The first will do: cut everything else.
+            f64::NEG_INFINITY
         })
     });
-    best
+    found
 }

@@ -26,7 +26,7 @@ pub struct SlotPaging {
     pub page_ins: usize,
     /// Bytes that cross to or from the store.
     pub io_bytes: u64,
-    /// Store time the operations take at the plan's bandwidths, seconds.
+    /// Time the operations take at the speeds the mode is priced at (`ModeAnalysis::priced_at`), seconds.
     pub paging_s: f64,
     /// Time between the paging's issue and the slot's start, seconds.
     pub available_s: f64,

@@ -439,6 +439,35 @@ proptest! {
             );
         }
     }
+
+    /// The same with a component that runs twice per hyperperiod (its buffer used twice in the window).
+    #[test]
+    fn sync_period_is_optimal_with_repeated_uses(
+        sizes in proptest::collection::vec(1u64..3, 1..4),
+        read_only in proptest::collection::vec(any::<bool>(), 1..3),
+        perm_seed in any::<u64>(),
+        twice in 0usize..3,
+        gaps in proptest::collection::vec(0u8..4, 1..5),
+        lengths in proptest::collection::vec(0u8..3, 1..4),
+        spare in 0u64..2,
+        mbps in 5.0f64..60.0,
+    ) {
+        let mut order = shuffled(3, perm_seed);
+        order.push(twice);
+        let sys = random_sync_system(3, &sizes, &read_only, &order, &gaps, &lengths, spare);
+        let bw = Bandwidths::direct(mbps * 1e6, mbps * 0.7e6);
+        let search = plan::sync_search(&sys, bw);
+        prop_assert!(search.exhaustive);
+        let found = search.best.as_ref().map(|c| c.table.table.hyperperiod_s);
+        let brute = brute_force_sync(&sys, bw);
+        match (found, brute) {
+            (Some(f), Some(b)) => prop_assert!((f - b).abs() < 1e-9, "search {} vs brute force {}", f, b),
+            (f, b) => prop_assert_eq!(f, b),
+        }
+        if let Some(c) = &search.best {
+            prop_assert!(follows_choice(&c.table, &c.victims, bw), "the plan strays from the choice");
+        }
+    }
 }
 
 // --- Demand speeds and interference ------------------------------------------------------------------------------

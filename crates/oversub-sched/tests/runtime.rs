@@ -274,7 +274,7 @@ fn bad_registrations_are_errors_naming_the_component() {
 #[test]
 fn demand_mode_faults_every_page_a_slot_touches_after_eviction() {
     let sys = tiny_user();
-    let pages = (MIB / 4096) as u64;
+    let pages = MIB / 4096;
     let mut rt = Runtime::new(sys)
         .mode(Mode::Demand)
         .demand_readahead(Readahead::Off)
