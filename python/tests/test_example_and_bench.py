@@ -49,3 +49,21 @@ def test_overhead_benchmark_reports_both_sides(tmp_path):
     for key in ("python_us_per_op", "rust_us_per_op", "overhead_us_per_op", "overhead_cpu_us_per_op"):
         assert isinstance(r[key], float)
     assert r["size_bytes"] == 4096
+
+
+PIPELINE = pathlib.Path(__file__).resolve().parents[1] / "examples" / "pipeline.py"
+
+
+def test_pipeline_example_gives_the_same_results_with_an_80_percent_pool(tmp_path):
+    spec = importlib.util.spec_from_file_location("pipeline", PIPELINE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    out = tmp_path / "pipeline.json"
+    code = mod.main(["--quick", "--hyperperiods", "2", "--bandwidths", "1e9", "1e9", "--json", str(out)])
+    import json
+
+    r = json.loads(out.read_text())
+    assert code == 0 and r["bit_identical"]
+    assert r["capacity_bytes"] <= 0.81 * r["demand_bytes"]
+    assert r["bytes_paged"]["constrained"] > 0 and r["bytes_paged"]["unconstrained"] == 0
+    assert len(r["digests"]["constrained"]) == 5
