@@ -122,6 +122,7 @@ impl ToRaised for oversub_sched::SetupError {
             oversub_sched::SetupError::Profile(e) => e.to_raised(),
             oversub_sched::SetupError::Io(e) => e.to_raised(),
             oversub_sched::SetupError::Pager(e) => e.to_raised(),
+            oversub_sched::SetupError::Demand(_) => Raised::new("IoError", self.to_string()),
             _ => Raised::new("ProfileError", self.to_string()),
         }
     }

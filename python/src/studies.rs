@@ -13,7 +13,9 @@ use std::time::Instant;
 
 use oversub_sched::plan::feasible_table;
 use oversub_sched::setup::{self, BandwidthSource, StoreSpeed};
-use oversub_sched::{Bandwidths, DeviceKind, Mode, PlanDoc, RunResult, Runtime, System, Work};
+use oversub_sched::{
+    Bandwidths, DeviceKind, Mode, PlanDoc, Readahead, RunResult, Runtime, System, Work,
+};
 use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios::{self as swap_scenarios, BUILTIN};
 use oversub_sim::swap::{
@@ -614,7 +616,15 @@ fn run_schedule<'py>(
     let run_all = || -> Result<Vec<(Mode, RunOut)>, Failure> {
         let system = load(&src)?;
         works.check(&system)?;
-        let speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
+        let mut speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
+        // Demand mode is planned at demand-paging speeds, measured on the store unless speeds were given.
+        if modes.contains(&Mode::Demand) && given.is_none() && !speed.bw.demand_measured() {
+            let d = setup::measure_demand(system.platform.store.as_deref(), Readahead::Kernel)
+                .map_err(raised)?;
+            speed.bw = speed
+                .bw
+                .with_demand(d.read_bytes_per_s, d.write_bytes_per_s);
+        }
         let mut runs = Vec::with_capacity(modes.len());
         for &m in &modes {
             if stop.is_set() {

@@ -49,8 +49,9 @@ pub struct PlanArgs {
     #[arg(long)]
     profile: Option<PathBuf>,
     /// Demand-paging speeds, READ[,WRITE] in bytes per second (e.g. 1.43e9,1.43e9; one number: both ways): demand
-    /// is then priced at them (concurrent per CPU, the store shared at its direct speed). Without it demand is
-    /// priced at the store's direct-I/O speeds.
+    /// is then priced at them (concurrent per CPU, the store shared at its direct speed). Without it they are
+    /// measured on the configuration's store (a memory-mapped file with the kernel's readahead, as `oversub run`
+    /// demand-pages by default).
     #[arg(long, value_name = "READ[,WRITE]")]
     demand_bandwidth: Option<String>,
     /// Plan every work as taking this many times as long: the interference of paging with the CPU tasks
@@ -103,8 +104,11 @@ pub struct RunArgs {
     no_pin: bool,
     /// Plan the works as taking this many times as long (>= 1; interference from the paging's memory traffic,
     /// Sec. III-D; `oversub bench interference` measures it). The works themselves run as they are.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_inflation)]
+    #[arg(long, default_value_t = 1.0, value_parser = parse_inflation, conflicts_with = "inflate_from")]
     inflate: f64,
+    /// Take --inflate from a JSON file written by `oversub bench interference --json` (see `oversub plan --help`).
+    #[arg(long, value_name = "FILE")]
+    inflate_from: Option<PathBuf>,
     /// Demand mode: the kernel's readahead on the memory-mapped store (`kernel`: Linux's demand paging as the
     /// paper measured it; `off`: every touched 4 KiB page is a fault that reads just that page).
     #[arg(long, value_enum, default_value_t = ReadaheadArg::Kernel)]
@@ -196,6 +200,24 @@ fn bandwidths(profile: Option<&Path>, system: &System) -> Result<StoreSpeed, Box
     Ok(speed)
 }
 
+/// `bw` with demand-paging speeds measured on the configuration's store (said on stderr).
+fn demand_speeds(
+    bw: Bandwidths,
+    system: &System,
+    readahead: Readahead,
+) -> Result<Bandwidths, BoxError> {
+    let d = setup::measure_demand(system.platform.store.as_deref(), readahead)?;
+    eprintln!(
+        "demand paging measured on the store ({} mapped, readahead {}, slowest of 3): fault-in {:.0} MB/s, \
+         write-back {:.0} MB/s",
+        format_bytes(setup::MEASURE_BYTES),
+        if readahead == Readahead::Off { "off" } else { "kernel" },
+        d.read_bytes_per_s / 1e6,
+        d.write_bytes_per_s / 1e6
+    );
+    Ok(bw.with_demand(d.read_bytes_per_s, d.write_bytes_per_s))
+}
+
 fn describe_bw(bw: Bandwidths) -> String {
     format!(
         "page-in {:.0} MB/s, page-out {:.0} MB/s",
@@ -231,79 +253,76 @@ fn opt_period(p: Option<f64>) -> String {
     p.map_or_else(|| "none found".into(), format_seconds)
 }
 
-pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
-    /// The worst slowdown of a CPU task under paging in an `oversub bench interference --json` file, and what it
-    /// was measured on.
-    fn slowdown_from(path: &Path) -> Result<(f64, String), BoxError> {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("--inflate-from {}: {e}", path.display()))?;
-        let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+/// The worst slowdown of a CPU task under paging in an `oversub bench interference --json` file, and what it
+/// was measured on.
+fn slowdown_from(path: &Path) -> Result<(f64, String), BoxError> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("--inflate-from {}: {e}", path.display()))?;
+    let doc: serde_json::Value = serde_json::from_str(&text).map_err(|e| {
+        format!(
+            "--inflate-from {}: not JSON ({e}); give a file written by `oversub bench interference --json`",
+            path.display()
+        )
+    })?;
+    let num = |v: &serde_json::Value, key: &str| {
+        v.get(key)
+            .and_then(serde_json::Value::as_f64)
+            .filter(|x| x.is_finite() && *x > 0.0)
+    };
+    let mut found: Vec<(f64, String)> = Vec::new();
+    for row in doc
+        .get("thrashing")
+        .and_then(serde_json::Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let (Some(alone), Some(with)) =
+            (num(row, "bw_alone_mbs"), num(row, "bw_with_paging_mbs"))
+        {
+            let kind = row.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
+            let tasks = row.get("tasks").and_then(|t| t.as_u64()).unwrap_or(0);
+            found.push((
+                alone / with,
+                format!(
+                    "{tasks} {kind} DRAM thrasher(s): {alone:.0} MB/s alone, {with:.0} MB/s with paging"
+                ),
+            ));
+        }
+    }
+    let iteration_us = |c: Option<&serde_json::Value>| -> Option<f64> {
+        let c = c?;
+        ["mem_load_us", "compute_us", "mem_unload_us"]
+            .iter()
+            .map(|k| c.get(*k).and_then(|p| num(p, "mean")))
+            .sum()
+    };
+    if let Some(prem) = doc.get("prem") {
+        let alone = iteration_us(prem.get("alone"));
+        let paged = iteration_us(prem.get("paging").and_then(|p| p.get("interfered")));
+        if let (Some(a), Some(p)) = (alone, paged) {
+            found.push((
+                p / a,
+                format!("the PREM task's mean iteration: {a:.0} us alone, {p:.0} us with paging"),
+            ));
+        }
+    }
+    let worst = found
+        .into_iter()
+        .max_by(|a, b| a.0.total_cmp(&b.0))
+        .ok_or_else(|| {
             format!(
-                "--inflate-from {}: not JSON ({e}); give a file written by `oversub bench interference --json`",
+                "--inflate-from {}: no slowdown under paging in it (no `thrashing` rows with bw_alone_mbs and \
+                 bw_with_paging_mbs, no `prem` alone and paging.interfered timings); give a file written by \
+                 `oversub bench interference --json`",
                 path.display()
             )
         })?;
-        let num = |v: &serde_json::Value, key: &str| {
-            v.get(key)
-                .and_then(serde_json::Value::as_f64)
-                .filter(|x| x.is_finite() && *x > 0.0)
-        };
-        let mut found: Vec<(f64, String)> = Vec::new();
-        for row in doc
-            .get("thrashing")
-            .and_then(serde_json::Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            if let (Some(alone), Some(with)) =
-                (num(row, "bw_alone_mbs"), num(row, "bw_with_paging_mbs"))
-            {
-                let kind = row.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
-                let tasks = row.get("tasks").and_then(|t| t.as_u64()).unwrap_or(0);
-                found.push((
-                    alone / with,
-                    format!(
-                        "{tasks} {kind} DRAM thrasher(s): {alone:.0} MB/s alone, {with:.0} MB/s with paging"
-                    ),
-                ));
-            }
-        }
-        let iteration_us = |c: Option<&serde_json::Value>| -> Option<f64> {
-            let c = c?;
-            ["mem_load_us", "compute_us", "mem_unload_us"]
-                .iter()
-                .map(|k| c.get(*k).and_then(|p| num(p, "mean")))
-                .sum()
-        };
-        if let Some(prem) = doc.get("prem") {
-            let alone = iteration_us(prem.get("alone"));
-            let paged = iteration_us(prem.get("paging").and_then(|p| p.get("interfered")));
-            if let (Some(a), Some(p)) = (alone, paged) {
-                found.push((
-                    p / a,
-                    format!(
-                        "the PREM task's mean iteration: {a:.0} us alone, {p:.0} us with paging"
-                    ),
-                ));
-            }
-        }
-        let worst = found
-            .into_iter()
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .ok_or_else(|| {
-                format!(
-                    "--inflate-from {}: no slowdown under paging in it (no `thrashing` rows with bw_alone_mbs and \
-                     bw_with_paging_mbs, no `prem` alone and paging.interfered timings); give a file written by \
-                     `oversub bench interference --json`",
-                    path.display()
-                )
-            })?;
-        Ok(worst)
-    }
+    Ok(worst)
+}
 
-    let system = load(&args.config)?;
-    println!("{}: {}", args.config.display(), describe_system(&system));
-    let inflate = match &args.inflate_from {
+/// The work inflation factor: `inflate`, or the worst slowdown in an `oversub bench interference --json` file.
+fn resolve_inflation(inflate: f64, inflate_from: Option<&Path>) -> Result<f64, BoxError> {
+    Ok(match inflate_from {
         Some(path) => {
             let (slowdown, what) = slowdown_from(path)?;
             let used = slowdown.max(1.0);
@@ -316,19 +335,25 @@ pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
             used
         }
         None => {
-            if !(args.inflate.is_finite() && args.inflate >= 1.0) {
+            if !(inflate.is_finite() && inflate >= 1.0) {
                 return Err(format!(
                     "--inflate must be a number at least 1.0 (works planned that many times as long), not {}",
-                    args.inflate
+                    inflate
                 )
                 .into());
             }
-            if args.inflate != 1.0 {
-                println!("work inflation x{:.3} (--inflate)", args.inflate);
+            if inflate != 1.0 {
+                println!("work inflation x{:.3} (--inflate)", inflate);
             }
-            args.inflate
+            inflate
         }
-    };
+    })
+}
+
+pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
+    let system = load(&args.config)?;
+    println!("{}: {}", args.config.display(), describe_system(&system));
+    let inflate = resolve_inflation(args.inflate, args.inflate_from.as_deref())?;
     let mut speed = bandwidths(args.profile.as_deref(), &system)?;
     if let Some(text) = &args.demand_bandwidth {
         let parse = |t: &str| {
@@ -347,6 +372,8 @@ pub fn plan_cmd(args: PlanArgs) -> Result<(), BoxError> {
         let read = parse(parts.next().unwrap_or(""))?;
         let write = parts.next().map_or(Ok(read), parse)?;
         speed.bw = speed.bw.with_demand(read, write);
+    } else {
+        speed.bw = demand_speeds(speed.bw, &system, Readahead::Kernel)?;
     }
     let doc = PlanDoc::new_inflated(&system, speed, &Mode::ALL, inflate);
     let analyses = &doc.modes;
@@ -723,18 +750,18 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
         )
         .into());
     }
-    let bw = bandwidths(args.profile.as_deref(), &system)?.bw;
-    let planning = if args.inflate != 1.0 {
-        eprintln!(
-            "works planned {:.0}% longer (--inflate {})",
-            (args.inflate - 1.0) * 100.0,
-            args.inflate
-        );
-        system.with_work_inflation(args.inflate)
+    let inflate = resolve_inflation(args.inflate, args.inflate_from.as_deref())?;
+    let modes = args.mode.modes();
+    let speed = bandwidths(args.profile.as_deref(), &system)?;
+    let mut bw = speed.bw;
+    if modes.contains(&Mode::Demand) && !bw.demand_measured() {
+        bw = demand_speeds(bw, &system, args.demand_readahead.readahead())?;
+    }
+    let planning = if inflate != 1.0 {
+        system.with_work_inflation(inflate)
     } else {
         system.clone()
     };
-    let modes = args.mode.modes();
     let several = modes.len() > 1;
     let mut results = Vec::new();
     let bar = slots_bar(
@@ -761,7 +788,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
             warmup: args.warmup,
             bw,
             pin: !args.no_pin,
-            inflate: args.inflate,
+            inflate,
             readahead: args.demand_readahead.readahead(),
         };
         let r = run_mode(&table, mode, how, &bar)?;
@@ -803,7 +830,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
                         warmup_hyperperiods: r.warmup_hyperperiods,
                         warmup_misses: r.warmup_misses,
                         major_faults: r.major_faults,
-                        work_inflation: args.inflate,
+                        work_inflation: inflate,
                     },
                 )
             })

@@ -269,4 +269,52 @@ fn demo_writes_its_report() {
     for m in ["async", "sync", "demand"] {
         assert!(modes.contains(&m), "{modes:?}");
     }
+    assert_eq!(v["swap_share"], 1.0);
+    assert!(
+        v.get("largest_swap_share_met").is_some()
+            && v.get("predicted_largest_swap_share").is_some()
+    );
+    assert!(v["demand_read_bytes_per_s"].as_f64().unwrap() > 0.0);
+    assert!(stdout.contains("largest swap share"), "{stdout}");
+}
+
+#[test]
+fn run_refuses_components_without_built_in_work_and_bad_inflation() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = dir.path().join("user.toml");
+    std::fs::write(
+        &cfg,
+        "[platform]\ncapacity = \"4MiB\"\ncpus = 1\n\n[[component]]\nname = \"mine\"\nbudget_ms = 10\nperiod_ms = 20\n",
+    )
+    .unwrap();
+    let out = oversub().arg("run").arg(&cfg).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("component mine has no built-in work"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("run_schedule"), "{stderr}");
+
+    let out = oversub()
+        .arg("run")
+        .arg(examples().join("paper.toml"))
+        .args(["--inflate", "0.5"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("inflation factor"),
+        "{stderr}"
+    );
+
+    let out = oversub()
+        .arg("plan")
+        .arg(&cfg)
+        .arg("--inflate-from")
+        .arg(dir.path().join("missing.json"))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("missing.json"));
 }

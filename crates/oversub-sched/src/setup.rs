@@ -22,6 +22,7 @@ pub const MEASURE_BYTES: u64 = 256 << 20;
 
 /// Why the store's bandwidths could not be found, or a pool could not be set up.
 #[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
 pub enum SetupError {
     /// The platform profile could not be read or is not valid.
     #[error(transparent)]
@@ -41,6 +42,9 @@ pub enum SetupError {
     /// The pool could not be created, or paging failed while measuring.
     #[error(transparent)]
     Pager(#[from] PagerError),
+    /// Demand paging could not be measured on the store.
+    #[error("measuring demand paging: {0}")]
+    Demand(#[from] oversub_core::DemandError),
 }
 
 /// Where the store's bandwidths came from.
@@ -136,6 +140,21 @@ pub fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths,
         size as f64 / slowest(&reads),
         size as f64 / slowest(&writes),
     ))
+}
+
+/// Demand-paging speeds of the store (see [`store_dir`]): a [`MEASURE_BYTES`] mapping of a store file written
+/// back and faulted in again, the slowest of three rounds, with the given readahead (what the executor's demand mode
+/// does).
+pub fn measure_demand(
+    store: Option<&Path>,
+    readahead: oversub_core::Readahead,
+) -> Result<oversub_core::DemandSpeeds, SetupError> {
+    Ok(oversub_core::measure_demand_bandwidths_with(
+        Some(&store_dir(store)),
+        MEASURE_BYTES,
+        3,
+        readahead,
+    )?)
 }
 
 /// The store's bandwidths for `system`: `given`, else the `[storage]` table of `profile`, else measured on the

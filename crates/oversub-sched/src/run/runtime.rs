@@ -231,7 +231,17 @@ impl<'w> Runtime<'w> {
             return Err(RunError::Config("hyperperiods must be at least 1".into()));
         }
         super::check_works(&self.system, &self.works, &self.inits)?;
-        let speed = setup::store_speed(self.bandwidths, self.profile.as_deref(), &self.system)?;
+        let mut speed = setup::store_speed(self.bandwidths, self.profile.as_deref(), &self.system)?;
+        // Demand mode is planned at demand-paging speeds: measured here unless the caller gave speeds.
+        if self.mode == Mode::Demand && self.bandwidths.is_none() && !speed.bw.demand_measured() {
+            let d = setup::measure_demand(
+                self.system.platform.store.as_deref(),
+                self.options.demand_readahead,
+            )?;
+            speed.bw = speed
+                .bw
+                .with_demand(d.read_bytes_per_s, d.write_bytes_per_s);
+        }
         self.last_speed = Some(speed);
         let (exec, p) = self.plan_with(speed.bw)?;
         let options = RunOptions {
