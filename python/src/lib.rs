@@ -5,6 +5,7 @@
 //! come back as plain dicts. Rust errors become exceptions of `oversub.errors` with the Rust message. The
 //! pure-Python part (`python/oversub/`) adds the exception classes, pandas helpers and type stubs.
 
+mod dlpack;
 mod errors;
 mod pager;
 mod slots;

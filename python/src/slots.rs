@@ -12,7 +12,7 @@
 //! alive" error. An exception of the function stops the run first: `run_schedule` raises `RunError` from it.
 
 use std::error::Error as StdError;
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
@@ -24,6 +24,7 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 
+use crate::dlpack::{byte_capsule, DL_CPU};
 use crate::errors::{Raised, ToRaised};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
@@ -1094,152 +1095,6 @@ impl SlotView {
     }
 }
 
-// --- DLPack (the same ABI as views.rs's, with a lease as the manager context) -------------------------------------
-
-const DL_CPU: i32 = 1;
-const DL_UINT: u8 = 1;
-const DL_FLAG_READ_ONLY: u64 = 1;
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct DlDevice {
-    device_type: i32,
-    device_id: i32,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct DlDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-struct DlTensor {
-    data: *mut c_void,
-    device: DlDevice,
-    ndim: i32,
-    dtype: DlDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-struct DlManagedTensor {
-    dl_tensor: DlTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct DlPackVersion {
-    major: u32,
-    minor: u32,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-struct DlManagedTensorVersioned {
-    version: DlPackVersion,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
-    flags: u64,
-    dl_tensor: DlTensor,
-}
-
-/// The two managed-tensor layouts, for the code they share.
-trait ManagedTensor: Sized {
-    const CAPSULE_NAME: &'static CStr;
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
-    fn dl_tensor(&mut self) -> &mut DlTensor;
-}
-
-impl ManagedTensor for DlManagedTensor {
-    const CAPSULE_NAME: &'static CStr = c"dltensor";
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
-        self.deleter
-    }
-    fn dl_tensor(&mut self) -> &mut DlTensor {
-        &mut self.dl_tensor
-    }
-}
-
-impl ManagedTensor for DlManagedTensorVersioned {
-    const CAPSULE_NAME: &'static CStr = c"dltensor_versioned";
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
-        self.deleter
-    }
-    fn dl_tensor(&mut self) -> &mut DlTensor {
-        &mut self.dl_tensor
-    }
-}
-
-/// The managed tensor with its shape and its lease; `tensor` first, so a pointer to it points to the whole.
-#[repr(C)]
-#[derive(Debug)]
-struct Exported<T> {
-    tensor: T,
-    shape: [i64; 1],
-    lease: ExportLease,
-}
-
-/// DLPack's deleter: frees the tensor and drops its lease. Needs no GIL ([`SlotShared`] holds no Python object).
-unsafe extern "C" fn dl_deleter<T>(tensor: *mut T) {
-    if tensor.is_null() {
-        return;
-    }
-    // SAFETY: every managed tensor handed out is the first field of a leaked Box<Exported<T>> (`into_capsule`), and
-    // DLPack calls the deleter once.
-    drop(unsafe { Box::from_raw(tensor.cast::<Exported<T>>()) });
-}
-
-/// The capsule's destructor: frees a tensor nobody consumed (a consumer renames the capsule "used_…").
-unsafe extern "C" fn capsule_destructor<T: ManagedTensor>(capsule: *mut ffi::PyObject) {
-    // SAFETY: CPython calls this with the capsule being destroyed; IsValid checks the name without raising, and
-    // an unconsumed capsule's pointer is our managed tensor.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(capsule, T::CAPSULE_NAME.as_ptr()).cast::<T>();
-            if !p.is_null() {
-                if let Some(d) = (*p).deleter() {
-                    d(p);
-                }
-            }
-        }
-    }
-}
-
-/// Boxes `tensor` with its shape and lease into a new capsule; null (Python error set) if that failed, in which
-/// case the box and its lease are dropped.
-fn into_capsule<T: ManagedTensor>(tensor: T, len: i64, lease: ExportLease) -> *mut ffi::PyObject {
-    let mut exported = Box::new(Exported {
-        tensor,
-        shape: [len],
-        lease,
-    });
-    exported.tensor.dl_tensor().shape = exported.shape.as_mut_ptr();
-    let raw = Box::into_raw(exported);
-    // SAFETY: `raw` is a valid leaked box whose first field is the managed tensor; the capsule's destructor or the
-    // consumer frees it exactly once through `dl_deleter::<T>`.
-    let capsule = unsafe {
-        ffi::PyCapsule_New(
-            raw.cast::<c_void>(),
-            T::CAPSULE_NAME.as_ptr(),
-            Some(capsule_destructor::<T>),
-        )
-    };
-    if capsule.is_null() {
-        // SAFETY: the capsule was not made, so nothing else owns `raw`.
-        drop(unsafe { Box::from_raw(raw) });
-    }
-    capsule
-}
-
 fn dlpack<'py>(
     slf: &Bound<'py, SlotView>,
     dl_device: Option<(i32, i32)>,
@@ -1267,42 +1122,13 @@ fn dlpack<'py>(
     let len =
         i64::try_from(b.len).map_err(|_| PyBufferError::new_err("buffer too large for DLPack"))?;
     let lease = SlotShared::export(&me.shared, me.index)?;
-    let tensor = DlTensor {
-        data: b.addr.0.cast::<c_void>(),
-        device: DlDevice {
-            device_type: DL_CPU,
-            device_id: 0,
-        },
-        ndim: 1,
-        dtype: DlDataType {
-            code: DL_UINT,
-            bits: 8,
-            lanes: 1,
-        },
-        shape: std::ptr::null_mut(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    };
-    let capsule = if versioned {
-        let tensor = DlManagedTensorVersioned {
-            version: DlPackVersion { major: 1, minor: 0 },
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(dl_deleter::<DlManagedTensorVersioned>),
-            flags: if b.read_only { DL_FLAG_READ_ONLY } else { 0 },
-            dl_tensor: tensor,
-        };
-        into_capsule(tensor, len, lease)
-    } else {
-        let tensor = DlManagedTensor {
-            dl_tensor: tensor,
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(dl_deleter::<DlManagedTensor>),
-        };
-        into_capsule(tensor, len, lease)
-    };
-    if capsule.is_null() {
-        return Err(PyErr::fetch(py));
-    }
-    // SAFETY: `capsule` is a new, non-null reference returned by PyCapsule_New.
-    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
+    byte_capsule(
+        py,
+        b.addr.0.cast::<c_void>(),
+        (DL_CPU, 0),
+        len,
+        b.read_only,
+        versioned,
+        lease,
+    )
 }

@@ -6,7 +6,7 @@
 //! page-out or free is refused while the count is above zero. `__cuda_array_interface__` has no release hook, so
 //! it cannot be counted; the docs say so.
 
-use std::ffi::{c_int, c_void, CStr};
+use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 
 use oversub_core::{BufferState, PagerError};
@@ -15,6 +15,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 
+use crate::dlpack::{byte_capsule, DL_CPU, DL_CUDA};
 use crate::errors::{OrRaise, Raised, ToRaised};
 use crate::pager::{lock, BufCore, Buffer, Device};
 
@@ -188,154 +189,13 @@ pub(crate) fn cuda_array_interface<'py>(slf: &Bound<'py, Buffer>) -> PyResult<Bo
     Ok(d)
 }
 
-// --- DLPack: the versioned ABI (1.0, with a read-only flag) for consumers that ask for it, else the legacy one --
+/// A DLPack export's hold on its buffer: counted as a view until the consumer's tensor is deleted.
+struct ViewHold(Arc<BufCore>);
 
-const DL_CPU: i32 = 1;
-const DL_CUDA: i32 = 2;
-const DL_UINT: u8 = 1;
-const CAPSULE_NAME: &CStr = c"dltensor";
-const VERSIONED_CAPSULE_NAME: &CStr = c"dltensor_versioned";
-const DL_FLAG_READ_ONLY: u64 = 1;
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct DlDevice {
-    device_type: i32,
-    device_id: i32,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct DlDataType {
-    code: u8,
-    bits: u8,
-    lanes: u16,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-struct DlTensor {
-    data: *mut c_void,
-    device: DlDevice,
-    ndim: i32,
-    dtype: DlDataType,
-    shape: *mut i64,
-    strides: *mut i64,
-    byte_offset: u64,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-struct DlManagedTensor {
-    dl_tensor: DlTensor,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensor)>,
-}
-
-#[repr(C)]
-#[derive(Debug, Clone, Copy)]
-struct DlPackVersion {
-    major: u32,
-    minor: u32,
-}
-
-#[repr(C)]
-#[derive(Debug)]
-struct DlManagedTensorVersioned {
-    version: DlPackVersion,
-    manager_ctx: *mut c_void,
-    deleter: Option<unsafe extern "C" fn(*mut DlManagedTensorVersioned)>,
-    flags: u64,
-    dl_tensor: DlTensor,
-}
-
-/// The two managed-tensor layouts (legacy and versioned), for the code they share.
-trait ManagedTensor: Sized {
-    /// The capsule's name before a consumer takes it.
-    const CAPSULE_NAME: &'static CStr;
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
-    fn dl_tensor(&mut self) -> &mut DlTensor;
-}
-
-impl ManagedTensor for DlManagedTensor {
-    const CAPSULE_NAME: &'static CStr = CAPSULE_NAME;
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
-        self.deleter
+impl Drop for ViewHold {
+    fn drop(&mut self) {
+        release_buffer(&self.0);
     }
-    fn dl_tensor(&mut self) -> &mut DlTensor {
-        &mut self.dl_tensor
-    }
-}
-
-impl ManagedTensor for DlManagedTensorVersioned {
-    const CAPSULE_NAME: &'static CStr = VERSIONED_CAPSULE_NAME;
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
-        self.deleter
-    }
-    fn dl_tensor(&mut self) -> &mut DlTensor {
-        &mut self.dl_tensor
-    }
-}
-
-/// The managed tensor with what it points to; `tensor` comes first so a pointer to it is a pointer to the whole.
-#[repr(C)]
-#[derive(Debug)]
-struct Exported<T> {
-    tensor: T,
-    shape: [i64; 1],
-    core: Arc<BufCore>,
-}
-
-/// DLPack's deleter: ends the view. Called by the consumer, or by the capsule if nobody consumed it.
-unsafe extern "C" fn dl_deleter<T>(tensor: *mut T) {
-    if tensor.is_null() {
-        return;
-    }
-    // SAFETY: every managed tensor we hand out is the first field of a leaked Box<Exported<T>> (`into_capsule`),
-    // and DLPack calls the deleter once.
-    let exported = unsafe { Box::from_raw(tensor.cast::<Exported<T>>()) };
-    release_buffer(&exported.core);
-}
-
-/// The capsule's destructor: frees an unconsumed tensor (a consumer renames the capsule "used_…").
-unsafe extern "C" fn capsule_destructor<T: ManagedTensor>(capsule: *mut ffi::PyObject) {
-    // SAFETY: CPython calls this with the capsule being destroyed; IsValid checks the name without raising.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, T::CAPSULE_NAME.as_ptr()) == 1 {
-            let p = ffi::PyCapsule_GetPointer(capsule, T::CAPSULE_NAME.as_ptr()).cast::<T>();
-            if !p.is_null() {
-                if let Some(d) = (*p).deleter() {
-                    d(p);
-                }
-            }
-        }
-    }
-}
-
-/// Boxes `tensor` with its shape and a hold on the buffer and wraps it in a new capsule; null (with the Python
-/// error set) if the capsule could not be made, in which case nothing is leaked.
-fn into_capsule<T: ManagedTensor>(tensor: T, len: i64, core: Arc<BufCore>) -> *mut ffi::PyObject {
-    let mut exported = Box::new(Exported {
-        tensor,
-        shape: [len],
-        core,
-    });
-    exported.tensor.dl_tensor().shape = exported.shape.as_mut_ptr();
-    let raw = Box::into_raw(exported);
-    // SAFETY: `raw` is a valid leaked box whose first field is the managed tensor; the capsule's destructor or
-    // the consumer frees it exactly once through `dl_deleter::<T>`.
-    let capsule = unsafe {
-        ffi::PyCapsule_New(
-            raw.cast::<c_void>(),
-            T::CAPSULE_NAME.as_ptr(),
-            Some(capsule_destructor::<T>),
-        )
-    };
-    if capsule.is_null() {
-        // SAFETY: the capsule was not made, so nothing else owns `raw`.
-        drop(unsafe { Box::from_raw(raw) });
-    }
-    capsule
 }
 
 /// `__dlpack_device__`: (kDLCPU, 0) or (kDLCUDA, ordinal).
@@ -393,48 +253,17 @@ pub(crate) fn dlpack<'py>(
     };
     let len = i64::try_from(core.nbytes)
         .map_err(|_| PyBufferError::new_err("buffer too large for DLPack"))?;
-    let tensor = DlTensor {
+    // A stored read-only buffer's bytes must not change (later page-outs do not write them again).
+    let read_only = core.read_only && info.stored;
+    let capsule = byte_capsule(
+        py,
         data,
-        device: DlDevice {
-            device_type: device.0,
-            device_id: device.1,
-        },
-        ndim: 1,
-        dtype: DlDataType {
-            code: DL_UINT,
-            bits: 8,
-            lanes: 1,
-        },
-        shape: std::ptr::null_mut(),
-        strides: std::ptr::null_mut(),
-        byte_offset: 0,
-    };
-    let capsule = if versioned {
-        let tensor = DlManagedTensorVersioned {
-            version: DlPackVersion { major: 1, minor: 0 },
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(dl_deleter::<DlManagedTensorVersioned>),
-            // A stored read-only buffer's bytes must not change (later page-outs do not write them again).
-            flags: if core.read_only && info.stored {
-                DL_FLAG_READ_ONLY
-            } else {
-                0
-            },
-            dl_tensor: tensor,
-        };
-        into_capsule(tensor, len, Arc::clone(&core))
-    } else {
-        let tensor = DlManagedTensor {
-            dl_tensor: tensor,
-            manager_ctx: std::ptr::null_mut(),
-            deleter: Some(dl_deleter::<DlManagedTensor>),
-        };
-        into_capsule(tensor, len, Arc::clone(&core))
-    };
-    if capsule.is_null() {
-        return Err(PyErr::fetch(py));
-    }
+        device,
+        len,
+        read_only,
+        versioned,
+        ViewHold(Arc::clone(&core)),
+    )?;
     *views += 1;
-    // SAFETY: `capsule` is a new, non-null reference returned by PyCapsule_New.
-    Ok(unsafe { Bound::from_owned_ptr(py, capsule) })
+    Ok(capsule)
 }
