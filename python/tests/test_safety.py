@@ -168,7 +168,7 @@ def test_a_dropped_unfinished_handle_finishes_in_the_background(tmp_path):
     assert s["used_bytes"] == 0 and s["store_free_bytes"] == s["store_capacity_bytes"], s
 
 
-def test_ctrl_c_interrupts_a_wait_and_the_operation_goes_on(tmp_path):
+def test_ctrl_c_interrupts_a_wait_and_the_operation_goes_on(tmp_path, ctrl_c):
     pool = oversub.Pool("1GiB", store=tmp_path, store_capacity="2GiB")
     b = pool.address_space().alloc("1GiB")
     b.numpy()[:: 4096] = 3

@@ -287,7 +287,7 @@ def test_keyboard_interrupt_in_a_work_stops_the_run() -> None:
     assert any("component D" in note for note in getattr(ei.value, "__notes__", []))
 
 
-def test_ctrl_c_during_a_run_stops_it_at_the_next_python_slot() -> None:
+def test_ctrl_c_during_a_run_stops_it_at_the_next_python_slot(ctrl_c) -> None:
     calls: collections.Counter = collections.Counter()
 
     def work(slot: oversub.Slot) -> None:
