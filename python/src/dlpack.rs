@@ -158,6 +158,14 @@ fn into_capsule<T: ManagedTensor, H>(tensor: T, len: i64, hold: H) -> *mut ffi::
     capsule
 }
 
+/// Whether a consumer's `__dlpack__(max_version=...)` accepts the versioned (1.0) layout.
+pub(crate) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
+    Ok(match max_version {
+        Some(v) if !v.is_none() => v.extract::<(u32, u32)>()?.0 >= 1,
+        _ => false,
+    })
+}
+
 /// A capsule holding a 1-D uint8 tensor of `len` bytes at `data` on DLPack `device`; `hold` lives until the
 /// consumer deletes the tensor (or the capsule goes unconsumed). `versioned` for consumers that accept DLPack 1.0
 /// (which carries `read_only`; legacy consumers such as NumPy make their arrays read-only anyway).

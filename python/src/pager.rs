@@ -805,10 +805,7 @@ impl Buffer {
     ) -> PyResult<Bound<'py, PyAny>> {
         // The page-in waited for its copies, so no consumer stream needs to wait.
         let _ = stream;
-        let versioned = match max_version {
-            Some(v) if !v.is_none() => v.extract::<(u32, u32)>()?.0 >= 1,
-            _ => false,
-        };
+        let versioned = crate::dlpack::wants_versioned(max_version)?;
         crate::views::dlpack(slf, dl_device, copy, versioned)
     }
 

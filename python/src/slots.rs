@@ -17,7 +17,9 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use oversub_sched::{Lease, RunError, Runtime, SlotContext, System, WorkResult};
+use oversub_sched::{
+    work_mismatch, Lease, RunError, Runtime, SlotContext, System, WorkMismatch, WorkResult,
+};
 use pyo3::exceptions::{PyBufferError, PyException, PyImportError, PyRuntimeError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -26,6 +28,7 @@ use pyo3::types::{PyDict, PyInt, PyString, PyTuple};
 
 use crate::dlpack::{byte_capsule, DL_CPU};
 use crate::errors::{Raised, ToRaised};
+use crate::views::fill_byte_view;
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Slot>()?;
@@ -142,55 +145,41 @@ impl UserWorks {
 
     /// Every name must be a component, and every component without a built-in work needs code (ConfigError).
     pub(crate) fn check(&self, system: &System) -> Result<(), Raised> {
-        let known = || {
-            system
-                .components
-                .iter()
-                .map(|c| c.name.as_str())
-                .collect::<Vec<_>>()
-                .join(", ")
-        };
-        let named = self
-            .work
-            .iter()
-            .map(|w| ("work", w))
-            .chain(self.init.iter().map(|w| ("init", w)));
-        for (what, (name, _)) in named {
-            if !system.components.iter().any(|c| &c.name == name) {
-                return Err(Raised::new(
-                    "ConfigError",
-                    format!(
-                        "{what}={{{name:?}: ...}}: the configuration has no component {name:?} (it has: {})",
-                        known()
-                    ),
-                ));
-            }
-        }
-        let missing: Vec<&str> = system
-            .components
-            .iter()
-            .filter(|c| !c.work.is_builtin() && !self.work.iter().any(|(n, _)| n == &c.name))
-            .map(|c| c.name.as_str())
-            .collect();
-        if !missing.is_empty() {
-            let list = missing
-                .iter()
-                .map(|n| format!("{n:?}: fn"))
-                .collect::<Vec<_>>()
-                .join(", ");
-            return Err(Raised::new(
+        let mismatch = work_mismatch(
+            system,
+            self.work.iter().map(|(n, _)| n.as_str()),
+            self.init.iter().map(|(n, _)| n.as_str()),
+        );
+        match mismatch {
+            None => Ok(()),
+            Some(WorkMismatch::Unknown { name, init, known }) => Err(Raised::new(
                 "ConfigError",
                 format!(
-                    "no work for component{} {}: the configuration gives {} no built-in work (work = {{ spin_ms = \
-                     … }} or {{ sleep_ms = … }}), so pass {} code as run_schedule(..., work={{{list}}})",
-                    if missing.len() > 1 { "s" } else { "" },
-                    missing.join(", "),
-                    if missing.len() > 1 { "them" } else { "it" },
-                    if missing.len() > 1 { "their" } else { "its" },
+                    "{}={{{name:?}: ...}}: the configuration has no component {name:?} (it has: {known})",
+                    if init { "init" } else { "work" }
                 ),
-            ));
+            )),
+            Some(WorkMismatch::Missing(missing)) => {
+                let many = missing.len() > 1;
+                let list = missing
+                    .iter()
+                    .map(|n| format!("{n:?}: fn"))
+                    .collect::<Vec<_>>()
+                    .join(", ");
+                Err(Raised::new(
+                    "ConfigError",
+                    format!(
+                        "no work for component{} {}: the configuration gives {} no built-in work (work = {{ spin_ms \
+                         = … }} or {{ sleep_ms = … }}), so pass {} code as run_schedule(..., work={{{list}}})",
+                        if many { "s" } else { "" },
+                        missing.join(", "),
+                        if many { "them" } else { "it" },
+                        if many { "their" } else { "its" },
+                    ),
+                ))
+            }
+            Some(other) => Err(Raised::new("ConfigError", other.to_string())),
         }
-        Ok(())
     }
 
     /// Registers the works and inits with `rt`; a set `stop` makes them stop the run at their next slot.
@@ -1018,38 +1007,25 @@ impl SlotView {
             )
             .into());
         }
-        let len = isize::try_from(b.len)
-            .map_err(|_| PyBufferError::new_err("buffer too large for a view"))?;
         let lease = Box::into_raw(Box::new(SlotShared::export(&me.shared, me.index)?));
         // SAFETY: `view` is non-null and the interpreter's to fill (bf_getbuffer's contract); the address is valid
-        // for `len` bytes while the lease stored in `internal` lives, which `__releasebuffer__` drops. `shape` and
-        // `strides` point into the view itself, as CPython's bytes objects do; the format string is static.
-        unsafe {
-            (*view).buf = b.addr.0.cast::<c_void>();
-            (*view).len = len;
-            (*view).readonly = c_int::from(b.read_only);
-            (*view).itemsize = 1;
-            (*view).format = if (flags & ffi::PyBUF_FORMAT) == ffi::PyBUF_FORMAT {
-                c"B".as_ptr().cast_mut()
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).ndim = 1;
-            (*view).shape = if (flags & ffi::PyBUF_ND) == ffi::PyBUF_ND {
-                &mut (*view).len
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).strides = if (flags & ffi::PyBUF_STRIDES) == ffi::PyBUF_STRIDES {
-                &mut (*view).itemsize
-            } else {
-                std::ptr::null_mut()
-            };
-            (*view).suboffsets = std::ptr::null_mut();
-            (*view).internal = lease.cast::<c_void>();
-            (*view).obj = slf.into_any().into_ptr();
+        // for `len` bytes while the lease stored in `internal` lives, which `__releasebuffer__` drops.
+        let filled = unsafe {
+            fill_byte_view(
+                view,
+                slf.clone().into_any(),
+                b.addr.0,
+                b.len as u64,
+                b.read_only,
+                flags,
+                lease.cast::<c_void>(),
+            )
+        };
+        if filled.is_err() {
+            // SAFETY: the view was not handed out, so nothing else owns the lease.
+            drop(unsafe { Box::from_raw(lease) });
         }
-        Ok(())
+        filled
     }
 
     /// The end of an export: its lease goes.
@@ -1082,10 +1058,7 @@ impl SlotView {
     ) -> PyResult<Bound<'py, PyAny>> {
         // Host memory, already paged in: no stream to synchronise with.
         let _ = stream;
-        let versioned = match max_version {
-            Some(v) if !v.is_none() => v.extract::<(u32, u32)>()?.0 >= 1,
-            _ => false,
-        };
+        let versioned = crate::dlpack::wants_versioned(max_version)?;
         dlpack(slf, dl_device, copy, versioned)
     }
 

@@ -52,12 +52,42 @@ pub(crate) unsafe fn get_buffer(
     if readonly && (flags & ffi::PyBUF_WRITABLE) == ffi::PyBUF_WRITABLE {
         return Err(PagerError::ReadOnly(core.handle).to_raised().into());
     }
-    let len = isize::try_from(core.nbytes)
-        .map_err(|_| PyBufferError::new_err("buffer too large for a view"))?;
-    // SAFETY: `view` is non-null and the interpreter's to fill (caller's contract); `ptr` is valid for `len`
-    // bytes while the buffer is resident, and the export counted below keeps it resident until
-    // `release_buffer`. `shape` and `strides` point into the view itself, as CPython's own bytes objects do;
-    // the format string is static.
+    // SAFETY: `view` is non-null and the interpreter's to fill (caller's contract); `ptr` is valid for `nbytes`
+    // bytes while the buffer is resident, and the export counted below keeps it resident until `release_buffer`.
+    unsafe {
+        fill_byte_view(
+            view,
+            slf.into_any(),
+            ptr,
+            core.nbytes,
+            readonly,
+            flags,
+            std::ptr::null_mut(),
+        )?
+    };
+    *views += 1;
+    Ok(())
+}
+
+/// Fills `view` as a 1-D unsigned-byte export of `len` bytes at `ptr`, owned by `obj`, with `internal` for the
+/// exporter's release hook.
+///
+/// # Safety
+/// `view` must be non-null and point to the `Py_buffer` the interpreter passed to `bf_getbuffer`, and `ptr` must
+/// stay valid for `len` bytes until the interpreter releases the export.
+pub(crate) unsafe fn fill_byte_view(
+    view: *mut ffi::Py_buffer,
+    obj: Bound<'_, PyAny>,
+    ptr: *mut u8,
+    len: u64,
+    readonly: bool,
+    flags: c_int,
+    internal: *mut c_void,
+) -> PyResult<()> {
+    let len =
+        isize::try_from(len).map_err(|_| PyBufferError::new_err("buffer too large for a view"))?;
+    // SAFETY: `view` is the interpreter's to fill (caller's contract). `shape` and `strides` point into the view
+    // itself, as CPython's own bytes objects do; the format string is static.
     unsafe {
         (*view).buf = ptr.cast::<c_void>();
         (*view).len = len;
@@ -80,10 +110,9 @@ pub(crate) unsafe fn get_buffer(
             std::ptr::null_mut()
         };
         (*view).suboffsets = std::ptr::null_mut();
-        (*view).internal = std::ptr::null_mut();
-        (*view).obj = slf.into_any().into_ptr();
+        (*view).internal = internal;
+        (*view).obj = obj.into_ptr();
     }
-    *views += 1;
     Ok(())
 }
 

@@ -19,7 +19,7 @@ pub use oversub_core::demand::Readahead;
 pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
 pub use report::{ModeAnalysis, PlanDoc, SlotPaging};
 pub use run::{
-    run, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult, Runtime,
-    SlotContext, SlotError, SlotRecord, WorkFn, WorkResult,
+    run, work_mismatch, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult,
+    Runtime, SlotContext, SlotError, SlotRecord, WorkFn, WorkMismatch, WorkResult,
 };
 pub use setup::{BandwidthSource, SetupError, StoreSpeed};

@@ -14,6 +14,7 @@ mod runtime;
 mod slot;
 
 pub use runtime::{Runtime, WorkFn};
+
 pub use slot::{Element, Lease, RawBuffer, SlotContext, SlotError, WorkResult};
 
 use std::collections::HashMap;
@@ -888,47 +889,91 @@ pub(crate) fn execute<'w>(
     result
 }
 
+/// What does not match between a configuration and the code registered for it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum WorkMismatch {
+    /// Code registered for a component the configuration does not have (as an init when `init`).
+    #[error("code registered for component {name:?}, which the configuration does not have (it has: {known})")]
+    Unknown {
+        /// The name given.
+        name: String,
+        /// Whether it was an init rather than a work.
+        init: bool,
+        /// The configuration's components, comma separated.
+        known: String,
+    },
+    /// Components with neither a built-in work nor registered code, in declaration order.
+    #[error("no work for component(s) {}", .0.join(", "))]
+    Missing(Vec<String>),
+}
+
+/// Checks the names of registered works and inits against `system`: every name must be a component, and every
+/// component without a built-in work needs a registered work. The fronts ([`Runtime`], the Python bindings) word
+/// the answer for their users.
+pub fn work_mismatch<'a>(
+    system: &System,
+    work: impl IntoIterator<Item = &'a str>,
+    init: impl IntoIterator<Item = &'a str>,
+) -> Option<WorkMismatch> {
+    let work: Vec<&str> = work.into_iter().collect();
+    let named = work
+        .iter()
+        .map(|&n| (n, false))
+        .chain(init.into_iter().map(|n| (n, true)));
+    for (name, init) in named {
+        if !system.components.iter().any(|c| c.name == name) {
+            return Some(WorkMismatch::Unknown {
+                name: name.to_string(),
+                init,
+                known: system
+                    .components
+                    .iter()
+                    .map(|c| c.name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            });
+        }
+    }
+    let missing: Vec<String> = system
+        .components
+        .iter()
+        .filter(|c| !c.work.is_builtin() && !work.contains(&c.name.as_str()))
+        .map(|c| c.name.clone())
+        .collect();
+    (!missing.is_empty()).then_some(WorkMismatch::Missing(missing))
+}
+
 /// Registered works must name components, and every component needs a work.
 fn check_works(
     system: &System,
     user: &HashMap<String, Box<WorkFn<'_>>>,
     init: &InitMap<'_>,
 ) -> Result<(), RunError> {
-    let known = || {
-        system
-            .components
-            .iter()
-            .map(|c| c.name.as_str())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    for name in user.keys().chain(init.keys()) {
-        if !system.components.iter().any(|c| &c.name == name) {
-            return Err(RunError::Config(format!(
-                "work registered for component {name:?}, which the configuration does not have (it has: {})",
-                known()
-            )));
+    let mismatch = work_mismatch(
+        system,
+        user.keys().map(String::as_str),
+        init.keys().map(String::as_str),
+    );
+    match mismatch {
+        None => Ok(()),
+        Some(WorkMismatch::Unknown { name, known, .. }) => Err(RunError::Config(format!(
+            "work registered for component {name:?}, which the configuration does not have (it has: {known})"
+        ))),
+        Some(WorkMismatch::Missing(missing)) => {
+            let many = missing.len() > 1;
+            Err(RunError::Config(format!(
+                "component{} {} {} no work: give {} a built-in work in the configuration (work = {{ spin_ms = … }} \
+                 or {{ sleep_ms = … }}) or register code for {} (Runtime::work in Rust, run_schedule(work={{…}}) \
+                 in Python)",
+                if many { "s" } else { "" },
+                missing.join(", "),
+                if many { "have" } else { "has" },
+                if many { "them" } else { "it" },
+                if many { "them" } else { "it" },
+            )))
         }
     }
-    let missing: Vec<&str> = system
-        .components
-        .iter()
-        .filter(|c| !c.work.is_builtin() && !user.contains_key(&c.name))
-        .map(|c| c.name.as_str())
-        .collect();
-    if !missing.is_empty() {
-        return Err(RunError::Config(format!(
-            "component{} {} {} no work: give {} a built-in work in the configuration (work = {{ spin_ms = … }} or \
-             {{ sleep_ms = … }}) or register code for {} (Runtime::work in Rust, run_schedule(work={{…}}) in \
-             Python)",
-            if missing.len() > 1 { "s" } else { "" },
-            missing.join(", "),
-            if missing.len() > 1 { "have" } else { "has" },
-            if missing.len() > 1 { "them" } else { "it" },
-            if missing.len() > 1 { "them" } else { "it" },
-        )));
-    }
-    Ok(())
 }
 
 /// Set-up: buffers filled (built-in works) or initialised (init closures), everything paged out, then the plan's
