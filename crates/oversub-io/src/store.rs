@@ -207,7 +207,7 @@ impl StoreBuilder {
             armed: true,
         };
         // Locked before anything else: the name was visible from the moment it was created.
-        exclusive::lock(fd.as_raw_fd(), path, &fstat(fd.as_raw_fd())?)?;
+        let held = exclusive::lock(fd.as_raw_fd(), path, &fstat(fd.as_raw_fd())?)?;
         if !self.keep {
             guard.unlink()?;
         }
@@ -258,6 +258,7 @@ impl StoreBuilder {
         guard.armed = false;
         SwapStore::new(Parts {
             fd,
+            held,
             path: path.to_path_buf(),
             kept: self.keep,
             block_device: false,
@@ -295,20 +296,35 @@ impl StoreBuilder {
             Ok(unsafe { OwnedFd::from_raw_fd(raw) })
         };
         let mut direct = self.direct;
-        let first = if !direct {
-            open(base)
-        } else if direct_refused_for_test() {
-            Err(std::io::Error::from_raw_os_error(libc::EINVAL))
-        } else {
-            open(base | libc::O_DIRECT)
-        };
-        let opened = match first {
-            Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
-                warn_buffered(path, "O_DIRECT was refused (EINVAL)");
-                direct = false;
+        let mut retries = 0;
+        let opened = loop {
+            let first = if !direct {
                 open(base)
+            } else if direct_refused_for_test() {
+                Err(std::io::Error::from_raw_os_error(libc::EINVAL))
+            } else {
+                open(base | libc::O_DIRECT)
+            };
+            let opened = match first {
+                Err(e) if direct && e.raw_os_error() == Some(libc::EINVAL) => {
+                    warn_buffered(path, "O_DIRECT was refused (EINVAL)");
+                    direct = false;
+                    open(base)
+                }
+                other => other,
+            };
+            // A device closed here a moment ago can still be open in a child being spawned (see `exclusive`).
+            let child_copy = want_device
+                && opened
+                    .as_ref()
+                    .is_err_and(|e| e.raw_os_error() == Some(libc::EBUSY))
+                && exclusive::busy_with_a_child_copy(path);
+            if child_copy && retries < exclusive::SHARED_LOCK_RETRIES {
+                retries += 1;
+                std::thread::sleep(exclusive::SHARED_LOCK_PAUSE);
+                continue;
             }
-            other => other,
+            break opened;
         };
         let fd = opened.map_err(|e| {
             if want_device && e.raw_os_error() == Some(libc::EBUSY) {
@@ -335,19 +351,20 @@ impl StoreBuilder {
             )));
         }
         // Before reading anything: another holder's store may be in the middle of writing it.
-        exclusive::lock(fd.as_raw_fd(), path, &st)?;
+        let held = exclusive::lock(fd.as_raw_fd(), path, &st)?;
         if kind == libc::S_IFBLK {
-            self.open_device(fd, path, direct, engine)
+            self.open_device(fd, held, path, direct, engine)
         } else {
             // Size and mode as they are now that nobody else may change them.
             let st = fstat(fd.as_raw_fd())?;
-            self.open_file(fd, path, &st, direct, engine)
+            self.open_file(fd, held, path, &st, direct, engine)
         }
     }
 
     fn open_device(
         self,
         fd: OwnedFd,
+        held: exclusive::Held,
         path: &Path,
         direct: bool,
         engine: Arc<dyn IoEngine>,
@@ -377,6 +394,7 @@ impl StoreBuilder {
         write_header(raw, alignment, header_bytes, capacity, created)?;
         SwapStore::new(Parts {
             fd,
+            held,
             path: path.to_path_buf(),
             kept: true,
             block_device: true,
@@ -394,6 +412,7 @@ impl StoreBuilder {
     fn open_file(
         self,
         fd: OwnedFd,
+        held: exclusive::Held,
         path: &Path,
         st: &libc::stat,
         mut direct: bool,
@@ -450,6 +469,7 @@ impl StoreBuilder {
         write_header(raw, alignment, header_bytes, capacity, created)?;
         SwapStore::new(Parts {
             fd,
+            held,
             path: path.to_path_buf(),
             kept: true,
             block_device: false,
@@ -510,6 +530,7 @@ impl StoreBuilder {
 
 struct Parts {
     fd: OwnedFd,
+    held: exclusive::Held,
     path: PathBuf,
     kept: bool,
     block_device: bool,
@@ -644,6 +665,7 @@ impl SwapStore {
             alloc: Mutex::new(ExtentAllocator::new(p.capacity, p.alignment as u64)),
             file: Arc::new(Backing {
                 fd: p.fd,
+                _held: p.held,
                 path: p.path,
                 block_device: p.block_device,
                 alignment: p.alignment,

@@ -8,6 +8,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::error::IoError;
@@ -15,28 +16,77 @@ use crate::error::IoError;
 /// Holder text when the kernel refuses a device and nothing more can be found out.
 const EXCLUSIVE_ELSEWHERE: &str = "another program has it open exclusively";
 
-/// How often, and how far apart, `lock` tries again while only shared locks are in the way. udev takes a shared
-/// lock while it probes a block device (systemd's block-device locking convention), for instance right after a
-/// store on it was closed; that lasts milliseconds, so it is waited out, up to about a second. Stores hold
-/// exclusive locks, which are never waited for.
-const SHARED_LOCK_RETRIES: u32 = 50;
-const SHARED_LOCK_PAUSE: Duration = Duration::from_millis(20);
+/// How often, and how far apart, `lock` tries again while only shared locks, or copies of our own closed
+/// descriptors (see [`OPEN_HERE`]), are in the way. udev takes a shared lock while it probes a block device
+/// (systemd's block-device locking convention), for instance right after a store on it was closed; that lasts
+/// milliseconds, so it is waited out, up to about a second. Stores hold exclusive locks, which are never waited
+/// for.
+pub(crate) const SHARED_LOCK_RETRIES: u32 = 50;
+pub(crate) const SHARED_LOCK_PAUSE: Duration = Duration::from_millis(20);
+
+/// The nodes (`st_dev`, `st_ino`) of the stores open in this process, one entry per open store.
+///
+/// A lock held in our own name is not always one of our stores: a child process that another thread is spawning
+/// shares every descriptor of ours between its fork and its exec (`O_CLOEXEC` closes them only at the exec), so a
+/// store closed and reopened at that moment finds its old descriptor still locked, by "this process". That is
+/// waited out like udev's shared lock; a store this process really has open is busy at once.
+static OPEN_HERE: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
+
+fn open_here() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
+    // The list stays consistent whatever panicked while holding it: pushes and removals are single steps.
+    OPEN_HERE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// This process's claim on a store's node, from [`lock`] until the store's descriptor is closed.
+#[derive(Debug)]
+pub(crate) struct Held {
+    node: (u64, u64),
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let mut here = open_here();
+        if let Some(i) = here.iter().position(|n| *n == self.node) {
+            here.swap_remove(i);
+        }
+    }
+}
+
+/// Whether a lock on (dev, ino) held in this process's name is only a copy of a closed descriptor of ours in a
+/// child that has not exec'd yet (see [`OPEN_HERE`]).
+fn held_by_a_child_copy(holder: Option<LockHolder>, dev: u64, ino: u64) -> bool {
+    holder.is_some_and(|h| h.pid == std::process::id()) && !open_here().contains(&(dev, ino))
+}
+
+/// Whether a block device's `EBUSY` comes only from a child's copy of a descriptor this process has closed, so
+/// that the open is worth trying again in a moment.
+pub(crate) fn busy_with_a_child_copy(path: &Path) -> bool {
+    std::fs::metadata(path)
+        .is_ok_and(|m| held_by_a_child_copy(flock_holder(m.dev(), m.ino()), m.dev(), m.ino()))
+}
 
 /// Takes the store's lock on `fd`; `StoreBusy` naming the holder when another open file description has it.
 /// File systems without flock support (some network file systems) are used unlocked, with a warning.
-pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<(), IoError> {
+pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held, IoError> {
+    let node = (st.st_dev, st.st_ino);
+    let held = || {
+        open_here().push(node);
+        Held { node }
+    };
     let mut retries = 0;
     loop {
         // SAFETY: plain syscall on an open fd.
         if unsafe { libc::flock(fd, libc::LOCK_EX | libc::LOCK_NB) } == 0 {
-            return Ok(());
+            return Ok(held());
         }
         let err = std::io::Error::last_os_error();
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) => {
                 let holder = flock_holder(st.st_dev, st.st_ino);
-                if holder.is_some_and(|h| h.shared) && retries < SHARED_LOCK_RETRIES {
+                let transient = holder.is_some_and(|h| h.shared)
+                    || held_by_a_child_copy(holder, st.st_dev, st.st_ino);
+                if transient && retries < SHARED_LOCK_RETRIES {
                     retries += 1;
                     std::thread::sleep(SHARED_LOCK_PAUSE);
                     continue;
@@ -51,7 +101,7 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<(), 
                     path = %path.display(),
                     "the file system cannot lock the swap store ({err}); another process could open it too"
                 );
-                return Ok(());
+                return Ok(held());
             }
             _ => {
                 return Err(IoError::Io {

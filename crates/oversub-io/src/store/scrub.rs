@@ -52,6 +52,8 @@ pub enum Scrub {
 #[derive(Debug)]
 pub(crate) struct Backing {
     pub fd: OwnedFd,
+    /// This process's claim on the node; declared after `fd` so it is given up only once the fd is closed.
+    pub _held: super::exclusive::Held,
     pub path: PathBuf,
     pub block_device: bool,
     pub alignment: usize,
