@@ -1,10 +1,11 @@
 //! The transfer side: asks the arbiter before every chunk and never starts one that would run past its grant.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
 use crate::arbiter::{duration_ns, Arbiter, Decision};
+use crate::events::{GateEvent, GateEventKind, WorkKind, DEFAULT_EVENT_CAPACITY};
 use crate::ArbiterError;
 
 /// What the transfer side did, for reports and tests.
@@ -12,6 +13,8 @@ use crate::ArbiterError;
 pub struct GateStats {
     /// Chunks admitted.
     pub chunks: u64,
+    /// Operations of a given cost admitted ([`Gate::admit_for`]).
+    pub operations: u64,
     /// Grants received (answers that let work start).
     pub grants: u64,
     /// Times the gate had to wait.
@@ -30,15 +33,19 @@ struct Held {
     generation: u64,
 }
 
-/// Admitted chunks.
+/// Admitted chunks, or an admitted operation of a given cost.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Admission {
     /// How many chunks may start now (at least 1): run one after the other, or together when that is no slower.
+    /// 0 for an admission by [`Gate::admit_for`], which admits one operation of its cost.
     pub chunks: u64,
     /// When they were admitted (clock nanoseconds).
     pub start_ns: u64,
     /// End of the grant it runs under; `None` when no task restricts memory.
     pub grant_until_ns: Option<u64>,
+    /// When the admitted work promised to end (start + n·T(Q), or start + the cost), before the learned overrun
+    /// guard; see [`Gate::finished`].
+    pub promised_end_ns: u64,
 }
 
 /// A transfer side of an arbiter, with its own chunk time T(Q) (Eq. 1). Safe to share between threads; each
@@ -54,6 +61,23 @@ pub struct Gate {
     waits: AtomicU64,
     wait_ns: AtomicU64,
     preemptions: AtomicU64,
+    /// The longest that admitted work has run past its promised end (ns), kept free at the end of every grant.
+    overrun_guard_ns: AtomicU64,
+    operations: AtomicU64,
+    /// The event log: checked with one relaxed load on every admission, so it costs nothing when off.
+    recording: AtomicBool,
+    events: Mutex<Vec<GateEvent>>,
+    event_capacity: AtomicUsize,
+    events_dropped: AtomicU64,
+}
+
+/// What an admission asks for.
+#[derive(Debug, Clone, Copy)]
+enum Need {
+    /// Up to this many chunks of T(Q) each (at least one).
+    Chunks(u64),
+    /// One operation of this many nanoseconds (at least one).
+    Cost(u64),
 }
 
 impl Gate {
@@ -69,6 +93,12 @@ impl Gate {
             waits: AtomicU64::new(0),
             wait_ns: AtomicU64::new(0),
             preemptions: AtomicU64::new(0),
+            overrun_guard_ns: AtomicU64::new(0),
+            operations: AtomicU64::new(0),
+            recording: AtomicBool::new(false),
+            events: Mutex::new(Vec::new()),
+            event_capacity: AtomicUsize::new(DEFAULT_EVENT_CAPACITY),
+            events_dropped: AtomicU64::new(0),
         }
     }
 
@@ -118,6 +148,28 @@ impl Gate {
         Ok(Duration::from_nanos(worst))
     }
 
+    /// Reports that the work of `admission` ended at `end_ns` (the arbiter's clock). T(Q) and memory-map costs
+    /// are measured worst cases, but a storage device's tail (a virtual disk's, above all) can exceed any finite
+    /// sample; work that ran past its promised end would overlap the next memory phase. The gate learns the
+    /// longest such overrun and from then on keeps that much of every grant free, so an overrun seen once is
+    /// covered afterwards. Work admitted while memory was unrestricted promised nothing and is not counted.
+    pub fn finished(&self, admission: &Admission, end_ns: u64) {
+        if admission.grant_until_ns.is_some() {
+            let over = end_ns.saturating_sub(admission.promised_end_ns);
+            if over > 0 && self.overrun_guard_ns.fetch_max(over, Ordering::Relaxed) < over {
+                tracing::debug!(
+                    overrun_us = over / 1000,
+                    "admitted work ran past its promised end; guard raised"
+                );
+            }
+        }
+    }
+
+    /// The guard learned by [`finished`](Self::finished): this much of every grant is kept free.
+    pub fn overrun_guard(&self) -> Duration {
+        Duration::from_nanos(self.overrun_guard_ns.load(Ordering::Relaxed))
+    }
+
     /// Blocks until one chunk may start now and end within the grant, asking the server as often as needed.
     pub fn admit(&self) -> Admission {
         self.admit_up_to(1)
@@ -127,31 +179,79 @@ impl Gate {
     /// (n × T(Q)) still ends within the grant: a transfer side that submits them as one batch keeps the promise
     /// as long as a batch is no slower than the same chunks one after another.
     pub fn admit_up_to(&self, max_chunks: u64) -> Admission {
-        let max_chunks = max_chunks.max(1);
+        self.admit_need(Need::Chunks(max_chunks.max(1)))
+    }
+
+    /// Blocks until work that takes `cost` (a measured worst case, not a multiple of T(Q): a memory-map
+    /// operation, say) may start now and end within the grant, asking the server as often as needed, with the
+    /// same rules as [`admit_up_to`](Self::admit_up_to): a grant taken before the latest announcement is asked
+    /// again, a window too short for the cost is waited out, and an overdue phase is polled. The admission's
+    /// `chunks` is 0.
+    ///
+    /// Work longer than any compute window never fits one: it waits until no task restricts memory (every task
+    /// `NO_OPER` or gone), and then runs unrestricted.
+    pub fn admit_for(&self, cost: Duration) -> Admission {
+        self.admit_need(Need::Cost(duration_ns(cost).max(1)))
+    }
+
+    /// The admission loop of [`admit_up_to`](Self::admit_up_to) and [`admit_for`](Self::admit_for).
+    fn admit_need(&self, need: Need) -> Admission {
         let clock = self.arbiter.clock();
         let chunk_ns = self.chunk_time_ns.load(Ordering::Relaxed);
+        // What the server is asked to fit: one chunk, or the whole operation.
+        let ask_ns = match need {
+            Need::Chunks(_) => chunk_ns,
+            Need::Cost(cost_ns) => cost_ns,
+        };
         let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
         let mut cut_short = false;
         loop {
             let now = clock.now_ns();
             let generation = self.arbiter.generation();
             if let Some(h) = *held {
-                let fit = h.until_ns.map_or(max_chunks, |until| {
-                    (until.saturating_sub(now) / chunk_ns).min(max_chunks)
-                });
+                // The learned overrun guard is kept free at the end of every grant (see `finished`).
+                let guard = self.overrun_guard_ns.load(Ordering::Relaxed);
+                let left = h
+                    .until_ns
+                    .map(|until| until.saturating_sub(now).saturating_sub(guard));
+                // Chunks that fit (or 1 when the operation fits, 0 when it does not).
+                let fit = match need {
+                    Need::Chunks(max) => left.map_or(max, |left| (left / chunk_ns).min(max)),
+                    Need::Cost(cost_ns) => u64::from(left.is_none_or(|left| left >= cost_ns)),
+                };
                 if h.generation == generation && fit >= 1 {
-                    self.chunks.fetch_add(fit, Ordering::Relaxed);
+                    let (chunks, end_ns) = match need {
+                        Need::Chunks(_) => {
+                            self.chunks.fetch_add(fit, Ordering::Relaxed);
+                            (fit, now.saturating_add(fit.saturating_mul(chunk_ns)))
+                        }
+                        Need::Cost(cost_ns) => {
+                            self.operations.fetch_add(1, Ordering::Relaxed);
+                            (0, now.saturating_add(cost_ns))
+                        }
+                    };
+                    if self.is_recording() {
+                        self.push_event(GateEvent {
+                            start_ns: now,
+                            end_ns,
+                            kind: GateEventKind::Admitted {
+                                chunks,
+                                grant_until_ns: h.until_ns,
+                            },
+                        });
+                    }
                     return Admission {
-                        chunks: fit,
+                        chunks,
                         start_ns: now,
                         grant_until_ns: h.until_ns,
+                        promised_end_ns: end_ns,
                     };
                 }
                 cut_short =
                     h.generation != generation && h.until_ns.is_none_or(|until| until > now);
                 *held = None;
             }
-            let decision = self.arbiter.request(Duration::from_nanos(chunk_ns));
+            let decision = self.arbiter.request(Duration::from_nanos(ask_ns));
             if cut_short && matches!(decision, Decision::Wait { .. }) {
                 // An announcement ended the grant early (a re-announced compute phase that extends it is not).
                 self.preemptions.fetch_add(1, Ordering::Relaxed);
@@ -180,8 +280,16 @@ impl Gate {
                         "gate waits"
                     );
                     clock.sleep_until(until_ns);
+                    let woke = clock.now_ns();
                     self.wait_ns
-                        .fetch_add(clock.now_ns().saturating_sub(now), Ordering::Relaxed);
+                        .fetch_add(woke.saturating_sub(now), Ordering::Relaxed);
+                    if self.is_recording() {
+                        self.push_event(GateEvent {
+                            start_ns: now,
+                            end_ns: woke,
+                            kind: GateEventKind::Waited,
+                        });
+                    }
                 }
             }
         }
@@ -212,6 +320,70 @@ impl Gate {
             waits: self.waits.load(Ordering::Relaxed),
             wait_ns: self.wait_ns.load(Ordering::Relaxed),
             preemptions: self.preemptions.load(Ordering::Relaxed),
+            operations: self.operations.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Switches the event log on or off (off by default). While on, every admission and wait is logged, and
+    /// [`record`](Self::record) and [`record_run`](Self::record_run) log what their callers report; while off,
+    /// each of them costs one relaxed atomic load. Switching off keeps what was logged until
+    /// [`take_events`](Self::take_events).
+    pub fn set_recording(&self, on: bool) {
+        self.recording.store(on, Ordering::Relaxed);
+    }
+
+    /// Whether the event log is on.
+    pub fn is_recording(&self) -> bool {
+        self.recording.load(Ordering::Relaxed)
+    }
+
+    /// Logs an event the user of the gate reports (typically [`GateEventKind::Ran`]); nothing when the log is off.
+    pub fn record(&self, event: GateEvent) {
+        if self.is_recording() {
+            self.push_event(event);
+        }
+    }
+
+    /// Runs `work` and, when the log is on, logs it as `Ran { what, bytes }` from just before it started to just
+    /// after it ended, on the arbiter's clock. When the log is off this is `work()` and one relaxed load.
+    pub fn record_run<T>(&self, what: WorkKind, bytes: u64, work: impl FnOnce() -> T) -> T {
+        if !self.is_recording() {
+            return work();
+        }
+        let clock = self.arbiter.clock();
+        let start_ns = clock.now_ns();
+        let out = work();
+        let end_ns = clock.now_ns();
+        self.record(GateEvent {
+            start_ns,
+            end_ns,
+            kind: GateEventKind::Ran { what, bytes },
+        });
+        out
+    }
+
+    /// Takes the events logged so far (in the order they were logged), leaving the log empty.
+    pub fn take_events(&self) -> Vec<GateEvent> {
+        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Events not logged because the log was full (since the gate was made).
+    pub fn events_dropped(&self) -> u64 {
+        self.events_dropped.load(Ordering::Relaxed)
+    }
+
+    /// The most events the log holds before it drops new ones ([`DEFAULT_EVENT_CAPACITY`] unless set);
+    /// [`take_events`](Self::take_events) makes room again.
+    pub fn set_event_capacity(&self, events: usize) {
+        self.event_capacity.store(events, Ordering::Relaxed);
+    }
+
+    fn push_event(&self, event: GateEvent) {
+        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        if events.len() < self.event_capacity.load(Ordering::Relaxed) {
+            events.push(event);
+        } else {
+            self.events_dropped.fetch_add(1, Ordering::Relaxed);
         }
     }
 }

@@ -9,6 +9,11 @@
 //! cannot block transfers for longer than its phase plus a stale time.
 //! [`analysis`] bounds how long transfers and kernels take under arbitration (Sec. 6.3).
 //!
+//! A [`Gate`] admits chunks of T(Q) ([`Gate::admit_up_to`]) or work of a measured cost, such as a memory-map
+//! operation ([`Gate::admit_for`]), only when it can end inside the current grant; its event log
+//! ([`Gate::set_recording`], [`GateEvent`]) records admissions, waits and the work its user reports, for
+//! attributing interference afterwards.
+//!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use std::time::Duration;
@@ -35,6 +40,7 @@ pub mod analysis;
 mod arbiter;
 mod clock;
 mod error;
+mod events;
 mod gate;
 mod phase;
 mod region;
@@ -45,6 +51,7 @@ pub use arbiter::{
 };
 pub use clock::{Clock, FakeClock, MonotonicClock};
 pub use error::ArbiterError;
+pub use events::{GateEvent, GateEventKind, WorkKind, DEFAULT_EVENT_CAPACITY};
 pub use gate::{Admission, Gate, GateStats};
 pub use phase::{duration_from_secs, parse_duration, Phase, PhaseKind, MAX_PHASE};
 pub use region::{SharedOptions, LAYOUT_VERSION, MAX_TASKS};

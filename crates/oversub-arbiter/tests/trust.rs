@@ -267,3 +267,24 @@ fn a_group_shared_arbiter_is_opened_with_the_group_only() {
     let client = Arbiter::open_at_with(&path, SharedOptions::new().allow_group(gid)).unwrap();
     assert_eq!(client.chunk_time(), server.chunk_time());
 }
+
+#[test]
+fn a_file_of_another_layout_version_is_refused_clearly() {
+    let path = unique("version");
+    let _cleanup = Cleanup(path.clone());
+    let mut bytes = image_copy("version", &path);
+    std::fs::remove_file(&path).unwrap();
+    // The version is the u32 right after the 8-byte magic.
+    bytes[8..12].copy_from_slice(&(oversub_arbiter::LAYOUT_VERSION + 1).to_ne_bytes());
+    write_private(&path, &bytes);
+    let err = Arbiter::open_at(&path).unwrap_err();
+    assert!(
+        matches!(err, ArbiterError::Incompatible { ref reason, .. }
+            if reason.contains(&format!("layout version {}", oversub_arbiter::LAYOUT_VERSION + 1))),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains(&path.display().to_string()),
+        "{err}"
+    );
+}

@@ -25,6 +25,7 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("r.json");
     let plots = dir.path().join("plots");
+    let trace_path = dir.path().join("trace.json");
     let out = oversub()
         .args([
             "bench",
@@ -35,13 +36,24 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
             "--llc",
             "2MiB",
         ])
-        .args(["--paging-buffer", "2MiB", "--data", "8MiB", "--passes", "1"])
+        .args([
+            "--paging-buffer",
+            "2MiB",
+            "--data",
+            "8MiB",
+            "--iterations",
+            "6",
+            "--rounds",
+            "2",
+        ])
         .arg("--store")
         .arg(dir.path())
         .arg("--json")
         .arg(&json)
         .arg("--plot")
         .arg(&plots)
+        .arg("--trace")
+        .arg(&trace_path)
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -72,22 +84,53 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
         }
     }
     let prem = &v["prem"];
-    for cond in ["alone", "interfered", "arbitrated"] {
-        for phase in ["mem_load_us", "compute_us", "mem_unload_us"] {
-            let st = &prem[cond][phase];
-            let (min, mean, max) = (
-                positive(&st["min"], "min"),
-                positive(&st["mean"], "mean"),
-                positive(&st["max"], "max"),
-            );
-            assert!(min <= mean && mean <= max, "{cond} {phase}: {st}");
+    let placements = prem["placements"].as_array().unwrap();
+    assert_eq!(
+        placements.len(),
+        2,
+        "own process and one process by default"
+    );
+    for pl in placements {
+        let mut conds = vec![&pl["alone"]];
+        let runs = pl["interferers"].as_array().unwrap();
+        assert_eq!(runs.len(), 3, "paging, copy and copy-nt by default");
+        for run in runs {
+            conds.push(&run["interfered"]);
+            conds.push(&run["arbitrated"]);
+            // At these sizes a run may end before the interferer completes one operation: only check the shape.
+            for k in ["interfered", "arbitrated"] {
+                let x = run["interferer_mbs"][k].as_f64().unwrap();
+                assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
+            }
+            let at = &run["attribution"];
+            assert_eq!(at["memory_phases"].as_u64(), Some(12), "{at}");
+            assert!(at["outliers"].as_u64().unwrap() <= 12);
+            assert!(at["by_cause"].is_object());
+        }
+        for cond in conds {
+            assert_eq!(cond["iterations"].as_u64(), Some(6));
+            for phase in ["mem_load_us", "compute_us", "mem_unload_us"] {
+                let st = &cond[phase];
+                let (min, mean, p99, max) = (
+                    positive(&st["min"], "min"),
+                    positive(&st["mean"], "mean"),
+                    positive(&st["p99"], "p99"),
+                    positive(&st["max"], "max"),
+                );
+                assert!(min <= mean && mean <= max && p99 <= max, "{phase}: {st}");
+            }
         }
     }
-    // At these sizes a run may end before the interferer completes one operation: only check the shape.
-    for k in ["interfered", "arbitrated"] {
-        let x = prem["interferer_mbs"][k].as_f64().unwrap();
-        assert!(x.is_finite() && x >= 0.0, "{k} = {x}");
-    }
+    let threads = prem["threads"].as_array().unwrap();
+    assert!(
+        threads.iter().any(|t| t["thread"] == "oversub-gated-i"),
+        "{threads:?}"
+    );
+    let trace: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(&trace_path).unwrap()).unwrap();
+    let events = trace["traceEvents"].as_array().unwrap();
+    assert!(events.iter().any(|e| e["name"] == "load" && e["ph"] == "X"));
+    assert!(events.iter().any(|e| e["cat"] == "gate"));
     let starvation = v["starvation"].as_array().unwrap();
     assert_eq!(starvation.len(), 8);
     for row in starvation {
@@ -234,7 +277,10 @@ fn bad_arguments_are_refused_clearly() {
             &["arbiter", "status", "--name", "a/b"],
             "invalid arbiter name",
         ),
-        (&["bench", "interference", "--passes", "0"], "--passes"),
+        (
+            &["bench", "interference", "--iterations", "0"],
+            "--iterations",
+        ),
     ] {
         let out = oversub().args(args).output().unwrap();
         assert!(!out.status.success(), "{args:?} succeeded");

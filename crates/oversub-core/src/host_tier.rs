@@ -4,15 +4,20 @@
 //! pinning (slow: the kernel locks every page) happens once, at pool start-up. Copies run on the tier's own thread,
 //! in chunks of the arbiter's size (each admitted) when the pool obeys an arbiter, so the caller of an async
 //! page-out or page-in never blocks on them.
+//!
+//! The tier makes no memory-map operation of its own (its memory is allocated, and pinned, once). Under an
+//! arbiter, the commit before a page-in and the decommit after a page-out are the pager's, run as gated memory
+//! operations on the gated worker (`gated.rs`); a page-in's copy here waits for its commit first.
 
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use oversub_accel::{DeviceMemory, DevicePtr, Fence, HostBuffer};
-use oversub_arbiter::Gate;
+use oversub_arbiter::{Gate, WorkKind};
 use oversub_io::{Extent, ExtentAllocator, IoError};
 
+use crate::gated::Prelude;
 use crate::staging::{TransferCallback, TransferError};
 use crate::PagerError;
 
@@ -158,10 +163,13 @@ impl HostTier {
     }
 
     /// Queues the copy of `len` bytes between the device at `addr` and the slot on the tier's thread
-    /// (`to_host`: device → tier), then `on_done` with the outcome.
+    /// (`to_host`: device → tier), then `on_done` with the outcome. With `after`, the copy starts only once that
+    /// commit has run, and fails without copying a byte if the commit failed.
     ///
     /// # Safety
-    /// The device range is committed and unused, and the slot's extents are untouched, until `on_done` has run.
+    /// The device range is committed (with `after`: once that commit succeeded) and unused, and the slot's extents
+    /// are untouched, until `on_done` has run.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn submit(
         &self,
         device: Arc<dyn DeviceMemory>,
@@ -169,6 +177,7 @@ impl HostTier {
         slot: &HostSlot,
         len: u64,
         to_host: bool,
+        after: Option<Arc<Prelude>>,
         on_done: TransferCallback,
     ) -> Result<(), PagerError> {
         let chunk = self
@@ -191,20 +200,33 @@ impl HostTier {
         }
         let gate = self.gate.clone();
         let job: Job = Box::new(move || {
+            if let Some(p) = &after {
+                if !p.wait() {
+                    on_done(Err(TransferError::Io(Prelude::not_committed())));
+                    return;
+                }
+            }
             let mut fences: Vec<Fence> = Vec::new();
             let mut result = Ok(());
             for (at, off, n) in parts {
-                if let Some(g) = &gate {
-                    g.admit();
-                }
                 let dev = addr.offset(off);
                 // SAFETY: the caller keeps the device range committed and the tier piece untouched until on_done;
                 // every fence is waited for below before on_done runs.
-                let issued = unsafe {
+                let issue = || unsafe {
                     if to_host {
                         device.copy_to_host_async(dev, at.0, n)
                     } else {
                         device.copy_from_host_async(dev, at.0, n)
+                    }
+                };
+                let issued = match &gate {
+                    None => issue(),
+                    Some(g) => {
+                        g.admit();
+                        // One admitted chunk at a time: it must end inside its grant.
+                        g.record_run(WorkKind::Copy, n as u64, || {
+                            issue().and_then(|f| device.fence_wait(f).map(|()| Fence::COMPLETE))
+                        })
                     }
                 };
                 match issued {
@@ -212,14 +234,6 @@ impl HostTier {
                     Err(e) => {
                         result = Err(e);
                         break;
-                    }
-                }
-                if gate.is_some() {
-                    // One admitted chunk at a time: it must end inside its grant.
-                    for f in fences.drain(..) {
-                        if let Err(e) = device.fence_wait(f) {
-                            result = result.and(Err(e));
-                        }
                     }
                 }
             }

@@ -49,6 +49,7 @@ pub use demand::{
     TouchStats,
 };
 pub use error::PagerError;
+pub use gated::{GateCosts, MmCost};
 pub use host_tier::HostTierConfig;
 pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};

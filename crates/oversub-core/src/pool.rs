@@ -4,10 +4,10 @@ use std::sync::{Arc, Mutex};
 use oversub_tenants::swap::AlphaRule;
 
 use oversub_accel::DeviceMemory;
-use oversub_arbiter::Gate;
+use oversub_arbiter::{Gate, WorkKind};
 use oversub_io::SwapStore;
 
-use crate::gated::GatedIo;
+use crate::gated::{GateCosts, GatedIo, MmCost, MmLane, Prelude};
 use crate::host_tier::{HostTier, HostTierConfig};
 use crate::space::AddressSpace;
 use crate::staging::{Staging, StagingConfig};
@@ -26,11 +26,16 @@ pub struct PoolConfig {
     /// to the store; the host tier and the staging path (CUDA) are not checksummed.
     pub verify_checksums: bool,
     /// Obey a memory arbiter: storage I/O and copies run in chunks of the gate's size, one at a time, and none
-    /// starts unless the arbiter's current grant covers it to its end.
+    /// starts unless the arbiter's current grant covers it to its end; the commit before a page-in and the
+    /// decommit after a page-out are admitted the same way, each for its measured worst-case time.
     pub gate: Option<Arc<Gate>>,
     /// With a gate: measure its chunk time T(Q) on this pool's store and device at start-up, as the slowest of
-    /// this many one-chunk writes and reads. 0 keeps the gate's own chunk time.
+    /// this many one-chunk writes and reads, and the worst-case costs of commit and decommit, as the slowest of
+    /// this many of each (see [`GateCosts`]). 0 keeps the gate's own chunk time, and costs commit and decommit
+    /// one chunk time each unless [`gate_mm_costs`](Self::gate_mm_costs) gives them.
     pub gate_calibration_samples: usize,
+    /// With a gate: the worst-case costs of (commit, decommit) to admit them with, instead of measuring them.
+    pub gate_mm_costs: Option<(MmCost, MmCost)>,
     /// How the tenant planner sizes the last victim's share on the store (see [`crate::Pool::tenant_space`]).
     pub swap_rule: AlphaRule,
     /// The staging ring, for devices whose memory the host cannot address (ignored otherwise).
@@ -47,6 +52,7 @@ impl PoolConfig {
             verify_checksums: true,
             gate: None,
             gate_calibration_samples: 16,
+            gate_mm_costs: None,
             swap_rule: AlphaRule::Fraction,
             staging: StagingConfig::default(),
             host_tier: None,
@@ -84,9 +90,16 @@ impl PoolConfig {
         self
     }
 
-    /// The same options with `samples` calibration runs of the gate's chunk time (0: keep the gate's).
+    /// The same options with `samples` calibration runs of the gate's chunk time and of the costs of commit and
+    /// decommit (0: keep the gate's chunk time).
     pub fn gate_calibration_samples(mut self, samples: usize) -> Self {
         self.gate_calibration_samples = samples;
+        self
+    }
+
+    /// The same options with given worst-case costs of commit and decommit under the gate (not measured).
+    pub fn gate_mm_costs(mut self, commit: MmCost, decommit: MmCost) -> Self {
+        self.gate_mm_costs = Some((commit, decommit));
         self
     }
 }
@@ -150,9 +163,20 @@ impl Pool {
         }
         let gated = match config.gate {
             Some(gate) => {
-                let gated = GatedIo::start(gate, Arc::clone(&store))?;
-                if config.gate_calibration_samples > 0 {
-                    gated.calibrate(device.as_ref(), config.gate_calibration_samples)?;
+                let gated = GatedIo::start(gate, Arc::clone(&store), Arc::clone(&device))?;
+                let samples = config.gate_calibration_samples;
+                if samples > 0 {
+                    gated.calibrate(device.as_ref(), samples)?;
+                }
+                match config.gate_mm_costs {
+                    Some((commit, decommit)) => gated.set_mm_costs(commit, decommit),
+                    None if samples > 0 => {
+                        gated.measure_mm_costs(device.as_ref(), samples)?;
+                    }
+                    None => {
+                        let one_chunk = MmCost::new(gated.gate().chunk_time(), Default::default());
+                        gated.set_mm_costs(one_chunk, one_chunk);
+                    }
                 }
                 Some(gated)
             }
@@ -203,6 +227,12 @@ impl Pool {
     /// The arbiter gate the pool obeys, if any.
     pub fn gate(&self) -> Option<&Arc<Gate>> {
         self.shared.gated.as_ref().map(GatedIo::gate)
+    }
+
+    /// The costs the pool's gate admits its work with (T(Q) now, and the worst-case times of commit and
+    /// decommit), when it has a gate: for printing them and computing bounds.
+    pub fn gate_costs(&self) -> Option<GateCosts> {
+        self.shared.gated.as_ref().map(GatedIo::costs)
     }
 
     /// A new, empty address space of this pool.
@@ -285,6 +315,14 @@ impl Pool {
     }
 }
 
+/// A transfer that waits for a gated commit, in a pool without a gate (a bug: refused rather than run into memory
+/// that is not committed).
+fn ungated_prelude() -> oversub_io::IoError {
+    oversub_io::IoError::InvalidArgument(
+        "a transfer waits for a gated commit, but the pool has no gate".into(),
+    )
+}
+
 impl PoolShared {
     /// A tenant's space is gone: plan again without it (the others' limits can only grow).
     pub(crate) fn tenant_left(&self, id: u32) {
@@ -315,8 +353,13 @@ impl PoolShared {
         }
     }
 
+    /// The gated worker's lane of memory-map operations, when the pool obeys an arbiter.
+    pub(crate) fn mm_lane(&self) -> Option<MmLane> {
+        self.gated.as_ref().map(GatedIo::mm_lane)
+    }
+
     /// Submits the transfer of `mem` to or from the part of `slot` that starts at `offset`: straight to the store,
-    /// or chunk by chunk under the arbiter's gate.
+    /// or chunk by chunk under the arbiter's gate, after the commit `after` (given only under a gate).
     ///
     /// # Safety
     /// As [`SwapStore::submit`]: `mem` stays valid (for reads, otherwise untouched) until `on_done` has run.
@@ -326,11 +369,13 @@ impl PoolShared {
         slot: &oversub_io::Slot,
         offset: u64,
         mem: oversub_io::IoVec,
+        after: Option<Arc<Prelude>>,
         on_done: oversub_io::IoCallback,
     ) -> Result<(), oversub_io::IoError> {
         match &self.gated {
             // SAFETY: forwarded from our caller.
-            Some(g) => unsafe { g.submit_part(direction, slot, offset, mem, on_done) },
+            Some(g) => unsafe { g.submit_part(direction, slot, offset, mem, after, on_done) },
+            None if after.is_some() => Err(ungated_prelude()),
             None => {
                 let view = slot.view(offset, mem.len as u64)?;
                 // SAFETY: forwarded from our caller.
@@ -339,7 +384,8 @@ impl PoolShared {
         }
     }
 
-    /// Submits a whole-slot transfer: straight to the store, or chunk by chunk under the arbiter's gate.
+    /// Submits a whole-slot transfer: straight to the store, or chunk by chunk under the arbiter's gate, after the
+    /// commit `after` (given only under a gate).
     ///
     /// # Safety
     /// As [`SwapStore::submit`]: `mem` stays valid (for reads, otherwise untouched) until `on_done` has run.
@@ -348,27 +394,32 @@ impl PoolShared {
         direction: oversub_io::Direction,
         slot: &oversub_io::Slot,
         mem: oversub_io::IoVec,
+        after: Option<Arc<Prelude>>,
         on_done: oversub_io::IoCallback,
     ) -> Result<(), oversub_io::IoError> {
         match &self.gated {
             // SAFETY: forwarded from our caller.
-            Some(g) => unsafe { g.submit_part(direction, slot, 0, mem, on_done) },
+            Some(g) => unsafe { g.submit_part(direction, slot, 0, mem, after, on_done) },
+            None if after.is_some() => Err(ungated_prelude()),
             // SAFETY: forwarded from our caller.
             None => unsafe { self.store.submit(direction, slot, &[mem], on_done) },
         }
     }
 
     /// Submits the transfer of a buffer's `io_bytes` between its device memory and `slot`: straight between
-    /// host-addressable memory and the store (through the gate under an arbiter), or through the staging ring.
+    /// host-addressable memory and the store (through the gate under an arbiter), or through the staging ring;
+    /// under a gate, after the commit `after` when given.
     ///
     /// # Safety
-    /// The range is committed and nothing else uses it, and the slot stays allocated, until `on_done` has run.
+    /// The range is committed (or, with `after`, will be once that commit succeeded) and nothing else uses it, and
+    /// the slot stays allocated, until `on_done` has run.
     pub(crate) unsafe fn submit_transfer(
         &self,
         direction: oversub_io::Direction,
         slot: &oversub_io::Slot,
         range: &oversub_accel::Reservation,
         io_bytes: u64,
+        after: Option<Arc<Prelude>>,
         on_done: crate::staging::TransferCallback,
     ) -> Result<(), PagerError> {
         if let Some(ptr) = self.device.host_ptr(range) {
@@ -381,27 +432,32 @@ impl PoolShared {
                 on_done(r.map(|_| ()).map_err(crate::staging::TransferError::Io))
             });
             // SAFETY: forwarded from our caller; host-addressable memory is the range itself.
-            return Ok(unsafe { self.submit_io(direction, slot, mem, cb) }?);
+            return Ok(unsafe { self.submit_io(direction, slot, mem, after, cb) }?);
         }
         let staging = self.staging.as_ref().ok_or(PagerError::Internal(
             "device memory is not host-addressable and the pool has no staging ring",
         ))?;
         // SAFETY: forwarded from our caller.
-        Ok(unsafe { staging.submit(direction, slot, range.addr, on_done) }?)
+        Ok(unsafe { staging.submit(direction, slot, range.addr, after, on_done) }?)
     }
 
-    /// Runs `copy(offset, len)` over `len` bytes: at once, or in admitted chunks under the arbiter's gate.
+    /// Runs `copy(offset, len)` over `len` bytes: at once, or in admitted chunks under the arbiter's gate (each
+    /// logged on the gate as `what`).
     pub(crate) fn copy_chunked<E>(
         &self,
         len: usize,
+        what: WorkKind,
         mut copy: impl FnMut(usize, usize) -> Result<(), E>,
     ) -> Result<(), E> {
         match &self.gated {
             None => copy(0, len),
             // Offsets and lengths stay below `len`, so they fit in usize.
-            Some(g) => g
-                .gate()
-                .run_chunked(len as u64, |off, n| copy(off as usize, n as usize)),
+            Some(g) => {
+                let gate = g.gate();
+                gate.run_chunked(len as u64, |off, n| {
+                    gate.record_run(what, n, || copy(off as usize, n as usize))
+                })
+            }
         }
     }
 

@@ -2,9 +2,11 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use oversub_accel::{round_up, AccelError, DevicePtr, Reservation};
+use oversub_accel::{round_up, AccelError, DeviceMemory, DevicePtr, Reservation};
+use oversub_arbiter::WorkKind;
 use oversub_io::{Direction, IoError, IoVec, Slot};
 
+use crate::gated::{MmLane, Prelude};
 use crate::host_tier::HostSlot;
 use crate::pool::PoolShared;
 use crate::staging::TransferError;
@@ -183,6 +185,8 @@ enum OpFailure {
         actual: u64,
     },
     Release(AccelError),
+    /// The commit before a page-in failed (under an arbiter, where it runs on the gated worker).
+    Commit(AccelError),
     /// The completion never ran to its end (a backend or engine thread panicked, or a worker dropped it).
     Lost(&'static str),
 }
@@ -196,21 +200,43 @@ impl From<TransferError> for OpFailure {
     }
 }
 
-/// The completion of a page-out's copy away (to the store or the host tier): release the memory, then settle.
+/// The completion of a page-out's copy away (to the store or the host tier): release the memory (under an arbiter,
+/// as a gated memory operation), then settle.
 fn release_when_copied(
-    device: Arc<dyn oversub_accel::DeviceMemory>,
+    device: Arc<dyn DeviceMemory>,
+    mm: Option<MmLane>,
     done: Completion,
     reservation: Reservation,
 ) -> crate::staging::TransferCallback {
-    Box::new(move |result: Result<(), TransferError>| {
-        let outcome = match result {
-            // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
-            Ok(()) => unsafe { device.decommit(&reservation) }
-                .map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
-            Err(err) => Err(Failed::kept_memory(err.into())),
-        };
-        done.complete(outcome);
+    Box::new(move |result: Result<(), TransferError>| match result {
+        // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
+        Ok(()) => unsafe {
+            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
+            })
+        },
+        Err(err) => done.complete(Err(Failed::kept_memory(err.into()))),
     })
+}
+
+/// Releases the memory of `reservation`, then calls `then` with the outcome: here and now without an arbiter;
+/// under one, as a gated memory operation on the pool's gated worker, admitted for its measured worst-case cost
+/// (this thread does not wait for the grant, and `then` runs on the worker).
+///
+/// # Safety
+/// As [`DeviceMemory::decommit`]: nothing uses the range's memory any more.
+unsafe fn release_then(
+    mm: Option<&MmLane>,
+    device: &dyn DeviceMemory,
+    reservation: Reservation,
+    then: impl FnOnce(Result<(), AccelError>) + Send + 'static,
+) {
+    match mm {
+        // SAFETY: forwarded from our caller.
+        Some(mm) => unsafe { mm.decommit(reservation, then) },
+        // SAFETY: forwarded from our caller.
+        None => then(unsafe { device.decommit(&reservation) }),
+    }
 }
 
 /// Completes its operation exactly once: with the outcome it is given or, when it is dropped unused (the callback
@@ -692,11 +718,13 @@ impl AddressSpace {
             (dst, self.shared.begin_access(e, buffer))
         };
         let device = &self.shared.pool.device;
-        self.shared.pool.copy_chunked(data.len(), |off, n| {
-            // SAFETY: the span was checked to lie inside the buffer, which is resident (committed); the access guard
-            // keeps paging calls on it waiting until the copy is done.
-            unsafe { device.copy_from_host(dst.offset(off as u64), &data[off..off + n]) }
-        })?;
+        self.shared
+            .pool
+            .copy_chunked(data.len(), WorkKind::Copy, |off, n| {
+                // SAFETY: the span was checked to lie inside the buffer, which is resident (committed); the access guard
+                // keeps paging calls on it waiting until the copy is done.
+                unsafe { device.copy_from_host(dst.offset(off as u64), &data[off..off + n]) }
+            })?;
         Ok(())
     }
 
@@ -712,10 +740,12 @@ impl AddressSpace {
             (src, self.shared.begin_access(e, buffer))
         };
         let device = &self.shared.pool.device;
-        self.shared.pool.copy_chunked(out.len(), |off, n| {
-            // SAFETY: as in `write`.
-            unsafe { device.copy_to_host(src.offset(off as u64), &mut out[off..off + n]) }
-        })?;
+        self.shared
+            .pool
+            .copy_chunked(out.len(), WorkKind::Copy, |off, n| {
+                // SAFETY: as in `write`.
+                unsafe { device.copy_to_host(src.offset(off as u64), &mut out[off..off + n]) }
+            })?;
         Ok(())
     }
 
@@ -739,10 +769,14 @@ impl AddressSpace {
                 let _access = self.shared.begin_access(e, buffer);
                 drop(st);
                 let device = &self.shared.pool.device;
-                self.shared.pool.copy_chunked(out.len(), |off, n| {
-                    // SAFETY: as in `read`.
-                    unsafe { device.copy_to_host(src.offset(off as u64), &mut out[off..off + n]) }
-                })?;
+                self.shared
+                    .pool
+                    .copy_chunked(out.len(), WorkKind::Copy, |off, n| {
+                        // SAFETY: as in `read`.
+                        unsafe {
+                            device.copy_to_host(src.offset(off as u64), &mut out[off..off + n])
+                        }
+                    })?;
                 Ok(())
             }
             BufferState::PagedOut => {
@@ -782,10 +816,14 @@ impl AddressSpace {
                 let _access = self.shared.begin_access(e, buffer);
                 drop(st);
                 let device = &self.shared.pool.device;
-                self.shared.pool.copy_chunked(data.len(), |off, n| {
-                    // SAFETY: as in `write`.
-                    unsafe { device.copy_from_host(dst.offset(off as u64), &data[off..off + n]) }
-                })?;
+                self.shared
+                    .pool
+                    .copy_chunked(data.len(), WorkKind::Copy, |off, n| {
+                        // SAFETY: as in `write`.
+                        unsafe {
+                            device.copy_from_host(dst.offset(off as u64), &data[off..off + n])
+                        }
+                    })?;
                 Ok(())
             }
             BufferState::PagedOut => {
@@ -853,12 +891,19 @@ impl AddressSpace {
             state => return Err(PagerError::OperationInFlight { buffer, state }),
         }
         let op = Arc::new(OpState::default());
+        // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
+        let mm = pool.mm_lane();
         if e.flags.read_only && e.stored {
             // The store already holds these bytes: only the memory goes.
+            let done = Completion::new(&op);
             // SAFETY: the buffer is resident with no operation or access in flight and the space lock is held, so
-            // nothing of ours uses its memory; callers' own pointers are void once they page the buffer out.
-            let released = unsafe { pool.device.decommit(&e.reservation) };
-            op.complete(released.map_err(|e| Failed::kept_memory(OpFailure::Release(e))));
+            // nothing of ours uses its memory; callers' own pointers are void once they page the buffer out. It is
+            // PagingOut (below, under this lock) until the decommit has completed the operation.
+            unsafe {
+                release_then(mm.as_ref(), pool.device.as_ref(), e.reservation, move |r| {
+                    done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
+                })
+            };
         } else if let Some((tier, hs)) = pool
             .host_tier
             .as_ref()
@@ -866,6 +911,7 @@ impl AddressSpace {
         {
             let on_done = release_when_copied(
                 Arc::clone(&pool.device),
+                mm,
                 Completion::new(&op),
                 e.reservation,
             );
@@ -878,6 +924,7 @@ impl AddressSpace {
                     &hs,
                     e.io_bytes,
                     true,
+                    None,
                     on_done,
                 )
             } {
@@ -902,17 +949,21 @@ impl AddressSpace {
                     let device = Arc::clone(&pool.device);
                     let done = Completion::new(&op);
                     let reservation = e.reservation;
-                    let finish: PiecesDone = Box::new(move |hashed| {
-                        let outcome = match hashed {
-                            Ok(sums) => {
-                                *lock(&done.op.checksum) = Some(sums);
-                                // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
-                                unsafe { device.decommit(&reservation) }
-                                    .map_err(|e| Failed::kept_memory(OpFailure::Release(e)))
+                    // Runs where the last piece ends (the I/O side or a checksum thread); under an arbiter the
+                    // decommit is queued to the gated worker from there.
+                    let finish: PiecesDone = Box::new(move |hashed| match hashed {
+                        Ok(sums) => {
+                            *lock(&done.op.checksum) = Some(sums);
+                            // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
+                            unsafe {
+                                release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                                    done.complete(
+                                        r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
+                                    )
+                                })
                             }
-                            Err(cause) => Err(Failed::kept_memory(cause)),
-                        };
-                        done.complete(outcome);
+                        }
+                        Err(cause) => done.complete(Err(Failed::kept_memory(cause))),
                     });
                     // SAFETY: see above.
                     unsafe {
@@ -924,6 +975,7 @@ impl AddressSpace {
                             e.io_bytes,
                             e.size_bytes,
                             None,
+                            None,
                             finish,
                         )
                     }
@@ -931,6 +983,7 @@ impl AddressSpace {
                 None => {
                     let on_done = release_when_copied(
                         Arc::clone(&pool.device),
+                        mm,
                         Completion::new(&op),
                         e.reservation,
                     );
@@ -941,6 +994,7 @@ impl AddressSpace {
                             &slot,
                             &e.reservation,
                             e.io_bytes,
+                            None,
                             on_done,
                         )
                     }
@@ -993,35 +1047,73 @@ impl AddressSpace {
                 .charge(charge_bytes)
                 .map_err(|err| err.with_buffer(buffer))?;
         }
+        // Under an arbiter the commit is a gated memory operation on the gated worker, admitted for its measured
+        // cost: it is queued below once the transfer is, and the transfer waits for it (`prelude`), so this thread
+        // never waits for a grant, and a transfer that cannot be queued leaves no commit to undo.
+        let mm = pool.mm_lane();
+        let prelude = mm.as_ref().map(|_| Arc::new(Prelude::default()));
         let undo = |err: PagerError| {
-            // SAFETY: the read was not submitted, so nothing uses the memory just committed.
-            if unsafe { pool.device.decommit(&e.reservation) }.is_ok() && newly_charged {
-                shared.refund(charge_bytes);
+            match &prelude {
+                // Nothing was committed.
+                Some(_) => {
+                    if newly_charged {
+                        shared.refund(charge_bytes);
+                    }
+                }
+                None => {
+                    // SAFETY: the read was not submitted, so nothing uses the memory just committed.
+                    if unsafe { pool.device.decommit(&e.reservation) }.is_ok() && newly_charged {
+                        shared.refund(charge_bytes);
+                    }
+                }
             }
             err
         };
-        pool.device
-            .commit(&e.reservation)
-            .map_err(|x| undo(x.into()))?;
+        if prelude.is_none() {
+            pool.device
+                .commit(&e.reservation)
+                .map_err(|x| undo(x.into()))?;
+        }
         let op = Arc::new(OpState::default());
         let settle = {
             let device = Arc::clone(&pool.device);
             let done = Completion::new(&op);
             let reservation = e.reservation;
+            let mm = mm.clone();
+            let prelude = prelude.clone();
             move |outcome: Result<(), OpFailure>| {
-                let mut released = false;
-                if outcome.is_err() {
-                    // Give the memory back now; finish only has to settle the state.
-                    // SAFETY: the read is over and the buffer is PagingIn, so nothing uses its memory.
-                    match unsafe { device.decommit(&reservation) } {
-                        Ok(()) => released = true,
-                        Err(err) => tracing::warn!("decommit after a failed page-in: {err}"),
+                // A failed commit is the cause, whatever its transfer reported (it did not run).
+                let outcome = match prelude.as_ref().and_then(|p| p.take_failure()) {
+                    Some(Some(err)) => Err(OpFailure::Commit(err)),
+                    Some(None) => Err(OpFailure::Lost(
+                        "the commit before the page-in never ran (a panic in a device backend or worker)",
+                    )),
+                    None => outcome,
+                };
+                match outcome {
+                    Ok(()) => done.complete(Ok(())),
+                    Err(cause) => {
+                        // Give the memory back now (under an arbiter, as a gated memory operation); finish only has
+                        // to settle the state.
+                        // SAFETY: the read is over (or never ran) and the buffer is PagingIn, so nothing uses its
+                        // memory.
+                        unsafe {
+                            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                                let released = match r {
+                                    Ok(()) => true,
+                                    Err(err) => {
+                                        tracing::warn!("decommit after a failed page-in: {err}");
+                                        false
+                                    }
+                                };
+                                done.complete(Err(Failed {
+                                    cause,
+                                    memory_released: released,
+                                }));
+                            })
+                        }
                     }
                 }
-                done.complete(outcome.map_err(|cause| Failed {
-                    cause,
-                    memory_released: released,
-                }));
             }
         };
         let hashed = pool
@@ -1042,6 +1134,7 @@ impl AddressSpace {
                         hs,
                         e.io_bytes,
                         false,
+                        prelude.clone(),
                         on_done,
                     )
                 }
@@ -1051,7 +1144,8 @@ impl AddressSpace {
                 Some((ptr, expected)) => {
                     let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
                     // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its
-                    // ticket's finish has waited for the completion, and nothing else touches the memory meanwhile.
+                    // ticket's finish has waited for the completion, and nothing else touches the memory meanwhile;
+                    // under an arbiter the pieces wait for the commit.
                     unsafe {
                         submit_hashed(
                             pool,
@@ -1061,6 +1155,7 @@ impl AddressSpace {
                             e.io_bytes,
                             e.size_bytes,
                             Some(expected),
+                            prelude.clone(),
                             finish,
                         )
                     }
@@ -1076,6 +1171,7 @@ impl AddressSpace {
                             slot,
                             &e.reservation,
                             e.io_bytes,
+                            prelude.clone(),
                             on_done,
                         )
                     }
@@ -1087,6 +1183,10 @@ impl AddressSpace {
                     "paged-out buffer has no stored copy",
                 )))
             }
+        }
+        if let (Some(mm), Some(prelude)) = (&mm, &prelude) {
+            // The transfer is queued and waits for this.
+            mm.commit(e.reservation, prelude);
         }
         e.state = BufferState::PagingIn;
         e.charged = true;
@@ -1402,27 +1502,29 @@ impl SpaceShared {
         };
         if offset % align == 0 && len % align == 0 && user_ptr % store.alignment() == 0 {
             // Aligned on both sides: straight between the caller's memory and the store, no bounce buffer.
-            return self.pool.copy_chunked(len as usize, |off, n| {
-                let mut pos = 0usize;
-                while pos < n {
-                    let piece = (n - pos).min(DIRECT_PIECE_BYTES);
-                    let at = off + pos;
-                    let view = slot.view(offset + at as u64, piece as u64)?;
-                    let (direction, ptr) = match &mut access {
-                        StoreAccess::Read(out) => (Direction::Read, out[at..].as_mut_ptr()),
-                        // The engine only reads the memory of a write.
-                        StoreAccess::Write(data) => {
-                            (Direction::Write, data[at..].as_ptr().cast_mut())
-                        }
-                    };
-                    let mem = IoVec { ptr, len: piece };
-                    // SAFETY: `mem` lies inside the caller's slice, which this blocking transfer borrows for its
-                    // whole duration (mutably for a read).
-                    unsafe { store.transfer_view(direction, &view, &[mem]) }?;
-                    pos += piece;
-                }
-                Ok::<(), PagerError>(())
-            });
+            return self
+                .pool
+                .copy_chunked(len as usize, WorkKind::Transfer, |off, n| {
+                    let mut pos = 0usize;
+                    while pos < n {
+                        let piece = (n - pos).min(DIRECT_PIECE_BYTES);
+                        let at = off + pos;
+                        let view = slot.view(offset + at as u64, piece as u64)?;
+                        let (direction, ptr) = match &mut access {
+                            StoreAccess::Read(out) => (Direction::Read, out[at..].as_mut_ptr()),
+                            // The engine only reads the memory of a write.
+                            StoreAccess::Write(data) => {
+                                (Direction::Write, data[at..].as_ptr().cast_mut())
+                            }
+                        };
+                        let mem = IoVec { ptr, len: piece };
+                        // SAFETY: `mem` lies inside the caller's slice, which this blocking transfer borrows for its
+                        // whole duration (mutably for a read).
+                        unsafe { store.transfer_view(direction, &view, &[mem]) }?;
+                        pos += piece;
+                    }
+                    Ok::<(), PagerError>(())
+                });
         }
         let piece_cap = DIRECT_PIECE_BYTES.min((end - start) as usize);
         let mut bounce = oversub_io::AlignedBuf::new(piece_cap, store.alignment())?;
@@ -1461,16 +1563,17 @@ impl SpaceShared {
             }
             Ok(())
         };
-        self.pool.copy_chunked((end - start) as usize, |off, n| {
-            let mut pos = start + off as u64;
-            let stop = pos + n as u64;
-            while pos < stop {
-                let piece = (stop - pos).min(piece_cap as u64);
-                one_piece(pos, piece)?;
-                pos += piece;
-            }
-            Ok::<(), PagerError>(())
-        })
+        self.pool
+            .copy_chunked((end - start) as usize, WorkKind::Transfer, |off, n| {
+                let mut pos = start + off as u64;
+                let stop = pos + n as u64;
+                while pos < stop {
+                    let piece = (stop - pos).min(piece_cap as u64);
+                    one_piece(pos, piece)?;
+                    pos += piece;
+                }
+                Ok::<(), PagerError>(())
+            })
     }
 
     fn accessible<'a>(
@@ -1577,12 +1680,17 @@ impl SpaceShared {
             }
             (OpKind::PageIn, Err(failed)) => {
                 // The stored copy is untouched; the memory was given back by the completion unless that failed or
-                // never ran to its end: then try once more here, so that a lost completion leaks nothing.
+                // never ran to its end: then, without an arbiter, try once more here, so that a lost completion
+                // leaks nothing. Under an arbiter a decommit here would run outside any grant (and wait for one
+                // under the space's lock), so the buffer stays charged instead, as after a failed release at
+                // page-out: its next page-in commits the range again, and free releases it.
                 e.state = BufferState::PagedOut;
-                // SAFETY: the operation is over (its outcome is in) and the buffer is not resident, so nothing of
-                // ours uses the memory.
-                if failed.memory_released || unsafe { pool.device.decommit(&e.reservation) }.is_ok()
-                {
+                let retry_release = || {
+                    // SAFETY: the operation is over (its outcome is in) and the buffer is not resident, so nothing
+                    // of ours uses the memory.
+                    pool.gated.is_none() && unsafe { pool.device.decommit(&e.reservation) }.is_ok()
+                };
+                if failed.memory_released || retry_release() {
                     uncharge(e);
                 }
                 Err(failure_to_error(buffer, failed.cause))
@@ -1651,7 +1759,7 @@ impl Drop for AccessGuard<'_> {
 /// each hashed on the I/O thread when its own I/O is done (after a write: the bytes written, which do not change
 /// while the buffer is in flight; after a read: the bytes read) and compared with `expected` when given. `finish`
 /// runs once, after the last piece, with the hashes or the first failure. Returns `Err` only when nothing was
-/// submitted (then `finish` never runs).
+/// submitted (then `finish` never runs). Under an arbiter, with `after`, every piece waits for that commit.
 ///
 /// # Safety
 /// As [`PoolShared::submit_transfer`]: `ptr..ptr + io_bytes` stays valid and otherwise untouched, and the slot
@@ -1665,6 +1773,7 @@ unsafe fn submit_hashed(
     io_bytes: u64,
     size_bytes: u64,
     expected: Option<Checksums>,
+    after: Option<Arc<Prelude>>,
     finish: PiecesDone,
 ) -> Result<(), PagerError> {
     let pieces = piece_count(size_bytes);
@@ -1736,7 +1845,7 @@ unsafe fn submit_hashed(
                 .map_err(|_| PagerError::InvalidSize("buffer too large".into()))?,
         };
         // SAFETY: forwarded from our caller; the piece lies inside the range and the slot.
-        match unsafe { pool.submit_io_part(direction, slot, start, mem, on_done) } {
+        match unsafe { pool.submit_io_part(direction, slot, start, mem, after.clone(), on_done) } {
             // A read's piece is hashed by its completion.
             Ok(()) => {
                 if let Some(hash) = later_hash {
@@ -1764,7 +1873,7 @@ fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError {
             expected,
             actual,
         },
-        OpFailure::Release(err) => err.into(),
+        OpFailure::Release(err) | OpFailure::Commit(err) => err.into(),
         OpFailure::Copy(err) => err.into(),
         OpFailure::Lost(reason) => PagerError::CompletionLost { buffer, reason },
     }

@@ -10,6 +10,10 @@
 //! Every copy is waited for before the transfer reports completion, so the caller may unmap the device memory
 //! (page-out) or hand the buffer to kernels (page-in) as soon as it hears back. With GPUDirect Storage (cuFile) on
 //! a store that supports it, the worker moves each extent straight between file and device instead.
+//!
+//! The staging path makes no memory-map operation of its own (its ring is allocated once, at start-up). Under an
+//! arbiter, the commit before a page-in and the decommit after a page-out are the pager's, run as gated memory
+//! operations on the gated worker (`gated.rs`); a page-in's transfer here waits for its commit first.
 
 use std::collections::VecDeque;
 use std::sync::mpsc::{channel, Receiver, Sender};
@@ -17,8 +21,10 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use oversub_accel::{AccelError, DeviceMemory, DevicePtr, Fence, HostBuffer};
-use oversub_arbiter::Gate;
+use oversub_arbiter::{Gate, WorkKind};
 use oversub_io::{Direction, IoError, IoVec, SlotView, SwapStore};
+
+use crate::gated::Prelude;
 
 /// Default size of one staging buffer.
 pub const DEFAULT_STAGING_CHUNK_BYTES: u64 = 16 << 20;
@@ -65,6 +71,8 @@ struct Job {
     views: Vec<SlotView>,
     /// Length of every view but the last.
     chunk_bytes: u64,
+    /// The commit the transfer must wait for (a page-in's, under an arbiter).
+    after: Option<Arc<Prelude>>,
     on_done: TransferCallback,
 }
 
@@ -152,7 +160,10 @@ impl Staging {
             .name("oversub-staging".into())
             .spawn(move || {
                 for job in rx {
-                    let result = worker.run(&job);
+                    let result = match &job.after {
+                        Some(p) if !p.wait() => Err(TransferError::Io(Prelude::not_committed())),
+                        _ => worker.run(&job),
+                    };
                     (job.on_done)(result);
                 }
             })
@@ -180,16 +191,18 @@ impl Staging {
         self.direct
     }
 
-    /// Queues a transfer of `len` bytes between the device at `device` and `slot`.
+    /// Queues a transfer of `len` bytes between the device at `device` and `slot`; when `after` is given, it
+    /// starts only once that commit has run, and fails without moving a byte if the commit failed.
     ///
     /// # Safety
-    /// `[device, device + len)` is committed device memory that nothing else uses until `on_done` has run, and
-    /// the slot stays allocated until then.
+    /// `[device, device + len)` is committed device memory (with `after`: once that commit succeeded) that nothing
+    /// else uses until `on_done` has run, and the slot stays allocated until then.
     pub(crate) unsafe fn submit(
         &self,
         direction: Direction,
         slot: &oversub_io::Slot,
         device: DevicePtr,
+        after: Option<Arc<Prelude>>,
         on_done: TransferCallback,
     ) -> Result<(), IoError> {
         let mut views = Vec::new();
@@ -205,6 +218,7 @@ impl Staging {
             device,
             views,
             chunk_bytes: self.chunk_bytes,
+            after,
             on_done,
         })
         .map_err(|_| IoError::Shutdown)
@@ -246,39 +260,50 @@ impl Worker {
     /// an admission promises that the chunk ends inside the grant: the chunk time T(Q) is calibrated on the same
     /// copy plus I/O.
     fn run_gated(&self, job: &Job) -> Result<(), TransferError> {
+        let Some(gate) = &self.gate else {
+            return Err(TransferError::Io(IoError::InvalidArgument(
+                "the gated staging path has no gate".into(),
+            )));
+        };
+        for (i, view) in job.views.iter().enumerate() {
+            gate.admit();
+            gate.record_run(WorkKind::Transfer, view.len(), || {
+                self.gated_chunk(job, view, i as u64 * job.chunk_bytes)
+            })?;
+        }
+        Ok(())
+    }
+
+    /// One admitted chunk of [`run_gated`](Self::run_gated): its copy and its I/O, both finished.
+    fn gated_chunk(&self, job: &Job, view: &SlotView, offset: u64) -> Result<(), TransferError> {
         let buf = &self.buffers[0];
-        let mut offset = 0u64;
-        for view in &job.views {
-            let len = view.len() as usize;
-            let at = job.device.offset(offset);
-            let mem = IoVec {
-                ptr: buf.as_ptr(),
-                len,
-            };
-            self.admit();
-            match job.direction {
-                Direction::Write => {
-                    // SAFETY: the device range is committed and ours for the job; the staging buffer is the
-                    // worker's and waits for the fence before its next use.
-                    let fence = unsafe { self.device.copy_to_host_async(at, buf.as_ptr(), len) }
-                        .map_err(TransferError::Copy)?;
-                    self.device.fence_wait(fence).map_err(TransferError::Copy)?;
-                    // SAFETY: the staging buffer holds the chunk; the transfer blocks; the slot is held by the
-                    // buffer's entry until the job's callback.
-                    unsafe { self.store.transfer_view(Direction::Write, view, &[mem]) }
-                        .map_err(TransferError::Io)?;
-                }
-                Direction::Read => {
-                    // SAFETY: as above, the other way round.
-                    unsafe { self.store.transfer_view(Direction::Read, view, &[mem]) }
-                        .map_err(TransferError::Io)?;
-                    // SAFETY: as above.
-                    let fence = unsafe { self.device.copy_from_host_async(at, buf.as_ptr(), len) }
-                        .map_err(TransferError::Copy)?;
-                    self.device.fence_wait(fence).map_err(TransferError::Copy)?;
-                }
+        let len = view.len() as usize;
+        let at = job.device.offset(offset);
+        let mem = IoVec {
+            ptr: buf.as_ptr(),
+            len,
+        };
+        match job.direction {
+            Direction::Write => {
+                // SAFETY: the device range is committed and ours for the job; the staging buffer is the worker's
+                // and waits for the fence before its next use.
+                let fence = unsafe { self.device.copy_to_host_async(at, buf.as_ptr(), len) }
+                    .map_err(TransferError::Copy)?;
+                self.device.fence_wait(fence).map_err(TransferError::Copy)?;
+                // SAFETY: the staging buffer holds the chunk; the transfer blocks; the slot is held by the buffer's
+                // entry until the job's callback.
+                unsafe { self.store.transfer_view(Direction::Write, view, &[mem]) }
+                    .map_err(TransferError::Io)?;
             }
-            offset += len as u64;
+            Direction::Read => {
+                // SAFETY: as above, the other way round.
+                unsafe { self.store.transfer_view(Direction::Read, view, &[mem]) }
+                    .map_err(TransferError::Io)?;
+                // SAFETY: as above.
+                let fence = unsafe { self.device.copy_from_host_async(at, buf.as_ptr(), len) }
+                    .map_err(TransferError::Copy)?;
+                self.device.fence_wait(fence).map_err(TransferError::Copy)?;
+            }
         }
         Ok(())
     }
@@ -487,6 +512,7 @@ impl Worker {
         let mut at = job.device;
         for view in &job.views {
             self.admit();
+            let start = self.now_if_recording();
             for extent in view.extents() {
                 let len = extent.len as usize;
                 // SAFETY: the device range is committed and ours for the job; the extent is the slot's.
@@ -499,7 +525,30 @@ impl Worker {
                 r.map_err(TransferError::Copy)?;
                 at = at.offset(extent.len);
             }
+            self.record_since(start, view.len());
         }
         Ok(())
+    }
+
+    /// The arbiter's clock now, when the gate logs events.
+    fn now_if_recording(&self) -> Option<u64> {
+        self.gate
+            .as_ref()
+            .filter(|g| g.is_recording())
+            .map(|g| g.arbiter().clock().now_ns())
+    }
+
+    /// Logs a transfer of `bytes` that started at `start` (from [`now_if_recording`](Self::now_if_recording)).
+    fn record_since(&self, start: Option<u64>, bytes: u64) {
+        if let (Some(g), Some(start_ns)) = (&self.gate, start) {
+            g.record(oversub_arbiter::GateEvent {
+                start_ns,
+                end_ns: g.arbiter().clock().now_ns(),
+                kind: oversub_arbiter::GateEventKind::Ran {
+                    what: WorkKind::Transfer,
+                    bytes,
+                },
+            });
+        }
     }
 }

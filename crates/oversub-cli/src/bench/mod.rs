@@ -21,6 +21,9 @@ pub enum BenchCommand {
     /// Several tenants oversubscribing one pool: alone, together under LRU swapping, and together under the
     /// contention-aware plan (priorities, victims, direct store access); slowdown per tenant.
     Tenants(tenants::TenantsArgs),
+    /// The PREM task of `bench interference`, run in a process of its own (spoken to on stdin/stdout).
+    #[command(hide = true)]
+    PremTask(interference::prem::child::PremTaskArgs),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
@@ -28,5 +31,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
         BenchCommand::Paging(args) => paging::run(args),
         BenchCommand::Interference(args) => interference::run(args),
         BenchCommand::Tenants(args) => tenants::run(args),
+        BenchCommand::PremTask(args) => interference::prem::child::serve(args),
     }
 }

@@ -13,7 +13,7 @@ use oversub_report::{text_table, BarChart, BarSeries, BoxPlot, BoxSeries};
 use serde::Serialize;
 
 use super::BoxError;
-use prem::{Condition, PremOptions, PremResult, StarvationRow};
+use prem::{InterfererKind, Placement, PremOptions, PremResult, StarvationRow};
 use thrash::{ThrashKind, ThrashOptions, ThrashRow};
 
 fn parse_duration_arg(s: &str) -> Result<Duration, String> {
@@ -32,7 +32,7 @@ pub enum Part {
 
 #[derive(Debug, Args)]
 pub struct InterferenceArgs {
-    /// Short runs (under two minutes in all): 1 s measurement windows, one pass over the PREM data.
+    /// Short runs (a few minutes in all): 1 s measurement windows, 150 PREM iterations per condition.
     #[arg(long)]
     quick: bool,
     /// Which experiment to run.
@@ -56,9 +56,34 @@ pub struct InterferenceArgs {
     /// Last-level cache size (default: read from sysfs).
     #[arg(long, value_parser = crate::parse_size_arg)]
     llc: Option<u64>,
-    /// Passes of the PREM task over its data per condition (default 8, 1 with --quick).
+    /// PREM iterations per condition (default: the paper's 1350; 150 with --quick).
     #[arg(long)]
-    passes: Option<usize>,
+    iterations: Option<usize>,
+    /// Where the PREM task runs: in a process of its own (the paper's setting) and/or as a thread of the
+    /// benchmark's process, sharing the pager's address space.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "separate,one-process"
+    )]
+    placement: Vec<Placement>,
+    /// The interferers run beside the PREM task.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "paging,copy,copy-nt"
+    )]
+    interferers: Vec<InterfererKind>,
+    /// Split each PREM condition into this many interleaved rounds (alone, interfered, arbitrated, alone, ...), so
+    /// that slow drifts of the machine fall on every condition alike (default 10, 3 with --quick).
+    #[arg(long)]
+    rounds: Option<usize>,
+    /// Write a Chrome trace-event timeline of the PREM runs (phases, gate decisions, transfer-side work, outlier
+    /// causes) to this file; open it in Perfetto (ui.perfetto.dev).
+    #[arg(long)]
+    trace: Option<PathBuf>,
     /// Pixel data the PREM task walks per pass (the paper's 256 MB).
     #[arg(long, default_value = "256MB", value_parser = crate::parse_size_arg)]
     data: u64,
@@ -98,8 +123,11 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     if args.data < (1 << 20) {
         return Err("--data must be at least 1MiB".into());
     }
-    if args.passes == Some(0) {
-        return Err("--passes must be at least 1".into());
+    if args.iterations == Some(0) {
+        return Err("--iterations must be at least 1".into());
+    }
+    if args.placement.is_empty() || args.interferers.is_empty() {
+        return Err("--placement and --interferers need at least one value each".into());
     }
     let store_dir = args.store.clone().unwrap_or_else(std::env::temp_dir);
     if !store_dir.is_dir() {
@@ -132,7 +160,16 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     let prem_opts = PremOptions {
         llc_bytes: llc,
         data_bytes: args.data,
-        passes: args.passes.unwrap_or(if args.quick { 1 } else { 8 }),
+        iterations: args
+            .iterations
+            .unwrap_or(if args.quick { 150 } else { 1350 }),
+        placements: dedup(&args.placement),
+        interferers: dedup(&args.interferers),
+        trace: args.trace.clone(),
+        rounds: args
+            .rounds
+            .unwrap_or(if args.quick { 3 } else { 10 })
+            .max(1),
         paging_buffer_bytes: args.paging_buffer,
         copy_bytes: if args.quick { 32 << 20 } else { 100_000_000 },
         store_dir,
@@ -185,6 +222,16 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
         println!("figures: {}", dir.display());
     }
     Ok(())
+}
+
+fn dedup<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
+    let mut out = Vec::new();
+    for &x in v {
+        if !out.contains(&x) {
+            out.push(x);
+        }
+    }
+    out
 }
 
 fn pct_change(base: f64, with: f64) -> String {
@@ -243,137 +290,7 @@ fn print_report(r: &Report) {
         println!("paper (8-core Jetson AGX Xavier): at most -5% sequential, -17% random-dependent");
     }
     if let Some(p) = &r.prem {
-        let s = &p.settings;
-        println!(
-            "\nPREM task vs transfers (SiΓ Figs. 5-8): working set {:.1} MiB (85% of LLC), {} iterations per condition, \
-             compute x{}, {}",
-            s.working_set_bytes as f64 / (1 << 20) as f64,
-            p.alone.iterations,
-            s.compute_repetitions,
-            if s.realtime { "SCHED_FIFO 99" } else { "normal priority (SCHED_FIFO not permitted)" }
-        );
-        println!(
-            "announced: CPU_MEM load {:.0} us, CPU_COM {:.0} us, CPU_MEM unload {:.0} us; server round trip {:.3} us",
-            s.announced_load_us, s.announced_compute_us, s.announced_unload_us, s.epsilon_us
-        );
-        let conds: [(&str, &Condition); 5] = [
-            ("alone", &p.alone),
-            ("interfered (paging)", &p.paging.interfered),
-            ("arbitrated (paging)", &p.paging.arbitrated),
-            ("interfered (copy)", &p.copy.interfered),
-            ("arbitrated (copy)", &p.copy.arbitrated),
-        ];
-        let mut rows = Vec::new();
-        for (name, c) in conds {
-            for (phase, st) in [
-                ("load", &c.mem_load_us),
-                ("compute", &c.compute_us),
-                ("unload", &c.mem_unload_us),
-            ] {
-                let base = match phase {
-                    "load" => p.alone.mem_load_us.max,
-                    "compute" => p.alone.compute_us.max,
-                    _ => p.alone.mem_unload_us.max,
-                };
-                rows.push(vec![
-                    name.to_string(),
-                    phase.to_string(),
-                    format!("{:.0}", st.min),
-                    format!("{:.0}", st.mean),
-                    format!("{:.0}", st.max),
-                    format!("{:.3}", if base > 0.0 { st.max / base } else { 0.0 }),
-                ]);
-            }
-        }
-        print!(
-            "{}",
-            text_table(
-                &[
-                    "condition",
-                    "phase",
-                    "min us",
-                    "mean us",
-                    "max us",
-                    "max / alone max"
-                ],
-                &rows
-            )
-        );
-        let rows: Vec<Vec<String>> = [("paging", &p.paging), ("copy", &p.copy)]
-            .iter()
-            .map(|(name, run)| {
-                let m = &run.interferer_mbs;
-                vec![
-                    name.to_string(),
-                    format!("{:.0}", m.alone),
-                    format!(
-                        "{:.0} ({:.2})",
-                        m.interfered,
-                        m.interfered / m.alone.max(1e-9)
-                    ),
-                    format!(
-                        "{:.0} ({:.2})",
-                        m.arbitrated,
-                        m.arbitrated / m.alone.max(1e-9)
-                    ),
-                    format!("{:.0}", run.chunk_time_s * 1e6),
-                    format!("{}/{}", run.gate_waits, run.gate_preemptions),
-                ]
-            })
-            .collect();
-        print!(
-            "{}",
-            text_table(
-                &[
-                    "interferer",
-                    "alone MB/s",
-                    "interfered MB/s (ratio)",
-                    "arbitrated MB/s (ratio)",
-                    "T(Q) us",
-                    "waits/preempted"
-                ],
-                &rows
-            )
-        );
-        let rows: Vec<Vec<String>> = [("paging", &p.paging), ("copy", &p.copy)]
-            .iter()
-            .map(|(name, run)| {
-                vec![
-                    name.to_string(),
-                    format!("{:.1}", run.op_alone_mean_s * 1e3),
-                    format!("{:.1}", run.op_arbitrated_mean_s * 1e3),
-                    format!("{:.1}", run.op_arbitrated_max_s * 1e3),
-                    format!("{:.1}", run.bound_paper_s * 1e3),
-                    run.bound_chunked_s
-                        .map_or("starves".into(), |b| format!("{:.1}", b * 1e3)),
-                    if run
-                        .bound_chunked_s
-                        .is_some_and(|b| run.op_arbitrated_max_s <= b)
-                    {
-                        "yes"
-                    } else {
-                        "no"
-                    }
-                    .into(),
-                ]
-            })
-            .collect();
-        println!("Worst-case completion of one interferer operation under arbitration (Eq. 2) against measurement:");
-        print!(
-            "{}",
-            text_table(
-                &[
-                    "interferer",
-                    "alone ms",
-                    "arbitrated mean ms",
-                    "arbitrated max ms",
-                    "Eq. 2 ms",
-                    "Eq. 2 chunked ms",
-                    "max within"
-                ],
-                &rows
-            )
-        );
+        print_prem(p);
     }
     if !r.starvation.is_empty() {
         println!("\nStarvation (SiΓ Figs. 6, 8): interferer operations completed inside the locked window");
@@ -449,48 +366,7 @@ fn plot(r: &Report, dir: &std::path::Path) -> Result<(), BoxError> {
         pt.write_svg(&dir.join(format!("thrash-{kind}-paging.svg")))?;
     }
     if let Some(p) = &r.prem {
-        let conds: [(&str, &Condition); 5] = [
-            ("alone", &p.alone),
-            ("interfered (paging)", &p.paging.interfered),
-            ("arbitrated (paging)", &p.paging.arbitrated),
-            ("interfered (copy)", &p.copy.interfered),
-            ("arbitrated (copy)", &p.copy.arbitrated),
-        ];
-        for (i, phase) in ["load", "compute", "unload"].iter().enumerate() {
-            let plot = BoxPlot {
-                title: format!(
-                    "PREM {phase} phase: alone, interfered, arbitrated (SiΓ Figs. 5, 7)"
-                ),
-                y_label: format!("{phase} phase"),
-                series: conds
-                    .iter()
-                    .map(|(name, c)| BoxSeries::new(*name, c.samples_s[i].clone()))
-                    .collect(),
-            };
-            plot.write_svg(&dir.join(format!("prem-{phase}.svg")))?;
-        }
-        let mut t = BarChart::new("Interferer throughput", "MB/s");
-        t.categories = vec!["paging".into(), "copy".into()];
-        let runs = [&p.paging, &p.copy];
-        t.series = vec![
-            BarSeries::new(
-                "alone",
-                runs.iter().map(|r| Some(r.interferer_mbs.alone)).collect(),
-            ),
-            BarSeries::new(
-                "interfered",
-                runs.iter()
-                    .map(|r| Some(r.interferer_mbs.interfered))
-                    .collect(),
-            ),
-            BarSeries::new(
-                "arbitrated",
-                runs.iter()
-                    .map(|r| Some(r.interferer_mbs.arbitrated))
-                    .collect(),
-            ),
-        ];
-        t.write_svg(&dir.join("prem-interferer.svg"))?;
+        plot_prem(p, dir)?;
     }
     if !r.starvation.is_empty() {
         let mut s = BarChart::new(
@@ -520,5 +396,270 @@ fn plot(r: &Report, dir: &std::path::Path) -> Result<(), BoxError> {
         ];
         s.write_svg(&dir.join("starvation.svg"))?;
     }
+    Ok(())
+}
+
+fn ratio(x: f64, base: f64) -> String {
+    if base > 0.0 {
+        format!("{:.3}", x / base)
+    } else {
+        "-".into()
+    }
+}
+
+fn print_prem(p: &PremResult) {
+    let s = &p.settings;
+    println!(
+        "\nPREM task vs transfers (SiΓ Figs. 5-8): working set {:.1} MiB (85% of LLC), {} iterations per condition, \
+         compute x{}, {}, task on CPU {}, transfers on CPU {}",
+        s.working_set_bytes as f64 / (1 << 20) as f64,
+        s.iterations,
+        s.compute_repetitions,
+        if s.realtime { "SCHED_FIFO 99" } else { "normal priority (SCHED_FIFO not permitted)" },
+        s.task_cpu,
+        s.interferer_cpu,
+    );
+    for pl in &p.placements {
+        let a = &pl.announced;
+        println!(
+            "\nPREM task in {}: announced CPU_MEM load {:.0} us, CPU_COM {:.0} us, CPU_MEM unload {:.0} us; \
+             server round trip {:.3} us",
+            pl.placement.label(),
+            a.load,
+            a.compute,
+            a.unload,
+            s.epsilon_us
+        );
+        let mut conds = vec![("alone".to_string(), &pl.alone)];
+        for run in &pl.interferers {
+            conds.push((format!("interfered ({})", run.kind.name()), &run.interfered));
+            conds.push((format!("arbitrated ({})", run.kind.name()), &run.arbitrated));
+        }
+        let mut rows = Vec::new();
+        for (name, c) in &conds {
+            for (i, phase) in ["load", "compute", "unload"].iter().enumerate() {
+                let (st, base) = (c.phase(i), pl.alone.phase(i));
+                rows.push(vec![
+                    name.clone(),
+                    phase.to_string(),
+                    format!("{:.0}", st.min),
+                    format!("{:.0}", st.mean),
+                    format!("{:.0}", st.p99),
+                    format!("{:.0}", st.max),
+                    ratio(st.max, base.max),
+                    ratio(st.mean, base.mean),
+                ]);
+            }
+        }
+        print!(
+            "{}",
+            text_table(
+                &[
+                    "condition",
+                    "phase",
+                    "min us",
+                    "mean us",
+                    "p99 us",
+                    "max us",
+                    "max / alone max",
+                    "mean / alone mean"
+                ],
+                &rows
+            )
+        );
+        let rows: Vec<Vec<String>> = pl
+            .interferers
+            .iter()
+            .map(|run| {
+                let m = &run.interferer_mbs;
+                vec![
+                    run.kind.name().to_string(),
+                    format!("{:.0}", m.alone),
+                    format!(
+                        "{:.0} ({:.2})",
+                        m.interfered,
+                        m.interfered / m.alone.max(1e-9)
+                    ),
+                    format!(
+                        "{:.0} ({:.2})",
+                        m.arbitrated,
+                        m.arbitrated / m.alone.max(1e-9)
+                    ),
+                    format!("{:.0}", run.chunk_time_s * 1e6),
+                    format!("{:.0}", run.overrun_guard_us),
+                    format!("{}/{}", run.gate_waits, run.gate_preemptions),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            text_table(
+                &[
+                    "interferer",
+                    "alone MB/s",
+                    "interfered MB/s (ratio)",
+                    "arbitrated MB/s (ratio)",
+                    "T(Q) us",
+                    "learned guard us",
+                    "waits/preempted"
+                ],
+                &rows
+            )
+        );
+        let rows: Vec<Vec<String>> = pl
+            .interferers
+            .iter()
+            .map(|run| {
+                vec![
+                    run.kind.name().to_string(),
+                    format!("{:.1}", run.op_alone_mean_s * 1e3),
+                    format!("{:.1}", run.op_arbitrated_mean_s * 1e3),
+                    format!("{:.1}", run.op_arbitrated_max_s * 1e3),
+                    format!("{:.1}", run.bound_paper_s * 1e3),
+                    run.bound_chunked_s
+                        .map_or("starves".into(), |b| format!("{:.1}", b * 1e3)),
+                    if run
+                        .bound_chunked_s
+                        .is_some_and(|b| run.op_arbitrated_max_s <= b)
+                    {
+                        "yes"
+                    } else {
+                        "no"
+                    }
+                    .into(),
+                ]
+            })
+            .collect();
+        println!("Worst-case completion of one interferer operation under arbitration (Eq. 2) against measurement:");
+        print!(
+            "{}",
+            text_table(
+                &[
+                    "interferer",
+                    "alone ms",
+                    "arbitrated mean ms",
+                    "arbitrated max ms",
+                    "Eq. 2 ms",
+                    "Eq. 2 chunked ms",
+                    "max within"
+                ],
+                &rows
+            )
+        );
+        println!(
+            "Arbitrated memory phases above {:.2}x the longest alone, by cause:",
+            prem::attribution::OUTLIER_RATIO
+        );
+        let mut rows = Vec::new();
+        for run in &pl.interferers {
+            let at = &run.attribution;
+            if at.by_cause.is_empty() {
+                rows.push(vec![
+                    run.kind.name().to_string(),
+                    format!("0 of {}", at.memory_phases),
+                    "-".into(),
+                    at.overlapping_work.to_string(),
+                ]);
+            }
+            for (cause, n) in &at.by_cause {
+                rows.push(vec![
+                    run.kind.name().to_string(),
+                    format!("{} of {}", n, at.memory_phases),
+                    cause.clone(),
+                    at.overlapping_work.to_string(),
+                ]);
+            }
+        }
+        print!(
+            "{}",
+            text_table(
+                &[
+                    "interferer",
+                    "outliers",
+                    "cause",
+                    "work overlapping any memory phase"
+                ],
+                &rows
+            )
+        );
+    }
+    if !p.threads.is_empty() {
+        println!("\nWhere everything ran (sampled during the first arbitrated paging run):");
+        let rows: Vec<Vec<String>> = p
+            .threads
+            .iter()
+            .map(|t| {
+                vec![
+                    t.process.clone(),
+                    t.thread.clone(),
+                    t.tid.to_string(),
+                    t.allowed_cpus.clone(),
+                    t.last_cpu.map_or("-".into(), |c| c.to_string()),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            text_table(
+                &["process", "thread", "tid", "allowed CPUs", "last CPU"],
+                &rows
+            )
+        );
+    }
+}
+
+fn plot_prem(p: &PremResult, dir: &std::path::Path) -> Result<(), BoxError> {
+    let Some(pl) = p.placements.first() else {
+        return Ok(());
+    };
+    let mut conds = vec![("alone".to_string(), &pl.alone)];
+    for run in &pl.interferers {
+        conds.push((format!("interfered ({})", run.kind.name()), &run.interfered));
+        conds.push((format!("arbitrated ({})", run.kind.name()), &run.arbitrated));
+    }
+    for (i, phase) in ["load", "compute", "unload"].iter().enumerate() {
+        let plot = BoxPlot {
+            title: format!(
+                "PREM {phase} phase ({}): alone, interfered, arbitrated (SiΓ Figs. 5, 7)",
+                pl.placement.label()
+            ),
+            y_label: format!("{phase} phase"),
+            series: conds
+                .iter()
+                .map(|(name, c)| BoxSeries::new(name.as_str(), c.samples_s[i].clone()))
+                .collect(),
+        };
+        plot.write_svg(&dir.join(format!("prem-{phase}.svg")))?;
+    }
+    let mut t = BarChart::new("Interferer throughput", "MB/s");
+    t.categories = pl
+        .interferers
+        .iter()
+        .map(|r| r.kind.name().to_string())
+        .collect();
+    t.series = vec![
+        BarSeries::new(
+            "alone",
+            pl.interferers
+                .iter()
+                .map(|r| Some(r.interferer_mbs.alone))
+                .collect(),
+        ),
+        BarSeries::new(
+            "interfered",
+            pl.interferers
+                .iter()
+                .map(|r| Some(r.interferer_mbs.interfered))
+                .collect(),
+        ),
+        BarSeries::new(
+            "arbitrated",
+            pl.interferers
+                .iter()
+                .map(|r| Some(r.interferer_mbs.arbitrated))
+                .collect(),
+        ),
+    ];
+    t.write_svg(&dir.join("prem-interferer.svg"))?;
     Ok(())
 }
