@@ -13,12 +13,33 @@ pub struct HostMemoryConfig {
     /// Align reservations of 2 MiB or more to 2 MiB and ask for transparent huge pages: page-out then frees and
     /// page-in faults 512 times fewer pages.
     pub huge_pages: bool,
+    /// How a decommit gives the pages back.
+    pub release: PageRelease,
 }
 
 impl Default for HostMemoryConfig {
     fn default() -> Self {
-        HostMemoryConfig { huge_pages: true }
+        HostMemoryConfig {
+            huge_pages: true,
+            release: PageRelease::Immediate,
+        }
     }
+}
+
+/// How [`HostMemory`]'s decommit releases a range's pages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[non_exhaustive]
+pub enum PageRelease {
+    /// `madvise(MADV_DONTNEED)`: the pages are freed at once and the next commit faults in zeroed ones.
+    #[default]
+    Immediate,
+    /// `madvise(MADV_FREE)`: the pages are freed only when the kernel needs memory; until then the next commit
+    /// finds them in place (with their old contents, which a page-in overwrites) and faults nothing in. On a
+    /// virtual machine each freed page can also be reported to the host and refaulted there, which stalled the
+    /// other vCPUs by up to 50 ms in the SiΓ benchmark (docs/benchmarks.md#interference); lazy release avoids
+    /// both. The pages stay resident (`resident_bytes`, RSS) until reclaimed. Falls back to `Immediate` on
+    /// kernels without `MADV_FREE` (before 4.5).
+    Lazy,
 }
 
 /// Device memory modelled by anonymous mappings of this process.
@@ -193,22 +214,28 @@ unsafe impl DeviceMemory for HostMemory {
 
     fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
         let _table = self.check(range)?;
-        // Pages appear (zero-filled) on first touch; the storage read that follows a page-in touches them all.
+        // Pages appear (zero-filled) on first touch, or after a lazy release as they were if the kernel has not
+        // reclaimed them; the storage read that follows a page-in overwrites them all.
         Self::protect(range, libc::PROT_READ | libc::PROT_WRITE)
     }
 
     unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
         let _table = self.check(range)?;
-        // SAFETY: the range is one of our own private anonymous mappings (held so by the read lock); dropping its
-        // pages is the intent.
-        let rc = unsafe {
-            libc::madvise(
-                range.addr.0 as *mut libc::c_void,
-                range.len,
-                libc::MADV_DONTNEED,
-            )
+        let advise = |advice| {
+            // SAFETY: the range is one of our own private anonymous mappings (held so by the read lock); dropping
+            // (or lazily freeing) its pages is the intent.
+            unsafe { libc::madvise(range.addr.0 as *mut libc::c_void, range.len, advice) }
         };
-        if rc != 0 {
+        if self.config.release == PageRelease::Lazy {
+            if advise(libc::MADV_FREE) == 0 {
+                return Self::protect(range, libc::PROT_NONE);
+            }
+            let err = std::io::Error::last_os_error();
+            if err.raw_os_error() != Some(libc::EINVAL) {
+                return Err(AccelError::last_os("madvise(MADV_FREE)"));
+            }
+        }
+        if advise(libc::MADV_DONTNEED) != 0 {
             return Err(AccelError::last_os("madvise(MADV_DONTNEED)"));
         }
         Self::protect(range, libc::PROT_NONE)
@@ -311,7 +338,10 @@ mod tests {
     #[test]
     fn commit_decommit_keeps_address_and_releases_memory() {
         for huge in [false, true] {
-            let dev = HostMemory::new(HostMemoryConfig { huge_pages: huge });
+            let dev = HostMemory::new(HostMemoryConfig {
+                huge_pages: huge,
+                ..HostMemoryConfig::default()
+            });
             let r = dev.reserve(8 << 20).unwrap();
             assert_eq!(r.len, 8 << 20);
             if huge {
@@ -334,6 +364,28 @@ mod tests {
             // SAFETY: the test is done with the range.
             unsafe { dev.unreserve(r).unwrap() };
         }
+    }
+
+    #[test]
+    fn a_lazy_release_keeps_the_address_and_blocks_access_until_the_next_commit() {
+        let dev = HostMemory::new(HostMemoryConfig {
+            release: PageRelease::Lazy,
+            ..HostMemoryConfig::default()
+        });
+        let r = dev.reserve(4 << 20).unwrap();
+        dev.commit(&r).unwrap();
+        touch(&r, 0xCD);
+        // SAFETY: nothing uses the range's memory now.
+        unsafe { dev.decommit(&r).unwrap() };
+        assert!(maps_line(r.addr.0).contains(" ---p "));
+        dev.commit(&r).unwrap();
+        let mut back = vec![1u8; 16];
+        // SAFETY: committed above.
+        unsafe { dev.copy_to_host(r.addr, &mut back).unwrap() };
+        // The old bytes if the kernel kept the pages, zeros if it reclaimed them.
+        assert!(back == vec![0xCD; 16] || back == vec![0; 16], "{back:?}");
+        // SAFETY: the test is done with the range.
+        unsafe { dev.unreserve(r).unwrap() };
     }
 
     #[test]
@@ -370,7 +422,10 @@ mod tests {
 
     #[test]
     fn reserve_and_unreserve_race_safely() {
-        let dev = std::sync::Arc::new(HostMemory::new(HostMemoryConfig { huge_pages: false }));
+        let dev = std::sync::Arc::new(HostMemory::new(HostMemoryConfig {
+            huge_pages: false,
+            ..HostMemoryConfig::default()
+        }));
         let threads: Vec<_> = (0..4)
             .map(|_| {
                 let dev = dev.clone();

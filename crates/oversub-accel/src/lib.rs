@@ -11,7 +11,7 @@ mod error;
 pub mod host;
 
 pub use error::AccelError;
-pub use host::{HostMemory, HostMemoryConfig};
+pub use host::{HostMemory, HostMemoryConfig, PageRelease};
 pub use staging::{Fence, HostBuffer};
 
 mod staging;

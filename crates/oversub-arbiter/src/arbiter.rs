@@ -19,7 +19,11 @@ pub const DEFAULT_CHUNK_BYTES: u64 = 1 << 20;
 #[derive(Debug, Clone, Copy)]
 pub struct ArbiterConfig {
     /// How long past its deadline a phase still counts. A task that overruns its announced phase (or crashed in
-    /// it) keeps transfers waiting this much longer; after that its slot is ignored and may be reused.
+    /// it) keeps transfers waiting this much longer; after that its slot is ignored and may be reused. Default
+    /// 1 s: a live task can be late by tens of milliseconds (real-time throttling, a vCPU the hypervisor
+    /// descheduled), and a phase that went stale while its task is merely late leaves memory unrestricted just
+    /// before that task's next memory phase. (It was 50 ms; the SiΓ benchmark then saw 60 ms batches admitted
+    /// unrestricted overlap PREM loads.)
     pub stale_after: Duration,
     /// Size of one transfer chunk (Q's unit in Eq. 1).
     pub chunk_bytes: u64,
@@ -33,7 +37,7 @@ pub struct ArbiterConfig {
 impl Default for ArbiterConfig {
     fn default() -> Self {
         ArbiterConfig {
-            stale_after: Duration::from_millis(50),
+            stale_after: Duration::from_secs(1),
             chunk_bytes: DEFAULT_CHUNK_BYTES,
             chunk_time: None,
             poll: Duration::from_micros(50),

@@ -97,7 +97,7 @@ pub struct ServeArgs {
     #[arg(long = "for", value_parser = dur, default_value = "3600s")]
     duration: Duration,
     /// How long past its deadline a phase still blocks transfers (a crashed task's worst cost).
-    #[arg(long, value_parser = dur, default_value = "50ms")]
+    #[arg(long, value_parser = dur, default_value = "1s")]
     stale_after: Duration,
     /// T(Q) for a memcpy copy engine (default: measured now).
     #[arg(long, value_parser = dur)]

@@ -93,7 +93,11 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
     for pl in placements {
         let mut conds = vec![&pl["alone"]];
         let runs = pl["interferers"].as_array().unwrap();
-        assert_eq!(runs.len(), 3, "paging, copy and copy-nt by default");
+        assert_eq!(
+            runs.len(),
+            4,
+            "paging, paging-dontneed, copy and copy-nt by default"
+        );
         for run in runs {
             conds.push(&run["interfered"]);
             conds.push(&run["arbitrated"]);

@@ -595,13 +595,21 @@ fn print_prem(p: &PremResult) {
                     t.tid.to_string(),
                     t.allowed_cpus.clone(),
                     t.last_cpu.map_or("-".into(), |c| c.to_string()),
+                    t.policy.clone(),
                 ]
             })
             .collect();
         print!(
             "{}",
             text_table(
-                &["process", "thread", "tid", "allowed CPUs", "last CPU"],
+                &[
+                    "process",
+                    "thread",
+                    "tid",
+                    "allowed CPUs",
+                    "last CPU",
+                    "policy"
+                ],
                 &rows
             )
         );

@@ -46,6 +46,42 @@ pub struct Attribution {
     pub overlapping_work: usize,
     /// The first such overlaps, described.
     pub overlaps: Vec<String>,
+    /// How often, and by how much, admitted work ran past its promised end.
+    pub overruns: Overruns,
+}
+
+/// Work admitted under a grant that ran past its promised end (start + n·T(Q), or + the cost).
+#[derive(Debug, Clone, Copy, Default, Serialize)]
+pub struct Overruns {
+    /// Pieces of work admitted under a grant.
+    pub admitted: usize,
+    /// Those that ended after their promised end.
+    pub overran: usize,
+    pub p99_us: f64,
+    pub max_us: f64,
+}
+
+fn overruns(work: &[Work], admitted: &[(u64, u64, Option<u64>)]) -> Overruns {
+    let mut over: Vec<f64> = Vec::new();
+    let mut n = 0;
+    for w in work {
+        if let Some((_, promised, Some(_))) = admission_of(admitted, w) {
+            n += 1;
+            over.push(w.end.saturating_sub(promised) as f64 / 1e3);
+        }
+    }
+    over.sort_by(f64::total_cmp);
+    let pick = |q: f64| {
+        over.get(((over.len() as f64 * q).ceil() as usize).clamp(1, over.len().max(1)) - 1)
+            .copied()
+            .unwrap_or(0.0)
+    };
+    Overruns {
+        admitted: n,
+        overran: over.iter().filter(|&&x| x > 0.0).count(),
+        p99_us: pick(0.99),
+        max_us: over.last().copied().unwrap_or(0.0),
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -61,6 +97,7 @@ fn work_name(w: WorkKind) -> &'static str {
         WorkKind::Copy => "a copy chunk",
         WorkKind::Commit => "a commit (mprotect)",
         WorkKind::Decommit => "a decommit (madvise + mprotect)",
+        WorkKind::Checksum => "a checksum hash",
         _ => "transfer-side work",
     }
 }
@@ -246,6 +283,7 @@ pub fn attribute(
         }
         prev_end = r.phases[2].end_ns;
     }
+    a.overruns = overruns(&work, &admitted);
     all.sort_by(|x, y| y.ratio.total_cmp(&x.ratio));
     all.truncate(10);
     a.worst = all;

@@ -24,7 +24,7 @@ use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use indicatif::ProgressBar;
-use oversub_accel::HostMemory;
+use oversub_accel::{HostMemory, HostMemoryConfig, PageRelease};
 use oversub_arbiter::analysis::{transfer_bound, PremPhases};
 use oversub_arbiter::{
     measure_copy_time, Arbiter, ArbiterConfig, Gate, GateEvent, GateEventKind, MonotonicClock,
@@ -39,6 +39,9 @@ use crate::bench::BoxError;
 use attribution::{Attribution, Trace};
 use child::PremProcess;
 use task::{Announce, IterationRecord, PremTask, PAPER_TX1_US};
+
+/// SCHED_FIFO priority of the interferer and its pool's threads (the PREM task runs at 99).
+const TRANSFER_PRIORITY: i32 = 50;
 
 /// Where the PREM task runs relative to the transfer side.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
@@ -64,8 +67,11 @@ impl Placement {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
 #[serde(rename_all = "kebab-case")]
 pub enum InterfererKind {
-    /// Page buffers out and in through oversub's pager (host backend, swap store).
+    /// Page buffers out and in through oversub's pager (host backend with lazy page release, swap store).
     Paging,
+    /// The same with pages released at once at page-out (`MADV_DONTNEED`) and refaulted at page-in, the host
+    /// backend's default: the ablation that shows what lazy release buys under the arbiter.
+    PagingDontneed,
     /// Copy memory between two large buffers in 1 MiB chunks (a copy-engine stand-in), with ordinary stores.
     Copy,
     /// The same copies with non-temporal stores, which do not allocate in the CPU caches (as a DMA copy engine's
@@ -77,6 +83,7 @@ impl InterfererKind {
     pub fn name(self) -> &'static str {
         match self {
             InterfererKind::Paging => "paging",
+            InterfererKind::PagingDontneed => "paging-dontneed",
             InterfererKind::Copy => "copy",
             InterfererKind::CopyNt => "copy-nt",
         }
@@ -258,6 +265,8 @@ pub struct ThreadPlace {
     pub tid: u32,
     pub allowed_cpus: String,
     pub last_cpu: Option<usize>,
+    /// Scheduling policy and real-time priority, e.g. "SCHED_FIFO 50" or "SCHED_OTHER".
+    pub policy: String,
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -479,11 +488,23 @@ fn run_interferer(
             opts.interferer_cpu
         );
     }
+    // The pager at real-time priority (below the PREM task's 99, on another CPU), like a copy engine that is not
+    // descheduled mid-chunk: admitted work then ends when it promised instead of waiting behind the pager's other
+    // threads on its CPU (a checksum hash admitted for 1 ms ran 20 ms late without it). The pool's threads (gated
+    // worker, checksum thread, I/O engine) are started from this thread below and inherit the policy. Not the copy
+    // loop: it computes without pause, and real-time throttling then stops it for 50 ms in the middle of a chunk.
+    if matches!(
+        kind,
+        InterfererKind::Paging | InterfererKind::PagingDontneed
+    ) && !matches!(cpu::try_realtime(TRANSFER_PRIORITY), Ok(true))
+    {
+        tracing::debug!("SCHED_FIFO not permitted for the pager");
+    }
     let mut op_times = Vec::new();
     let mut bytes = 0u64;
     let mut op_memory_map_s = 0.0;
     let elapsed = match kind {
-        InterfererKind::Paging => {
+        InterfererKind::Paging | InterfererKind::PagingDontneed => {
             let size = opts.paging_buffer_bytes;
             let cap = (2 * size).next_multiple_of(2 << 20) + (8 << 20);
             let store = Arc::new(
@@ -496,7 +517,16 @@ fn run_interferer(
                 config = config.gate(Arc::clone(g));
             }
             // Created on the pinned thread, so the pool's I/O threads share the interferer's CPU.
-            let pool = Pool::new(config, Arc::new(HostMemory::default()), store)?;
+            let release = if kind == InterfererKind::Paging {
+                PageRelease::Lazy
+            } else {
+                PageRelease::Immediate
+            };
+            let device = HostMemory::new(HostMemoryConfig {
+                release,
+                ..HostMemoryConfig::default()
+            });
+            let pool = Pool::new(config, Arc::new(device), store)?;
             if let Some(costs) = pool.gate_costs() {
                 op_memory_map_s = 2.0
                     * (costs.commit_time(size).as_secs_f64()
@@ -672,15 +702,26 @@ fn thread_places(pid: u32) -> Vec<ThreadPlace> {
                 .unwrap_or_default();
             // Field 39 of stat is the CPU it last ran on; the fields after the command's ')' start at field 3.
             let stat = std::fs::read_to_string(base.join("stat")).unwrap_or_default();
-            let last_cpu = stat
+            let fields: Vec<&str> = stat
                 .rsplit_once(')')
-                .and_then(|(_, rest)| rest.split_whitespace().nth(36)?.parse().ok());
+                .map(|(_, rest)| rest.split_whitespace().collect())
+                .unwrap_or_default();
+            let last_cpu = fields.get(36).and_then(|f| f.parse().ok());
+            // Fields 40 and 41: real-time priority and policy.
+            let policy = match (fields.get(38), fields.get(37)) {
+                (Some(&"1"), Some(p)) => format!("SCHED_FIFO {p}"),
+                (Some(&"2"), Some(p)) => format!("SCHED_RR {p}"),
+                (Some(&"0"), _) => "SCHED_OTHER".to_string(),
+                (Some(other), _) => format!("policy {other}"),
+                (None, _) => String::new(),
+            };
             Some(ThreadPlace {
                 process: process.clone(),
                 thread,
                 tid,
                 allowed_cpus,
                 last_cpu,
+                policy,
             })
         })
         .collect();
@@ -830,7 +871,7 @@ pub fn run(
                 let gate = Arc::new(Gate::new(arbiter.clone()));
                 // The paging interferer's pool measures T(Q) on its store when it starts; the copy loop's is a
                 // memcpy's.
-                if kind != InterfererKind::Paging {
+                if matches!(kind, InterfererKind::Copy | InterfererKind::CopyNt) {
                     gate.set_chunk_time(arbiter.chunk_time())?;
                 }
                 gate.set_recording(true);
@@ -970,7 +1011,9 @@ pub fn run(
             // Eq. 2 as printed takes the operation's length alone; the chunked form takes its worst case as chunks,
             // each of at most T(Q), plus its gated memory-map operations.
             let op_bytes = match kind {
-                InterfererKind::Paging => 4 * opts.paging_buffer_bytes,
+                InterfererKind::Paging | InterfererKind::PagingDontneed => {
+                    4 * opts.paging_buffer_bytes
+                }
                 InterfererKind::Copy | InterfererKind::CopyNt => opts.copy_bytes,
             };
             let op_chunks = op_bytes.div_ceil(acc.gate.chunk_bytes().max(1));
