@@ -311,9 +311,9 @@ fn an_overrun_is_learned_and_kept_free_at_the_end_of_later_grants() {
     let a = gate.admit_up_to(32);
     assert_eq!(a.chunks, 10);
     assert_eq!(a.promised_end_ns, a.start_ns + 1_000 * US);
-    // The batch ran 250 us past its promise: the gate learns it.
+    // The batch ran 250 us past its promise: the gate learns it (rounded up to 2^18 ns).
     gate.finished(&a, a.promised_end_ns + 250 * US);
-    assert_eq!(gate.overrun_guard(), Duration::from_micros(250));
+    assert_eq!(gate.overrun_guard(), Duration::from_nanos(1 << 18));
     // A later window of 1 ms now admits only what fits in 1 ms minus the guard.
     clock.advance(2 * MS);
     task.com(Duration::from_micros(1_000)).unwrap();
@@ -321,10 +321,34 @@ fn an_overrun_is_learned_and_kept_free_at_the_end_of_later_grants() {
     assert_eq!(b.chunks, 7);
     // A shorter overrun does not lower it; work admitted while unrestricted promised nothing.
     gate.finished(&b, b.promised_end_ns + 10 * US);
-    assert_eq!(gate.overrun_guard(), Duration::from_micros(250));
+    assert_eq!(gate.overrun_guard(), Duration::from_nanos(1 << 18));
     task.no_oper().unwrap();
     let c = gate.admit_up_to(1);
     assert_eq!(c.grant_until_ns, None);
     gate.finished(&c, c.promised_end_ns + 10 * MS);
-    assert_eq!(gate.overrun_guard(), Duration::from_micros(250));
+    assert_eq!(gate.overrun_guard(), Duration::from_nanos(1 << 18));
+}
+
+#[test]
+fn an_overrun_rarer_than_the_quantile_stops_counting() {
+    let (_clock, arbiter) = setup(100);
+    let gate = Gate::new(arbiter.clone());
+    let task = arbiter.register_task().unwrap();
+    task.com(Duration::from_secs(1)).unwrap();
+    let a = gate.admit();
+    // One stall of 35 ms, then work in time.
+    gate.finished(&a, a.promised_end_ns + 35 * MS);
+    assert!(gate.overrun_guard() >= Duration::from_millis(35));
+    for _ in 0..998 {
+        gate.finished(&a, a.promised_end_ns);
+    }
+    // 1 of 999: still within the 99.9th percentile.
+    assert!(gate.overrun_guard() >= Duration::from_millis(35));
+    gate.finished(&a, a.promised_end_ns);
+    gate.finished(&a, a.promised_end_ns);
+    assert_eq!(gate.overrun_guard(), Duration::ZERO);
+    // Keeping the longest ever seen is a setting.
+    gate.set_overrun_quantile(1.0);
+    gate.finished(&a, a.promised_end_ns);
+    assert!(gate.overrun_guard() >= Duration::from_millis(35));
 }

@@ -73,7 +73,7 @@ pub struct InterferenceArgs {
         long,
         value_enum,
         value_delimiter = ',',
-        default_value = "paging,copy,copy-nt"
+        default_value = "paging,paging-dontneed,copy,copy-nt"
     )]
     interferers: Vec<InterfererKind>,
     /// Split each PREM condition into this many interleaved rounds (alone, interfered, arbitrated, alone, ...), so
