@@ -39,8 +39,6 @@ pub enum WorkKind {
     Copy,
     /// Mapping memory in (a page-in's commit: `mprotect` on the host backend).
     Commit,
-    /// Hashing a piece of a buffer for its checksum (reads it all through the CPU caches).
-    Checksum,
     /// Unmapping memory (a page-out's decommit: `madvise(MADV_DONTNEED)` and `mprotect(PROT_NONE)` on the host
     /// backend, which zap pages and send TLB-shootdown IPIs).
     Decommit,

@@ -203,24 +203,7 @@ impl Pool {
         let hasher = if config.verify_checksums && device.host_accessible() {
             // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the caller
             // and the engine on small machines.
-            let gated = gated.as_ref().map(|g| {
-                let piece = crate::space::CHECKSUM_PIECE_BYTES;
-                // Without calibration, as long as moving the piece in chunks.
-                let cost = match config.gate_calibration_samples {
-                    0 => g.gate().chunk_time().saturating_mul(
-                        u32::try_from(piece.div_ceil(g.gate().chunk_bytes().max(1)))
-                            .unwrap_or(u32::MAX),
-                    ),
-                    n => crate::hasher::measure_piece_cost(piece, n),
-                };
-                tracing::info!(
-                    piece_bytes = piece,
-                    hash_time_us = cost.as_secs_f64() * 1e6,
-                    "arbiter cost of hashing one checksum piece measured"
-                );
-                (Arc::clone(g.gate()), cost, piece)
-            });
-            Some(Arc::new(crate::hasher::Hasher::start(1, gated)?))
+            Some(Arc::new(crate::hasher::Hasher::start(1)?))
         } else {
             None
         };

@@ -275,7 +275,7 @@ impl Drop for Completion {
 /// hashed as soon as their own reads are done, while the later pieces are still in flight, and a page-out's from
 /// the start, beside their writes. Either way the hash overlaps the transfer instead of adding a pass over the
 /// buffer after it. (4 and 8 MiB came out alike in one noisy `bench paging` run; 1 and 32 MiB worse.)
-pub(crate) const CHECKSUM_PIECE_BYTES: u64 = 8 << 20;
+const CHECKSUM_PIECE_BYTES: u64 = 8 << 20;
 
 /// A buffer's checksum: the xxh3 of each [`CHECKSUM_PIECE_BYTES`] piece of its bytes, in order.
 type Checksums = Arc<[u64]>;

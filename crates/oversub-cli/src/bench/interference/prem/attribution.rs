@@ -97,7 +97,6 @@ fn work_name(w: WorkKind) -> &'static str {
         WorkKind::Copy => "a copy chunk",
         WorkKind::Commit => "a commit (mprotect)",
         WorkKind::Decommit => "a decommit (madvise + mprotect)",
-        WorkKind::Checksum => "a checksum hash",
         _ => "transfer-side work",
     }
 }
