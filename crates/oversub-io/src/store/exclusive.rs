@@ -84,7 +84,9 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held
             Some(libc::EINTR) => continue,
             Some(libc::EWOULDBLOCK) => {
                 let holder = flock_holder(st.st_dev, st.st_ino);
-                let transient = holder.is_some_and(|h| h.shared)
+                // No holder in /proc/locks: the lock went away between our attempt and the lookup (as a spawned
+                // child's copy does at its exec), so try again.
+                let transient = holder.is_none_or(|h| h.shared)
                     || held_by_a_child_copy(holder, st.st_dev, st.st_ino);
                 if transient && retries < SHARED_LOCK_RETRIES {
                     retries += 1;
