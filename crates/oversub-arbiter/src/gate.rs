@@ -178,11 +178,8 @@ impl Gate {
             (64 - over.leading_zeros() as usize).min(63)
         };
         self.overruns[bucket].fetch_add(1, Ordering::Relaxed);
-        let counts: Vec<u64> = self
-            .overruns
-            .iter()
-            .map(|c| c.load(Ordering::Relaxed))
-            .collect();
+        // A snapshot on the stack: this runs after every admitted chunk, so no allocation.
+        let counts: [u64; 64] = std::array::from_fn(|b| self.overruns[b].load(Ordering::Relaxed));
         let total: u64 = counts.iter().sum();
         let q = self.overrun_quantile_ppm.load(Ordering::Relaxed);
         // The smallest bucket whose cumulative count reaches the quantile.

@@ -634,7 +634,7 @@ fn plot_prem(p: &PremResult, dir: &std::path::Path) -> Result<(), BoxError> {
             y_label: format!("{phase} phase"),
             series: conds
                 .iter()
-                .map(|(name, c)| BoxSeries::new(name.as_str(), c.samples_s[i].clone()))
+                .map(|(name, c)| BoxSeries::new(name.as_str(), c.samples_s(i)))
                 .collect(),
         };
         plot.write_svg(&dir.join(format!("prem-{phase}.svg")))?;

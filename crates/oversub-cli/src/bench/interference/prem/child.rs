@@ -13,7 +13,7 @@ use oversub_arbiter::Arbiter;
 use serde::{Deserialize, Serialize};
 
 use super::task::{Announce, IterationRecord, PremTask};
-use super::{cpu, rt_throttle_share};
+use super::{enter_task_cpu, rt_throttle_share};
 use crate::bench::BoxError;
 
 /// Replies carry a progress line this often during a run.
@@ -71,10 +71,7 @@ pub struct ChildInfo {
 /// The child's main.
 pub fn serve(args: PremTaskArgs) -> Result<(), BoxError> {
     // Everything of this process (there is one thread) runs on the task CPU.
-    if let Err(e) = cpu::pin_to_cpu(args.cpu) {
-        tracing::warn!("cannot pin the PREM task to CPU {}: {e}", args.cpu);
-    }
-    let realtime = cpu::try_realtime(99).unwrap_or(false);
+    let realtime = enter_task_cpu(args.cpu, true);
     let arbiter = Arbiter::open_at(&args.arbiter)?;
     let mut prem = PremTask::new(args.llc, args.data, args.cpu);
     if realtime {

@@ -150,9 +150,6 @@ pub struct Condition {
     pub compute_us: PhaseStats,
     pub mem_unload_us: PhaseStats,
     pub iterations: usize,
-    /// Every phase's samples in seconds (load, compute, unload), for the box plots.
-    #[serde(skip)]
-    pub samples_s: [Vec<f64>; 3],
     #[serde(skip)]
     pub records: Vec<IterationRecord>,
 }
@@ -166,9 +163,13 @@ impl Condition {
             compute_us: PhaseStats::of(&samples_s[1]),
             mem_unload_us: PhaseStats::of(&samples_s[2]),
             iterations: records.len(),
-            samples_s,
             records,
         }
+    }
+
+    /// Phase `p`'s samples in seconds (0 load, 1 compute, 2 unload), for the box plots.
+    pub fn samples_s(&self, p: usize) -> Vec<f64> {
+        self.records.iter().map(|r| r.phases[p].secs()).collect()
     }
 
     pub fn phase(&self, p: usize) -> &PhaseStats {
@@ -307,6 +308,15 @@ pub(crate) fn rt_throttle_share() -> Option<f64> {
     (runtime >= 0.0 && period > 0.0 && runtime < period).then(|| 1.0 - runtime / period)
 }
 
+/// Puts the calling thread where the PREM task runs: pinned to `task_cpu`, and at SCHED_FIFO 99 when `realtime`
+/// and permitted. Returns whether it runs real-time.
+pub(crate) fn enter_task_cpu(task_cpu: usize, realtime: bool) -> bool {
+    if let Err(e) = cpu::pin_to_cpu(task_cpu) {
+        tracing::warn!("cannot pin the PREM task to CPU {task_cpu}: {e}");
+    }
+    realtime && cpu::try_realtime(99).unwrap_or(false)
+}
+
 /// The PREM task, in a process of its own or in a thread of this one.
 enum Runner {
     Child(PremProcess),
@@ -345,12 +355,7 @@ impl Runner {
                 let (cpu, realtime, task) = (*cpu, *realtime, &*task);
                 std::thread::scope(|s| {
                     s.spawn(|| {
-                        if let Err(e) = cpu::pin_to_cpu(cpu) {
-                            tracing::warn!("cannot pin the PREM task to CPU {cpu}: {e}");
-                        }
-                        if realtime {
-                            let _ = cpu::try_realtime(99);
-                        }
+                        enter_task_cpu(cpu, realtime);
                         prem.run(iterations, announce.map(|a| (task, a)), lead, || {
                             progress.inc(1)
                         })
@@ -765,7 +770,7 @@ pub fn run(
     let mut trace = opts.trace.as_ref().map(|_| Trace::default());
 
     // The PREM child first: it measures whether SCHED_FIFO is allowed and the rest it needs.
-    let child = PremProcess::spawn(
+    let mut child = PremProcess::spawn(
         opts.task_cpu,
         opts.llc_bytes,
         opts.data_bytes,
@@ -780,25 +785,16 @@ pub fn run(
             info.rest_fraction * 100.0
         );
     }
-    let mut child = Runner::Child(child);
 
     // Calibrate compute repetitions to the paper's compute/load proportion, in the child.
     let cal_iterations = info.iterations_per_pass.clamp(2, 6);
-    let cal = {
-        let quiet = ProgressBar::hidden();
-        let Runner::Child(p) = &mut child else {
-            return Err("the PREM child is missing".into());
-        };
-        let r = p.run(cal_iterations, None, Duration::ZERO, |_| {})?;
-        drop(quiet);
-        Condition::of(r)
-    };
+    let cal = Condition::of(child.run(cal_iterations, None, Duration::ZERO, |_| {})?);
     let target = PAPER_TX1_US.1 / PAPER_TX1_US.0;
     let reps = ((target * cal.mem_load_us.mean / cal.compute_us.mean.max(1e-3)).round() as usize)
         .clamp(1, 10_000);
-    if let Runner::Child(p) = &mut child {
-        p.set_compute_reps(reps)?;
-    }
+    child.set_compute_reps(reps)?;
+    // Lent to the separate-process placement's runner and given back after it.
+    let mut child = Some(child);
     tracing::info!(
         load_us = cal.mem_load_us.mean,
         compute_us = cal.compute_us.mean,
@@ -818,15 +814,9 @@ pub fn run(
     let rounds = opts.rounds.clamp(1, opts.iterations);
     for &placement in &opts.placements {
         let mut runner = match placement {
-            Placement::Separate => std::mem::replace(
-                &mut child,
-                Runner::Thread {
-                    prem: Box::new(PremTask::new(4096, 4096, opts.task_cpu)),
-                    task: arbiter.register_task()?,
-                    cpu: opts.task_cpu,
-                    realtime: false,
-                },
-            ),
+            Placement::Separate => {
+                Runner::Child(child.take().ok_or("the PREM child was already used")?)
+            }
             Placement::OneProcess => {
                 let mut prem = PremTask::new(opts.llc_bytes, opts.data_bytes, opts.task_cpu);
                 prem.compute_reps = reps;
@@ -1060,8 +1050,8 @@ pub fn run(
                 attribution,
             });
         }
-        if placement == Placement::Separate {
-            child = runner;
+        if let Runner::Child(p) = runner {
+            child = Some(p);
         }
         placements.push(PlacementRuns {
             placement,
@@ -1191,15 +1181,7 @@ fn starvation(
                 ready.wait();
                 let r = std::thread::scope(|s2| {
                     s2.spawn(|| {
-                        if let Err(e) = cpu::pin_to_cpu(opts.task_cpu) {
-                            tracing::warn!(
-                                "cannot pin the PREM task to CPU {}: {e}",
-                                opts.task_cpu
-                            );
-                        }
-                        if realtime {
-                            let _ = cpu::try_realtime(99);
-                        }
+                        enter_task_cpu(opts.task_cpu, realtime);
                         prem.run(iterations, Some((&task, announce)), Duration::ZERO, || {})
                     })
                     .join()
