@@ -241,8 +241,11 @@ def sim_uvm(
     graph: _StrPath | None = None,
     profile: _StrPath | None = None,
     l2: _Size | None = None,
+    time_model: Literal["overlap", "serial"] = "overlap",
+    machine_scale: Literal["capacity", "none"] = "capacity",
+    decide_with: Literal["paper", "machine"] = "paper",
     eviction: Literal["allocation", "lru"] = "allocation",
-    eviction_unit: Literal["page", "group", "block"] = "page",
+    eviction_unit: Literal["page", "group", "block"] = "block",
     threads: int | None = None,
 ) -> dict[str, Any]:
     """The unified-memory migration-policy simulator: runs, speedups, cost_model, ... (as ``oversub sim uvm``)."""

@@ -24,7 +24,7 @@ use oversub_sim::swap::{
 use oversub_sim::uvm::cost::CostModel;
 use oversub_sim::uvm::policy::Policy as UvmPolicy;
 use oversub_sim::uvm::report::{self as uvm_report, UvmDoc};
-use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, SimConfig};
+use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, MachineScale, SimConfig, TimeModel};
 use oversub_sim::uvm::suite::{self, run_suite, SuiteSpec, TraceSource};
 use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
 use oversub_tenants::swap::AlphaRule;
@@ -718,10 +718,15 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
 ///     scale: multiply the default problem size by this factor.
 ///     seed: seed of the random graphs and keys (the same seed gives the same traces).
 ///     graph: graph file for bfs, sssp and pagerank (edge list or Matrix Market) instead of R-MAT.
-///     profile: platform profile whose ``[uvm]`` table overrides the paper's cost constants.
-///     l2: GPU L2 size, int bytes or a size string (default 3 MiB).
+///     profile: platform profile whose ``[uvm]`` table sets the simulated machine (decisions keep the paper's
+///         constants unless ``decide_with="machine"``).
+///     l2: GPU L2 size, int bytes or a size string, fixed (default: the paper's 3 MiB scaled with GPU memory).
+///     time_model: "overlap" (default; per epoch the slowest resource) or "serial" (events priced with Eqs. 1
+///         and 3 and summed).
+///     machine_scale: "capacity" (default; L2 and 2 MiB granularities scale with GPU memory) or "none".
+///     decide_with: "paper" (default; Eqs. 1 and 3 with the printed constants) or "machine".
 ///     eviction: "allocation" (least recently migrated first, NVIDIA's driver; default) or "lru".
-///     eviction_unit: "page" (default), "group" (64 KiB) or "block" (2 MiB).
+///     eviction_unit: "block" (default; the driver's 2 MiB, scaled), "group" (64 KiB) or "page".
 ///     threads: worker threads (default: one per core).
 ///
 /// Returns:
@@ -751,8 +756,11 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
     graph=None,
     profile=None,
     l2=None,
+    time_model="overlap",
+    machine_scale="capacity",
+    decide_with="paper",
     eviction="allocation",
-    eviction_unit="page",
+    eviction_unit="block",
     threads=None,
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -769,10 +777,40 @@ fn sim_uvm<'py>(
     graph: Option<PathBuf>,
     profile: Option<PathBuf>,
     l2: Option<&Bound<'py, PyAny>>,
+    time_model: &str,
+    machine_scale: &str,
+    decide_with: &str,
     eviction: &str,
     eviction_unit: &str,
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let time_model = match time_model.trim().to_ascii_lowercase().as_str() {
+        "overlap" => TimeModel::Overlap,
+        "serial" => TimeModel::Serial,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "time_model must be \"overlap\" or \"serial\", not {time_model:?}"
+            )))
+        }
+    };
+    let machine_scale = match machine_scale.trim().to_ascii_lowercase().as_str() {
+        "capacity" => MachineScale::Capacity,
+        "none" => MachineScale::None,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "machine_scale must be \"capacity\" or \"none\", not {machine_scale:?}"
+            )))
+        }
+    };
+    let decide_with_machine = match decide_with.trim().to_ascii_lowercase().as_str() {
+        "paper" => false,
+        "machine" => true,
+        _ => {
+            return Err(PyValueError::new_err(format!(
+                "decide_with must be \"paper\" or \"machine\", not {decide_with:?}"
+            )))
+        }
+    };
     let workload_names = names_arg(workloads, "workloads")?;
     let trace_paths = paths_arg(traces, "traces")?;
     let mut ratios = ratios_arg(ratios)?;
@@ -839,11 +877,18 @@ fn sim_uvm<'py>(
                 None => CostModel::default(),
             };
             if let Some(l2) = l2_bytes {
-                cost.l2_bytes = l2;
-                cost.validate().map_err(raised)?;
+                cost.machine.l2_bytes = l2;
             }
+            if decide_with_machine {
+                cost.decide_with_machine();
+            }
+            cost.validate().map_err(raised)?;
             let mut template = SimConfig::new(UvmPolicy::DynaMap, 2.0);
             template.cost = cost;
+            template.l2_fixed = l2_bytes.is_some();
+            template.time_model = time_model;
+            template.machine_scale = machine_scale;
+            template.series_points = 64;
             template.eviction = eviction;
             template.eviction_unit = eviction_unit;
             let spec = SuiteSpec {

@@ -319,12 +319,33 @@ UVM_RUN_FIELDS = {
     "footprint_bytes",
     "gpu_memory_bytes",
     "sim_seconds",
+    "serial_time_s",
+    "fault_batches",
+    "transfers_h2d",
+    "transfers_d2h",
+    "pst_updates",
+    "throttles",
+    "pins",
+    "breakdown",
+    "geometry",
+    "series",
+    "utilisation",
 }
 
 
 def test_sim_uvm_quick_one_workload_one_ratio() -> None:
     r = oversub.sim_uvm(workloads="nw", ratios=200, policies=["lazy-grp-hw", "dynamap"], quick=True, threads=2)
-    assert set(r) == {"runs", "speedups", "cost_model", "eviction", "eviction_unit", "wall_seconds"}
+    assert set(r) == {
+        "runs",
+        "speedups",
+        "cost_model",
+        "time_model",
+        "machine_scale",
+        "cost_curves",
+        "eviction",
+        "eviction_unit",
+        "wall_seconds",
+    }
     assert [(x["workload"], x["ratio"], x["policy"]) for x in r["runs"]] == [
         ("nw", 200, "LazyGrpHW"),
         ("nw", 200, "DynaMap"),
@@ -338,13 +359,21 @@ def test_sim_uvm_quick_one_workload_one_ratio() -> None:
     assert [(s["label"], s["ratio_percent"]) for s in r["speedups"]] == [("LazyGrpHW", 200), ("DynaMap", 200)]
     assert r["speedups"][1]["speedup"] == pytest.approx(r["runs"][0]["est_time_s"] / r["runs"][1]["est_time_s"])
     assert r["cost_model"]["page_bytes"] == 4096
+    assert r["cost_model"]["decision"]["fault_s"] == pytest.approx(20e-6)
+    assert r["time_model"] == "Overlap"
+    assert r["runs"][1]["pst_updates"] > 0  # DynaMap pays for its instrumentation
+    assert r["runs"][0]["series"] and r["runs"][0]["series"][-1]["time_s"] == pytest.approx(r["runs"][0]["est_time_s"])
     assert r["wall_seconds"] > 0
 
 
 def test_sim_uvm_ratio_spellings() -> None:
-    r = oversub.sim_uvm(workloads=["nw"], ratios=["100%", "2x"], policies="eager", quick=True, l2="1MiB")
+    r = oversub.sim_uvm(
+        workloads=["nw"], ratios=["100%", "2x"], policies="eager", quick=True, l2="1MiB", time_model="serial"
+    )
     assert [x["ratio"] for x in r["runs"]] == [100, 200]
-    assert r["cost_model"]["l2_bytes"] == 1 << 20
+    assert r["cost_model"]["machine"]["l2_bytes"] == 1 << 20
+    assert r["runs"][0]["geometry"]["l2_bytes"] == 1 << 20  # fixed, not scaled
+    assert r["runs"][0]["est_time_s"] == r["runs"][0]["serial_time_s"]
     assert r["speedups"] == []  # no LazyGrpHW run to compare with
     assert r["runs"][0]["speedup_vs_lazygrphw"] is None
 
@@ -361,6 +390,8 @@ def test_sim_uvm_errors() -> None:
         oversub.sim_uvm(workloads="nw", ratios="lots", quick=True)
     with pytest.raises(ValueError, match="eviction must be"):
         oversub.sim_uvm(workloads="nw", eviction="fifo", quick=True)
+    with pytest.raises(ValueError, match="time_model must be"):
+        oversub.sim_uvm(workloads="nw", time_model="fast", quick=True)
     with pytest.raises(errors.SimError):
         oversub.sim_uvm(traces="/nonexistent/trace.bin", policies="eager", quick=True)
 

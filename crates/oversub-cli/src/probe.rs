@@ -792,7 +792,7 @@ fn to_profile(r: &Report, sys: &system::SystemInfo, plan: &Plan) -> (Profile, Ve
         cpu_mem_bytes_per_s: memcpy,
         pci_bytes_per_s: gpu.as_ref().and_then(|g| g.h2d_pinned_bytes_per_s),
         fault_s,
-        remote_line_s: fault_s,
+        // No zero-copy line is measured here: the simulator keeps its remote-line estimate.
         ..Uvm::default()
     };
     let swap = SwapMachine {

@@ -204,7 +204,8 @@ pub struct Gpu {
     pub preempt_s: Option<f64>,
 }
 
-/// `[uvm]`: overrides of the UVM simulator's cost model (the names of `oversub_sim::uvm::CostModel`).
+/// `[uvm]`: the machine of the UVM simulator (`oversub_sim::uvm::cost::MachineModel`); the decision constants of
+/// DynaMap's Eqs. 1 and 3 stay the paper's unless the simulator is told to decide with the machine.
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct Uvm {
@@ -223,12 +224,21 @@ pub struct Uvm {
     /// B_PCI: host-GPU bus bandwidth.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pci_bytes_per_s: Option<f64>,
-    /// H: time to service one fault.
+    /// Fixed cost of one fault batch: invoking and returning from the handler (the paper's H).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub fault_s: Option<f64>,
-    /// Fixed cost of one cache line served from host memory.
+    /// Service time of each fault within a batch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub fault_service_s: Option<f64>,
+    /// Latency of one cache line read from host memory over the bus (zero-copy).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub remote_line_s: Option<f64>,
+    /// Setup of one DMA copy between host and GPU memory, on top of its bytes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transfer_setup_s: Option<f64>,
+    /// Cache misses in flight at once (hide the remote-line latency).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outstanding_misses: Option<u32>,
     /// GPU L2 capacity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l2_bytes: Option<u64>,

@@ -122,6 +122,12 @@ impl Check<'_> {
         // The simulator accepts free faults and remote lines: a what-if, not a measurement error.
         self.non_negative_opt("uvm.fault_s", u.fault_s)?;
         self.non_negative_opt("uvm.remote_line_s", u.remote_line_s)?;
+        self.non_negative_opt("uvm.fault_service_s", u.fault_service_s)?;
+        self.non_negative_opt("uvm.transfer_setup_s", u.transfer_setup_s)?;
+        self.nonzero_opt(
+            "uvm.outstanding_misses",
+            u.outstanding_misses.map(u64::from),
+        )?;
         self.nonzero_opt("uvm.l2_bytes", u.l2_bytes)?;
         self.nonzero_opt("uvm.l2_ways", u.l2_ways.map(u64::from))
     }

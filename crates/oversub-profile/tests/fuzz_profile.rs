@@ -67,7 +67,10 @@ line_bytes = 128
 page_bytes = 4096
 pci_bytes_per_s = 5.0e10
 fault_s = 0.0
+fault_service_s = 3e-6
 remote_line_s = 1e-6
+transfer_setup_s = 2e-6
+outstanding_misses = 240
 l2_bytes = 52428800
 l2_ways = 16
 

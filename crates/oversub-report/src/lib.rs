@@ -3,7 +3,8 @@
 //! readable text ([`format_seconds`], [`format_bytes`], [`text_table`]),
 //! parses user-typed sizes ([`parse_size`]), renders box plots as
 //! standalone, dependency-free SVG ([`BoxPlot`]) and grouped bar charts
-//! the same way ([`BarChart`]), draws schedule timelines as SVG or Chrome
+//! the same way ([`BarChart`]), line charts with log axes and vertical
+//! markers ([`LineChart`]), draws schedule timelines as SVG or Chrome
 //! trace-event JSON ([`Timeline`]) and assembles self-contained HTML report
 //! pages ([`HtmlReport`]).
 //!
@@ -13,6 +14,7 @@ mod bars;
 mod boxplot;
 mod format;
 mod html;
+mod lines;
 mod size;
 mod stats;
 mod svg;
@@ -23,6 +25,7 @@ pub use bars::{BarChart, BarSeries};
 pub use boxplot::{BoxPlot, BoxSeries};
 pub use format::{format_bytes, format_rate_mbs, format_seconds};
 pub use html::{HtmlBlock, HtmlReport};
+pub use lines::{LineChart, LineSeries};
 pub use size::{parse_size, SizeParseError};
 pub use stats::{percentile, quartiles, Summary};
 pub use table::{text_table, text_table_left};

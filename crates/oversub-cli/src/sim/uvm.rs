@@ -7,16 +7,19 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use oversub_report::{
     format_bytes, format_seconds, parse_size, text_table, BarChart, BarSeries, HtmlBlock,
-    HtmlReport,
+    HtmlReport, LineChart, LineSeries,
 };
+use oversub_sim::uvm::analysis::StackDistance;
 use oversub_sim::uvm::cost::CostModel;
 use oversub_sim::uvm::policy::Policy;
 use oversub_sim::uvm::report::{parse_policies, speedup_of, UvmDoc};
-use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, SimConfig, SimResult};
+use oversub_sim::uvm::sim::{
+    EvictionOrder, EvictionUnit, MachineScale, SimConfig, SimResult, TimeModel,
+};
 use oversub_sim::uvm::suite::{
     self, geomean, ratio_percent, run_suite, SpeedupRow, SuiteEvent, SuiteSpec, TraceSource,
 };
-use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
+use oversub_sim::uvm::workload::{self, WorkloadKind, WorkloadParams, WorkloadSize};
 
 use crate::bench::BoxError;
 
@@ -65,9 +68,36 @@ enum OrderArg {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum UnitArg {
+    /// One 4 KiB page.
     Page,
+    /// A 64 KiB group.
     Group,
+    /// The driver's 2 MiB root chunk (scaled with GPU memory unless --machine-scale none).
     Block,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum TimeArg {
+    /// Per epoch, the slowest resource: bus each way, fault handler, GPU memory, warp latency (docs/sim-uvm.md).
+    Overlap,
+    /// Every event priced with Eqs. 1 and 3's constants and summed (the earlier estimate).
+    Serial,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum ScaleArg {
+    /// L2 and 2 MiB granularities shrink with GPU memory, as on the paper's 5935 MiB GPU.
+    Capacity,
+    /// The paper's absolute 3 MiB L2 and 2 MiB blocks.
+    None,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum DecideArg {
+    /// Eqs. 1 and 3 with the constants the paper prints.
+    Paper,
+    /// Eqs. 1 and 3 with the machine's constants (profile or defaults).
+    Machine,
 }
 
 /// Simulate page-migration policies for unified memory under oversubscription (Chang et al., SYSTOR'21).
@@ -98,18 +128,36 @@ pub struct UvmArgs {
     policy: Vec<String>,
     #[command(flatten)]
     workload_opts: WorkloadOpts,
-    /// Platform profile (docs/profile.md) whose `[uvm]` table overrides the paper's constants (B_C, B_G, B_PCI,
-    /// H, L2).
+    /// Platform profile (docs/profile.md) whose `[uvm]` table sets the machine the clock runs on (bandwidths,
+    /// fault costs, remote-line latency, L2); decisions keep the paper's constants unless --decide-with machine.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
-    /// GPU L2 size (default 3MiB, the paper's Table 2).
+    /// GPU L2 size, fixed (default: the paper's 3 MiB scaled with GPU memory).
     #[arg(long, value_name = "SIZE")]
     l2: Option<String>,
+    /// How counted events become time.
+    #[arg(long, value_enum, default_value = "overlap")]
+    time_model: TimeArg,
+    /// Sum the overlap model's resources per epoch instead of taking the slowest (a what-if: no overlap).
+    #[arg(long)]
+    no_overlap: bool,
+    /// Whether the L2, prefetch region and eviction unit scale with the simulated GPU memory.
+    #[arg(long, value_enum, default_value = "capacity")]
+    machine_scale: ScaleArg,
+    /// Constants DynaMap decides with.
+    #[arg(long, value_enum, default_value = "paper")]
+    decide_with: DecideArg,
+    /// Switch off the driver's thrashing detection (throttling and pinning) for Eager and Eager-woPref.
+    #[arg(long)]
+    no_thrashing_detection: bool,
+    /// Track page utilisation always instead of stopping at a page's first eviction (Sec. 5.1's early stop).
+    #[arg(long)]
+    no_early_stop: bool,
     /// Eviction order.
     #[arg(long, value_enum, default_value = "allocation")]
     eviction: OrderArg,
     /// Unit evicted at once.
-    #[arg(long, value_enum, default_value = "page")]
+    #[arg(long, value_enum, default_value = "block")]
     eviction_unit: UnitArg,
     /// Worker threads (default: one per core).
     #[arg(long, default_value_t = 0)]
@@ -172,12 +220,29 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
         Some(p) => CostModel::from_profile(p)?,
         None => CostModel::default(),
     };
+    let l2_fixed = args.l2.is_some();
     if let Some(l2) = &args.l2 {
-        cost.l2_bytes = parse_size(l2).map_err(|e| format!("--l2: {e}"))?;
-        cost.validate()?;
+        cost.machine.l2_bytes = parse_size(l2).map_err(|e| format!("--l2: {e}"))?;
     }
+    if let DecideArg::Machine = args.decide_with {
+        cost.decide_with_machine();
+    }
+    cost.validate()?;
     let mut template = SimConfig::new(Policy::DynaMap, 2.0);
     template.cost = cost;
+    template.l2_fixed = l2_fixed;
+    template.time_model = match args.time_model {
+        TimeArg::Overlap => TimeModel::Overlap,
+        TimeArg::Serial => TimeModel::Serial,
+    };
+    template.overlap = !args.no_overlap;
+    template.machine_scale = match args.machine_scale {
+        ScaleArg::Capacity => MachineScale::Capacity,
+        ScaleArg::None => MachineScale::None,
+    };
+    template.thrashing.enabled = !args.no_thrashing_detection;
+    template.pst_early_stop = !args.no_early_stop;
+    template.series_points = 64;
     template.eviction = match args.eviction {
         OrderArg::Allocation => EvictionOrder::Allocation,
         OrderArg::Lru => EvictionOrder::Lru,
@@ -255,6 +320,7 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
     if !figure.is_empty() {
         println!("\n{figure}");
     }
+    println!("{}", decomposition_table(&results, &spec));
 
     if let Some(path) = &args.json {
         write_file(path, &serde_json::to_string_pretty(&doc)?)?;
@@ -270,10 +336,12 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
         )?;
         write_file(&dir.join("results.csv"), &csv(&results, rows))?;
         let mut report = HtmlReport::new("oversub sim uvm: page migration under oversubscription");
+        let m = &spec.template.cost.machine;
         report.push(HtmlBlock::Paragraph(format!(
-            "{} runs of {} policies on {} traces at ratios {}; estimated times from the SYSTOR'21 cost model \
-             (H = {} per fault, B_PCI = {:.1} GB/s, L2 = {}). Speed-ups are LazyGrpHW's estimated time over each \
-             policy's.",
+            "{} runs of {} policies on {} traces at ratios {}. Time model: {:?}{}; machine: fault batch {} + {} \
+             per fault, remote line {} hidden by {} misses in flight, bus {:.1} GB/s, copy setup {}; L2 and \
+             2 MiB granularities {}. DynaMap decides with H = {}, B_PCI = {:.1} GB/s. Speed-ups are LazyGrpHW's \
+             estimated time over each policy's.",
             results.len(),
             spec.policies.len(),
             spec.sources.len(),
@@ -282,10 +350,28 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
                 .map(|r| format!("{}%", ratio_percent(*r)))
                 .collect::<Vec<_>>()
                 .join(", "),
-            format_seconds(spec.template.cost.fault_s),
-            spec.template.cost.pci_bytes_per_s / 1e9,
-            format_bytes(spec.template.cost.l2_bytes),
+            spec.template.time_model,
+            if spec.template.overlap { "" } else { " (overlap off)" },
+            format_seconds(m.fault_batch_s),
+            format_seconds(m.fault_service_s),
+            format_seconds(m.remote_line_latency_s),
+            m.outstanding_misses,
+            m.pci_bytes_per_s / 1e9,
+            format_seconds(m.transfer_setup_s),
+            match spec.template.machine_scale {
+                MachineScale::Capacity => "scaled with GPU memory",
+                MachineScale::None => "at the paper's absolute sizes",
+            },
+            format_seconds(spec.template.cost.decision.fault_s),
+            spec.template.cost.decision.pci_bytes_per_s / 1e9,
         )));
+        report.push(HtmlBlock::Heading("Where the time went".into()));
+        report.push(HtmlBlock::Pre(decomposition_table(&results, &spec)));
+        for (file, title, svg) in analysis_figures(&results, &spec)? {
+            write_file(&dir.join(&file), &svg)?;
+            report.push(HtmlBlock::Heading(title));
+            report.push(HtmlBlock::Svg(svg));
+        }
         for (file, title, chart) in figures(rows, &spec) {
             let svg = chart.to_svg();
             write_file(&dir.join(file), &svg)?;
@@ -354,17 +440,371 @@ fn runs_table(results: &[SimResult], rows: &[SpeedupRow]) -> String {
 }
 
 /// Fig. 8 order of the bars.
-const FIG8: [&str; 9] = [
+const FIG8: [&str; 11] = [
     "Eager",
     "Eager-woPref",
     "LazyGrpHW",
     "PinHost",
     "LazyPgStatSW",
     "LazyPgDynSW",
+    "LazyPgDynSW-noPenalty",
     "StaticMap(0.5)",
     "DynaMap",
+    "DynaMap-offline",
     "Oracle",
 ];
+
+/// The resources of the overlap model, in `TimeParts` order.
+const RESOURCES: [&str; 5] = ["bus h2d", "bus d2h", "driver", "GPU mem", "warps"];
+
+/// Per workload at the main ratio, for the policies the paper's argument rests on: evictions per page, the
+/// estimated time, its serial counterpart, and the resource that bound most epochs with its share of the summed
+/// busy time — the decomposition of the headline.
+fn decomposition_table(results: &[SimResult], spec: &SuiteSpec) -> String {
+    let main = main_ratio(spec);
+    let key = [
+        "Eager",
+        "Eager-woPref",
+        "LazyGrpHW",
+        "PinHost",
+        "LazyPgDynSW",
+        "DynaMap",
+        "DynaMap-offline",
+    ];
+    let body: Vec<Vec<String>> = results
+        .iter()
+        .filter(|r| ratio_percent(r.ratio) == main && key.contains(&r.policy.to_string().as_str()))
+        .map(|r| {
+            let b = &r.breakdown;
+            let p = &b.parts;
+            let parts = [p.bus_h2d_s, p.bus_d2h_s, p.driver_s, p.gpu_mem_s, p.warps_s];
+            let total: f64 = parts.iter().sum();
+            let (bound, _) = b
+                .bound_epochs
+                .iter()
+                .enumerate()
+                .max_by_key(|(_, n)| **n)
+                .unwrap_or((0, &0));
+            let share = |i: usize| {
+                parts
+                    .get(i)
+                    .map_or(0.0, |v| if total > 0.0 { v / total * 100.0 } else { 0.0 })
+            };
+            vec![
+                r.workload.clone(),
+                r.policy.to_string(),
+                format!("{:.1}", r.evictions_per_page),
+                format_seconds(r.est_time_s),
+                format_seconds(r.serial_time_s),
+                RESOURCES.get(bound).copied().unwrap_or("-").to_string(),
+                format!(
+                    "{:.0}/{:.0}/{:.0}/{:.0}/{:.0}",
+                    share(0),
+                    share(1),
+                    share(2),
+                    share(3),
+                    share(4)
+                ),
+                format_seconds(b.instrumentation_s),
+                format!("{}/{}", r.counters.throttles, r.counters.pins),
+                format!(
+                    "{}/{}",
+                    format_bytes(r.geometry.l2_bytes),
+                    format_bytes(r.geometry.block_bytes)
+                ),
+            ]
+        })
+        .collect();
+    if body.is_empty() {
+        return String::new();
+    }
+    format!(
+        "Where the time went at {main}% (busy time by resource, % of the summed parts: h2d/d2h/driver/GPU \
+         mem/warps):\n{}",
+        text_table(
+            &[
+                "workload",
+                "policy",
+                "evict/page",
+                "est_time",
+                "serial_time",
+                "bound by",
+                "busy shares %",
+                "instrum.",
+                "throttle/pin",
+                "L2/block",
+            ],
+            &body,
+        )
+    )
+}
+
+fn main_ratio(spec: &SuiteSpec) -> u32 {
+    let ratios: Vec<u32> = spec.ratios.iter().map(|r| ratio_percent(*r)).collect();
+    if ratios.contains(&200) {
+        200
+    } else {
+        ratios.first().copied().unwrap_or(200)
+    }
+}
+
+fn find<'r>(
+    results: &'r [SimResult],
+    workload: &str,
+    ratio: u32,
+    policy: &str,
+) -> Option<&'r SimResult> {
+    results.iter().find(|r| {
+        r.workload == workload && ratio_percent(r.ratio) == ratio && r.policy.to_string() == policy
+    })
+}
+
+/// The best LazyPgStatSW threshold of a workload and ratio (as Fig. 10 shows it).
+fn best_static<'r>(results: &'r [SimResult], workload: &str, ratio: u32) -> Option<&'r SimResult> {
+    results
+        .iter()
+        .filter(|r| {
+            r.workload == workload
+                && ratio_percent(r.ratio) == ratio
+                && matches!(r.policy, Policy::LazyPgStatSw { .. })
+        })
+        .min_by(|a, b| a.est_time_s.total_cmp(&b.est_time_s))
+}
+
+/// Rate of `count` per second along a run's series, against time in seconds.
+fn rate_series(
+    r: &SimResult,
+    count: impl Fn(&oversub_sim::uvm::sim::EpochPoint) -> u64,
+) -> Vec<(f64, f64)> {
+    r.series
+        .iter()
+        .filter(|p| p.span_s > 0.0)
+        .map(|p| (p.time_s, count(p) as f64 / p.span_s))
+        .collect()
+}
+
+fn line_chart(title: String, x_label: &str, y_label: &str, series: Vec<LineSeries>) -> LineChart {
+    LineChart {
+        title,
+        x_label: x_label.to_string(),
+        y_label: y_label.to_string(),
+        series,
+        log_x: false,
+        log_y: false,
+        step: true,
+        vertical_markers: Vec::new(),
+        y_range: None,
+    }
+}
+
+fn series(name: impl Into<String>, points: Vec<(f64, f64)>) -> LineSeries {
+    LineSeries {
+        name: name.into(),
+        points,
+        dashed: false,
+    }
+}
+
+/// Figs. 2-5, 7, 9 and 10 from the runs (and, for Fig. 2, the Gaussian trace again): (file, title, SVG).
+fn analysis_figures(
+    results: &[SimResult],
+    spec: &SuiteSpec,
+) -> Result<Vec<(String, String, String)>, BoxError> {
+    let main = main_ratio(spec);
+    let mut out = Vec::new();
+    let has = |w: &str| results.iter().any(|r| r.workload == w);
+
+    // Fig. 7: the decision model's curves.
+    let cost = &spec.template.cost;
+    let mut curves = Vec::new();
+    for f in [0.0, 1.0, 4.0, 16.0] {
+        let pts = cost.cost_curves(f);
+        curves.push(LineSeries {
+            name: format!("C_GPU, f_over = {f}"),
+            points: pts.iter().map(|p| (p.0 as f64, p.2 * 1e6)).collect(),
+            dashed: false,
+        });
+    }
+    curves.push(LineSeries {
+        name: "C_CPU".into(),
+        points: cost
+            .cost_curves(0.0)
+            .iter()
+            .map(|p| (p.0 as f64, p.1 * 1e6))
+            .collect(),
+        dashed: true,
+    });
+    let mut fig7 = line_chart(
+        "Fig. 7: C_CPU (Eq. 1) against C_GPU (Eq. 3) for x bytes used, the decision constants"
+            .into(),
+        "bytes of the page used (x)",
+        "cost (µs)",
+        curves,
+    );
+    fig7.step = false;
+    out.push(("fig7.svg".into(), fig7.title.clone(), fig7.to_svg()));
+
+    // Fig. 3 and 4: utilisation at eviction under the default driver, Gaussian (the paper's example).
+    let fig34 = ["gaussian", "pagerank"]
+        .into_iter()
+        .find(|w| has(w))
+        .and_then(|w| find(results, w, main, "Eager").map(|r| (w, r)));
+    if let Some((w, r)) = fig34 {
+        let total: u64 = r.utilisation.at_eviction.iter().sum();
+        let line = cost.line_bytes;
+        let mut chart = BarChart::new(
+            format!("Fig. 3a: lines used by pages before their eviction, {w} at {main}%, Eager"),
+            "share of evictions",
+        );
+        chart.categories = (0..r.utilisation.at_eviction.len())
+            .map(|l| format!("{}", l as u64 * line))
+            .collect();
+        chart.series = vec![BarSeries::new(
+            "evictions",
+            r.utilisation
+                .at_eviction
+                .iter()
+                .map(|&n| Some(n as f64 / total.max(1) as f64))
+                .collect(),
+        )];
+        out.push(("fig3.svg".into(), chart.title.clone(), chart.to_svg()));
+        let mut chart = BarChart::new(
+            format!(
+                "Fig. 4: share of next residencies in the same eighth of the page used as the current one, {w} at {main}%, Eager"
+            ),
+            "P(next utilisation in the same eighth)",
+        );
+        let pairs = &r.utilisation.current_vs_next;
+        chart.categories = (0..8).map(|i| format!("{}-{}/8", i, i + 1)).collect();
+        chart.series = vec![BarSeries::new(
+            "same eighth next time",
+            pairs
+                .iter()
+                .enumerate()
+                .map(|(i, row)| {
+                    let n: u64 = row.iter().sum();
+                    (n > 0).then(|| row.get(i).copied().unwrap_or(0) as f64 / n as f64)
+                })
+                .collect(),
+        )];
+        out.push(("fig4.svg".into(), chart.title.clone(), chart.to_svg()));
+    }
+
+    // Figs. 5, 9, 10 on PageRank.
+    if has("pagerank") {
+        let w = "pagerank";
+        let mut fig5 = Vec::new();
+        for policy in ["Eager", "DynaMap"] {
+            if let Some(r) = find(results, w, main, policy) {
+                fig5.push(series(policy, rate_series(r, |p| p.faults)));
+            }
+        }
+        if !fig5.is_empty() {
+            let mut c = line_chart(
+                format!("Fig. 5: page-fault rate over time, PageRank at {main}%"),
+                "estimated time (s)",
+                "faults per second",
+                fig5,
+            );
+            c.log_y = true;
+            out.push(("fig5.svg".into(), c.title.clone(), c.to_svg()));
+        }
+        if let Some(r) = find(results, w, main, "DynaMap") {
+            let c = line_chart(
+                format!("DynaMap's f_over (Eq. 2) over time, PageRank at {main}%"),
+                "estimated time (s)",
+                "f_over",
+                vec![series(
+                    "f_over",
+                    r.series.iter().map(|p| (p.time_s, p.f_over)).collect(),
+                )],
+            );
+            out.push(("fig5-fover.svg".into(), c.title.clone(), c.to_svg()));
+        }
+        let mut fig9 = Vec::new();
+        for policy in ["LazyGrpHW", "DynaMap"] {
+            if let Some(r) = find(results, w, main, policy) {
+                fig9.push(series(
+                    format!("{policy} migrations"),
+                    rate_series(r, |p| p.migrations),
+                ));
+                let mut ev = series(
+                    format!("{policy} evictions"),
+                    rate_series(r, |p| p.evictions),
+                );
+                ev.dashed = true;
+                fig9.push(ev);
+            }
+        }
+        if !fig9.is_empty() {
+            let mut c = line_chart(
+                format!("Fig. 9: migration and eviction rates, PageRank at {main}%"),
+                "estimated time (s)",
+                "pages per second",
+                fig9,
+            );
+            c.log_y = true;
+            out.push(("fig9.svg".into(), c.title.clone(), c.to_svg()));
+        }
+        let mut fig10 = Vec::new();
+        if let Some(r) = find(results, w, main, "DynaMap") {
+            fig10.push(series("DynaMap", rate_series(r, |p| p.faults)));
+        }
+        if let Some(r) = best_static(results, w, main) {
+            fig10.push(series(r.policy.to_string(), rate_series(r, |p| p.faults)));
+        }
+        if !fig10.is_empty() {
+            let mut c = line_chart(
+                format!(
+                    "Fig. 10: page-fault rate, DynaMap against LazyPgStatSW, PageRank at {main}%"
+                ),
+                "estimated time (s)",
+                "faults per second",
+                fig10,
+            );
+            c.log_y = true;
+            out.push(("fig10.svg".into(), c.title.clone(), c.to_svg()));
+        }
+    }
+
+    // Fig. 2: stack distances of the Gaussian trace at three granularities.
+    if spec
+        .sources
+        .iter()
+        .any(|s| matches!(s, TraceSource::Workload(WorkloadKind::Gaussian)))
+    {
+        let mut sd = StackDistance::new(&[cost.line_bytes, cost.page_bytes, 64 * 1024])?;
+        workload::generate_into(WorkloadKind::Gaussian, &spec.params, &mut |a| {
+            sd.push(a.addr)
+        })?;
+        let cdfs = sd.finish();
+        let mut c = line_chart(
+            "Fig. 2: LRU stack distance of Gaussian's accesses at three granularities".into(),
+            "stack distance (bytes, log)",
+            "CDF of accesses (re-references)",
+            cdfs.iter()
+                .map(|c| {
+                    series(
+                        format!("{} granularity", format_bytes(c.granularity_bytes)),
+                        c.points.clone(),
+                    )
+                })
+                .collect(),
+        );
+        c.log_x = true;
+        if let Some(r) = find(results, "gaussian", main, "DynaMap") {
+            c.vertical_markers = vec![
+                (r.geometry.l2_bytes as f64, "L2".into()),
+                (
+                    (r.capacity_pages * cost.page_bytes) as f64,
+                    "GPU memory".into(),
+                ),
+            ];
+        }
+        out.push(("fig2.svg".into(), c.title.clone(), c.to_svg()));
+    }
+    Ok(out)
+}
 
 fn workloads_in(rows: &[SpeedupRow]) -> Vec<String> {
     let mut w: Vec<String> = Vec::new();
@@ -461,11 +901,7 @@ fn figures(rows: &[SpeedupRow], spec: &SuiteSpec) -> Vec<(String, String, BarCha
     };
     let mut out = Vec::new();
     let ratios: Vec<u32> = spec.ratios.iter().map(|r| ratio_percent(*r)).collect();
-    let main_ratio = if ratios.contains(&200) {
-        200
-    } else {
-        ratios.first().copied().unwrap_or(200)
-    };
+    let main_ratio = main_ratio(spec);
     let fig8: Vec<BarSeries> = FIG8
         .iter()
         .filter_map(|l| series_for(main_ratio, l))
@@ -508,12 +944,13 @@ fn figures(rows: &[SpeedupRow], spec: &SuiteSpec) -> Vec<(String, String, BarCha
 fn csv(results: &[SimResult], rows: &[SpeedupRow]) -> String {
     let mut out = String::from(
         "workload,ratio,policy,est_time_s,speedup_vs_lazygrphw,faults,migrations,prefetches,evictions,\
-         evictions_per_page,remote_accesses,cache_hits,gpu_mem_accesses,bytes_h2d,bytes_d2h,accesses,sim_seconds\n",
+         evictions_per_page,remote_accesses,cache_hits,gpu_mem_accesses,bytes_h2d,bytes_d2h,accesses,sim_seconds,\
+         serial_time_s,throttles,pins,pst_updates\n",
     );
     for r in results {
         let c = &r.counters;
         out.push_str(&format!(
-            "{},{},{},{:e},{},{},{},{},{},{},{},{},{},{},{},{},{:.6}\n",
+            "{},{},{},{:e},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:e},{},{},{}\n",
             r.workload.replace(',', ";"),
             ratio_percent(r.ratio),
             r.policy.to_string().replace(',', ";"),
@@ -530,7 +967,11 @@ fn csv(results: &[SimResult], rows: &[SpeedupRow]) -> String {
             c.bytes_h2d,
             c.bytes_d2h,
             c.accesses,
-            r.sim_seconds
+            r.sim_seconds,
+            r.serial_time_s,
+            c.throttles,
+            c.pins,
+            c.pst_updates
         ));
     }
     out

@@ -1,9 +1,12 @@
-//! The paper's cost model (Sec. 5.3, Eqs. 1-3) and the platform constants it uses.
+//! Two sets of constants: the *decision* constants DynaMap and StaticMap decide with (Sec. 5.3's table, Eqs. 1-3
+//! as printed), and the *machine* the simulator's clock runs on (remote-line latency, batched fault service,
+//! transfers with a per-copy setup, outstanding misses, the L2, the page statistics table's instrumentation).
 //!
-//! The same constants serve twice: DynaMap decides with Eqs. 1 and 3, and the simulator turns the events it
-//! counted into an estimated run time with the same per-event costs, so a policy is judged by the model it was
-//! built for. Defaults are the paper's table (Turing RTX 2060 over PCIe 3.0 x16); a platform profile (TOML, the
-//! `[uvm]` table, docs/profile.md) overrides any of them.
+//! They are kept apart so that a what-if about the machine (a faster bus, a cheaper remote line) never changes what
+//! a policy decides — only what its decisions cost. `--decide-with machine` ([`CostModel::decide_with_machine`])
+//! is the one way to make them agree, when that is the question asked.
+//!
+//! Every default cites its source; the ones no paper gives are marked as estimates.
 
 use std::path::Path;
 
@@ -12,7 +15,128 @@ use serde::{Deserialize, Serialize};
 
 use super::SimError;
 
-/// Platform constants of the cost model. Field names carry their units.
+/// GPU memory of the paper's machine (Table 2: 5935 MB, as `nvidia-smi` reports MiB), the reference the
+/// simulator scales its L2 and driver granularities against.
+pub const PAPER_GPU_MEMORY_BYTES: u64 = 5935 * 1024 * 1024;
+/// The paper's GPU clock (Table 2: 1680 MHz), which turns the instrumentation's cycles into time.
+pub const PAPER_GPU_CLOCK_HZ: f64 = 1.68e9;
+/// Cycles of one page-statistics-table update (Sec. 5.1: "taking around 6000 cycles").
+pub const PST_UPDATE_CYCLES: f64 = 6000.0;
+
+/// The constants of Eqs. 1 and 3, as the paper prints them (Sec. 5.3's table). Only DynaMap and StaticMap read
+/// them, and only to decide.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DecisionConstants {
+    /// B_C: host memory bandwidth (12.8 GB/s).
+    pub cpu_mem_bytes_per_s: f64,
+    /// B_G: GPU memory bandwidth (336 GB/s).
+    pub gpu_mem_bytes_per_s: f64,
+    /// B_PCI: bus bandwidth (16 GB/s).
+    pub pci_bytes_per_s: f64,
+    /// H: page-fault handling time (20 µs), charged per page in Eq. 3 and per line in Eq. 1.
+    pub fault_s: f64,
+}
+
+impl Default for DecisionConstants {
+    fn default() -> Self {
+        Self {
+            cpu_mem_bytes_per_s: 12.8e9,
+            gpu_mem_bytes_per_s: 336e9,
+            pci_bytes_per_s: 16e9,
+            fault_s: 20e-6,
+        }
+    }
+}
+
+/// The machine the clock runs on. Field names carry their units.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct MachineModel {
+    /// Host memory bandwidth (Table 2: 12.8 GB/s).
+    pub cpu_mem_bytes_per_s: f64,
+    /// GPU memory bandwidth (Table 2: 336 GB/s).
+    pub gpu_mem_bytes_per_s: f64,
+    /// Bus bandwidth, each direction (Table 2: PCIe 3.0 x16, 16 GB/s).
+    pub pci_bytes_per_s: f64,
+    /// Fixed cost of one fault batch: invoking and returning from the handler (Sec. 5.1: "roughly 20 µs to
+    /// simply invoke and return from a page fault handler with no data transfer").
+    pub fault_batch_s: f64,
+    /// Service time of each fault within a batch (Vesely et al., ISPASS'16, Fig. 6: fault service saturates at
+    /// about 260 faults/ms, 3.8 µs each; an integrated GPU, the only per-fault figure the seed papers give).
+    pub fault_service_s: f64,
+    /// Most faults in one batch (the NVIDIA driver's fault batch, 256; also the paper's "batched" faults).
+    pub fault_batch_max: u32,
+    /// Latency of one 128 B read of host memory over the bus, zero-copy. Estimate: no seed paper measures it; a
+    /// PCIe 3.0 round trip to host DRAM is about a microsecond.
+    pub remote_line_latency_s: f64,
+    /// Setup of one DMA copy (migration or eviction), on top of its bytes: the size curve of PCIe copies, where
+    /// 4 KiB moves at a fraction of the peak and 2 MiB near it. Estimate: no seed paper measures it.
+    pub transfer_setup_s: f64,
+    /// Misses in flight at once, which hide latency (the resident warps of the trace generator: 30 SMs × 8).
+    pub outstanding_misses: u32,
+    /// GPU L2 capacity on the paper's machine (Table 2: 3 MB); scaled with GPU memory unless fixed.
+    pub l2_bytes: u64,
+    /// GPU L2 associativity (not in the paper; 16 ways is the usual NVIDIA L2 slice).
+    pub l2_ways: u32,
+    /// Time of one page-statistics-table update (Sec. 5.1: ~6000 cycles at Table 2's 1680 MHz, 3.6 µs).
+    pub pst_update_s: f64,
+    /// Warps whose accesses one update covers (Sec. 5.1's batch update: "a small batch size of 4 warps").
+    pub pst_batch_warps: u32,
+}
+
+impl Default for MachineModel {
+    fn default() -> Self {
+        Self {
+            cpu_mem_bytes_per_s: 12.8e9,
+            gpu_mem_bytes_per_s: 336e9,
+            pci_bytes_per_s: 16e9,
+            fault_batch_s: 20e-6,
+            fault_service_s: 1.0 / 260e3,
+            fault_batch_max: 256,
+            remote_line_latency_s: 1e-6,
+            transfer_setup_s: 2e-6,
+            outstanding_misses: 240,
+            l2_bytes: 3 * 1024 * 1024,
+            l2_ways: 16,
+            pst_update_s: PST_UPDATE_CYCLES / PAPER_GPU_CLOCK_HZ,
+            pst_batch_warps: 4,
+        }
+    }
+}
+
+impl MachineModel {
+    /// A machine on which the overlap model, with overlap switched off, gives exactly the serial sum of
+    /// [`CostModel::serial_time_s`]: every fault costs H, a remote line H plus its bytes, copies have no setup,
+    /// nothing is in flight at once and the table's updates are free.
+    pub fn serial_equivalent(decision: &DecisionConstants) -> Self {
+        Self {
+            cpu_mem_bytes_per_s: decision.cpu_mem_bytes_per_s,
+            gpu_mem_bytes_per_s: decision.gpu_mem_bytes_per_s,
+            pci_bytes_per_s: decision.pci_bytes_per_s,
+            fault_batch_s: 0.0,
+            fault_service_s: decision.fault_s,
+            fault_batch_max: 1,
+            remote_line_latency_s: decision.fault_s,
+            transfer_setup_s: 0.0,
+            outstanding_misses: 1,
+            pst_update_s: 0.0,
+            ..Self::default()
+        }
+    }
+
+    /// Bytes per second of a pipelined copy between host memory and the GPU: the slower of the two.
+    pub fn link_bytes_per_s(&self) -> f64 {
+        self.cpu_mem_bytes_per_s.min(self.pci_bytes_per_s)
+    }
+
+    /// Seconds per byte of a copy that passes host memory, then the bus, one after the other.
+    pub fn serial_s_per_byte(&self) -> f64 {
+        1.0 / self.cpu_mem_bytes_per_s + 1.0 / self.pci_bytes_per_s
+    }
+}
+
+/// Geometry, decision constants and machine of one simulation.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct CostModel {
@@ -20,21 +144,10 @@ pub struct CostModel {
     pub line_bytes: u64,
     /// P: page, the unit of migration (power of two, at most 64 lines and at most 64 KiB).
     pub page_bytes: u64,
-    /// B_C: host memory bandwidth.
-    pub cpu_mem_bytes_per_s: f64,
-    /// B_G: GPU memory bandwidth.
-    pub gpu_mem_bytes_per_s: f64,
-    /// B_PCI: bus bandwidth between host and GPU.
-    pub pci_bytes_per_s: f64,
-    /// H: time to service one fault, without the transfer.
-    pub fault_s: f64,
-    /// Fixed cost of serving one cache line from host memory, on top of its transfer. Eq. 1 charges a fault (H)
-    /// per line left on the host, so the default is H.
-    pub remote_line_s: f64,
-    /// GPU L2 capacity (Table 2: 3 MB).
-    pub l2_bytes: u64,
-    /// GPU L2 associativity (not in the paper; 16 ways is the usual NVIDIA L2 slice).
-    pub l2_ways: u32,
+    /// What DynaMap and StaticMap decide with.
+    pub decision: DecisionConstants,
+    /// What the clock runs on.
+    pub machine: MachineModel,
 }
 
 impl Default for CostModel {
@@ -42,19 +155,14 @@ impl Default for CostModel {
         Self {
             line_bytes: 128,
             page_bytes: 4096,
-            cpu_mem_bytes_per_s: 12.8e9,
-            gpu_mem_bytes_per_s: 336e9,
-            pci_bytes_per_s: 16e9,
-            fault_s: 20e-6,
-            remote_line_s: 20e-6,
-            l2_bytes: 3 * 1024 * 1024,
-            l2_ways: 16,
+            decision: DecisionConstants::default(),
+            machine: MachineModel::default(),
         }
     }
 }
 
 impl CostModel {
-    /// The paper's constants with a platform profile's `[uvm]` table over them; a profile without one keeps them
+    /// The defaults with a platform profile's `[uvm]` table over the machine; a profile without one keeps them
     /// all. The profile is read with [`oversub_profile::Profile::load`] (version, keys and ranges checked there);
     /// how the constants fit together is checked here.
     pub fn from_profile(path: &Path) -> Result<Self, SimError> {
@@ -82,7 +190,9 @@ impl CostModel {
         Ok(model)
     }
 
-    /// Overrides every constant the `[uvm]` table has; the rest keep their values. Does not validate.
+    /// Overrides every constant the `[uvm]` table has; the rest keep their values. A profile describes a
+    /// machine, so its keys set the machine model (and the geometry); the decision constants stay the paper's
+    /// unless [`CostModel::decide_with_machine`] is asked for. Does not validate.
     pub fn apply_profile(&mut self, uvm: &Uvm) {
         let Uvm {
             line_bytes,
@@ -91,20 +201,39 @@ impl CostModel {
             gpu_mem_bytes_per_s,
             pci_bytes_per_s,
             fault_s,
+            fault_service_s,
             remote_line_s,
+            transfer_setup_s,
+            outstanding_misses,
             l2_bytes,
             l2_ways,
         } = *uvm;
         // Destructured without `..` so that a key added to the schema cannot be silently ignored here.
+        let m = &mut self.machine;
         self.line_bytes = line_bytes.unwrap_or(self.line_bytes);
         self.page_bytes = page_bytes.unwrap_or(self.page_bytes);
-        self.cpu_mem_bytes_per_s = cpu_mem_bytes_per_s.unwrap_or(self.cpu_mem_bytes_per_s);
-        self.gpu_mem_bytes_per_s = gpu_mem_bytes_per_s.unwrap_or(self.gpu_mem_bytes_per_s);
-        self.pci_bytes_per_s = pci_bytes_per_s.unwrap_or(self.pci_bytes_per_s);
-        self.fault_s = fault_s.unwrap_or(self.fault_s);
-        self.remote_line_s = remote_line_s.unwrap_or(self.remote_line_s);
-        self.l2_bytes = l2_bytes.unwrap_or(self.l2_bytes);
-        self.l2_ways = l2_ways.unwrap_or(self.l2_ways);
+        m.cpu_mem_bytes_per_s = cpu_mem_bytes_per_s.unwrap_or(m.cpu_mem_bytes_per_s);
+        m.gpu_mem_bytes_per_s = gpu_mem_bytes_per_s.unwrap_or(m.gpu_mem_bytes_per_s);
+        m.pci_bytes_per_s = pci_bytes_per_s.unwrap_or(m.pci_bytes_per_s);
+        m.fault_batch_s = fault_s.unwrap_or(m.fault_batch_s);
+        m.fault_service_s = fault_service_s.unwrap_or(m.fault_service_s);
+        m.remote_line_latency_s = remote_line_s.unwrap_or(m.remote_line_latency_s);
+        m.transfer_setup_s = transfer_setup_s.unwrap_or(m.transfer_setup_s);
+        m.outstanding_misses = outstanding_misses.unwrap_or(m.outstanding_misses);
+        m.l2_bytes = l2_bytes.unwrap_or(m.l2_bytes);
+        m.l2_ways = l2_ways.unwrap_or(m.l2_ways);
+    }
+
+    /// Makes the decision constants the machine's (B_C, B_G, B_PCI, and H = one fault batch's handler cost):
+    /// DynaMap then decides for the machine it runs on rather than for the paper's table.
+    pub fn decide_with_machine(&mut self) {
+        let m = &self.machine;
+        self.decision = DecisionConstants {
+            cpu_mem_bytes_per_s: m.cpu_mem_bytes_per_s,
+            gpu_mem_bytes_per_s: m.gpu_mem_bytes_per_s,
+            pci_bytes_per_s: m.pci_bytes_per_s,
+            fault_s: m.fault_batch_s,
+        };
     }
 
     /// Checks that the constants describe a machine the simulator can model.
@@ -119,24 +248,37 @@ impl CostModel {
         if self.page_bytes / self.line_bytes > 64 || self.page_bytes > 64 * 1024 {
             return bad("page_bytes may hold at most 64 lines and be at most 64 KiB".into());
         }
+        let (d, m) = (&self.decision, &self.machine);
         for (name, v) in [
-            ("cpu_mem_bytes_per_s", self.cpu_mem_bytes_per_s),
-            ("gpu_mem_bytes_per_s", self.gpu_mem_bytes_per_s),
-            ("pci_bytes_per_s", self.pci_bytes_per_s),
+            ("decision.cpu_mem_bytes_per_s", d.cpu_mem_bytes_per_s),
+            ("decision.gpu_mem_bytes_per_s", d.gpu_mem_bytes_per_s),
+            ("decision.pci_bytes_per_s", d.pci_bytes_per_s),
+            ("cpu_mem_bytes_per_s", m.cpu_mem_bytes_per_s),
+            ("gpu_mem_bytes_per_s", m.gpu_mem_bytes_per_s),
+            ("pci_bytes_per_s", m.pci_bytes_per_s),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return bad(format!("{name} must be a positive number, not {v}"));
             }
         }
         for (name, v) in [
-            ("fault_s", self.fault_s),
-            ("remote_line_s", self.remote_line_s),
+            ("decision.fault_s", d.fault_s),
+            ("fault_s (fault batch)", m.fault_batch_s),
+            ("fault_service_s", m.fault_service_s),
+            ("remote_line_s", m.remote_line_latency_s),
+            ("transfer_setup_s", m.transfer_setup_s),
+            ("pst_update_s", m.pst_update_s),
         ] {
             if !(v.is_finite() && v >= 0.0) {
                 return bad(format!("{name} must be a non-negative number, not {v}"));
             }
         }
-        if self.l2_ways == 0 || self.l2_bytes < self.line_bytes * u64::from(self.l2_ways) {
+        if m.fault_batch_max == 0 || m.outstanding_misses == 0 || m.pst_batch_warps == 0 {
+            return bad(
+                "fault_batch_max, outstanding_misses and pst_batch_warps must be at least 1".into(),
+            );
+        }
+        if m.l2_ways == 0 || m.l2_bytes < self.line_bytes * u64::from(m.l2_ways) {
             return bad("the L2 needs at least one set of l2_ways lines".into());
         }
         Ok(())
@@ -147,20 +289,21 @@ impl CostModel {
         (self.page_bytes / self.line_bytes) as u32
     }
 
-    /// Time to move one page across the bus, host memory included: P (1/B_C + 1/B_PCI).
+    /// Eqs. 1 and 3's time to move one page across the bus, host memory included: P (1/B_C + 1/B_PCI).
     pub fn page_transfer_s(&self) -> f64 {
-        self.page_bytes as f64 * (1.0 / self.cpu_mem_bytes_per_s + 1.0 / self.pci_bytes_per_s)
+        let d = &self.decision;
+        self.page_bytes as f64 * (1.0 / d.cpu_mem_bytes_per_s + 1.0 / d.pci_bytes_per_s)
     }
 
-    /// Time to serve one line from host memory: the fixed cost plus L (1/B_C + 1/B_PCI).
+    /// Eq. 1's cost of one line left on the host: a fault plus L (1/B_C + 1/B_PCI).
     pub fn remote_line_cost_s(&self) -> f64 {
-        self.remote_line_s
-            + self.line_bytes as f64 * (1.0 / self.cpu_mem_bytes_per_s + 1.0 / self.pci_bytes_per_s)
+        let d = &self.decision;
+        d.fault_s + self.line_bytes as f64 * (1.0 / d.cpu_mem_bytes_per_s + 1.0 / d.pci_bytes_per_s)
     }
 
-    /// Time to read one line from GPU memory: L / B_G.
+    /// Eq. 3's time to read one line from GPU memory: L / B_G.
     pub fn gpu_line_s(&self) -> f64 {
-        self.line_bytes as f64 / self.gpu_mem_bytes_per_s
+        self.line_bytes as f64 / self.decision.gpu_mem_bytes_per_s
     }
 
     /// Eq. 1: cost of serving `lines` distinct lines of a page from host memory (⌈x/L⌉ = `lines`).
@@ -172,7 +315,27 @@ impl CostModel {
     /// brings `f_over` extra faults through premature eviction.
     pub fn c_gpu(&self, lines: u32, f_over: f64) -> f64 {
         f64::from(lines) * self.gpu_line_s()
-            + (1.0 + f_over) * (self.fault_s + self.page_transfer_s())
+            + (1.0 + f_over) * (self.decision.fault_s + self.page_transfer_s())
+    }
+
+    /// Fig. 7's curves: C_CPU and C_GPU (seconds) for every x = 1..=lines per page, at `f_over`; each point is
+    /// (x in bytes, C_CPU, C_GPU).
+    pub fn cost_curves(&self, f_over: f64) -> Vec<(u64, f64, f64)> {
+        (1..=self.lines_per_page())
+            .map(|lines| {
+                (
+                    u64::from(lines) * self.line_bytes,
+                    self.c_cpu(lines),
+                    self.c_gpu(lines, f_over),
+                )
+            })
+            .collect()
+    }
+
+    /// The smallest number of used lines at which Eq. 3 is below Eq. 1 at `f_over` (Fig. 7's crossover); None
+    /// when migrating never pays.
+    pub fn crossover_lines(&self, f_over: f64) -> Option<u32> {
+        (1..=self.lines_per_page()).find(|&x| self.c_gpu(x, f_over) < self.c_cpu(x))
     }
 }
 
@@ -189,10 +352,27 @@ mod tests {
         // leftmost crossover).
         assert!(m.c_cpu(1) < m.c_gpu(1, 0.0));
         assert!(m.c_cpu(2) > m.c_gpu(2, 0.0));
+        assert_eq!(m.crossover_lines(0.0), Some(2));
         // Pressure moves the crossover right.
-        let crossover = |f: f64| (1..=32).find(|&x| m.c_gpu(x, f) < m.c_cpu(x)).unwrap_or(33);
+        let crossover = |f: f64| m.crossover_lines(f).unwrap_or(33);
         assert!(crossover(0.0) < crossover(4.0));
         assert!(crossover(4.0) < crossover(16.0));
+        assert_eq!(m.cost_curves(1.0).len(), 32);
+        // 6000 cycles at 1680 MHz.
+        assert!((m.machine.pst_update_s - 3.571e-6).abs() < 1e-9);
+    }
+
+    #[test]
+    fn the_machine_does_not_move_the_decision_constants() {
+        let mut m = CostModel::default();
+        let before = (m.c_cpu(5), m.c_gpu(5, 2.0));
+        m.machine.remote_line_latency_s = 1e-9;
+        m.machine.pci_bytes_per_s = 1e12;
+        m.machine.fault_batch_s = 0.0;
+        assert_eq!((m.c_cpu(5), m.c_gpu(5, 2.0)), before);
+        // Unless asked for.
+        m.decide_with_machine();
+        assert_ne!((m.c_cpu(5), m.c_gpu(5, 2.0)), before);
     }
 
     const HEAD: &str = "[profile]\nversion = 1\n";
@@ -205,9 +385,13 @@ mod tests {
             p,
         )
         .unwrap();
-        assert_eq!(m.fault_s, 1e-5);
-        assert_eq!(m.pci_bytes_per_s, 16e9);
-        // No [uvm] table: the paper's constants.
+        assert_eq!(m.machine.fault_batch_s, 1e-5);
+        assert_eq!(
+            m.decision.fault_s, 20e-6,
+            "a profile is a machine, not a decision"
+        );
+        assert_eq!(m.machine.pci_bytes_per_s, 16e9);
+        // No [uvm] table: the defaults.
         assert_eq!(
             CostModel::from_profile_str(HEAD, p).unwrap(),
             CostModel::default()
@@ -231,7 +415,7 @@ mod tests {
         );
         // Free faults are a what-if the simulator takes.
         let m = CostModel::from_profile_str(&format!("{HEAD}[uvm]\nfault_s = 0\n"), p).unwrap();
-        assert_eq!(m.fault_s, 0.0);
+        assert_eq!(m.machine.fault_batch_s, 0.0);
         let e = CostModel::from_profile_str("[uvm]\nfault_s = 1e-5\n", p).unwrap_err();
         assert!(e.to_string().contains("[profile]"), "{e}");
         let e = CostModel::from_profile_str("[profile]\nversion = 7\n", p).unwrap_err();
@@ -247,7 +431,10 @@ mod tests {
             gpu_mem_bytes_per_s: Some(2e12),
             pci_bytes_per_s: Some(3e10),
             fault_s: Some(1e-5),
+            fault_service_s: Some(2e-6),
             remote_line_s: Some(1e-6),
+            transfer_setup_s: Some(3e-6),
+            outstanding_misses: Some(64),
             l2_bytes: Some(40 << 20),
             l2_ways: Some(8),
         };
@@ -258,13 +445,20 @@ mod tests {
             CostModel {
                 line_bytes: 64,
                 page_bytes: 2048,
-                cpu_mem_bytes_per_s: 1e10,
-                gpu_mem_bytes_per_s: 2e12,
-                pci_bytes_per_s: 3e10,
-                fault_s: 1e-5,
-                remote_line_s: 1e-6,
-                l2_bytes: 40 << 20,
-                l2_ways: 8,
+                decision: DecisionConstants::default(),
+                machine: MachineModel {
+                    cpu_mem_bytes_per_s: 1e10,
+                    gpu_mem_bytes_per_s: 2e12,
+                    pci_bytes_per_s: 3e10,
+                    fault_batch_s: 1e-5,
+                    fault_service_s: 2e-6,
+                    remote_line_latency_s: 1e-6,
+                    transfer_setup_s: 3e-6,
+                    outstanding_misses: 64,
+                    l2_bytes: 40 << 20,
+                    l2_ways: 8,
+                    ..MachineModel::default()
+                },
             }
         );
         let mut m = CostModel::default();

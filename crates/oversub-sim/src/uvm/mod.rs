@@ -5,6 +5,7 @@
 //! L2), [`policy`] (what to do on a fault: the DynaMap family and an oracle), [`sim`] (page table, eviction, the
 //! event counters and the cost model of [`cost`]) and [`suite`] (every workload × ratio × policy in parallel).
 
+pub mod analysis;
 pub mod cache;
 pub mod cost;
 mod error;

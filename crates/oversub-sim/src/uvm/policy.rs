@@ -17,17 +17,22 @@ pub const LAZY_PG_STAT_THRESHOLDS: [u32; 5] = [2, 8, 32, 64, 256];
 pub const STATIC_MAP_THRESHOLDS: [f64; 3] = [0.2, 0.5, 0.9];
 /// Access count at which NVIDIA's hardware counters migrate a 64 KiB group.
 pub const LAZY_GRP_HW_THRESHOLD: u32 = 256;
-/// LazyPgDynSW's base threshold t_s (see [`Policy::LazyPgDynSw`]).
+/// LazyPgDynSW's base threshold t_s (see [`Policy::LazyPgDynSw`]): `-migrate_threshold 8` in the reference
+/// simulator's configuration (Ganguly et al.'s gpgpu-sim_UVMSmart, `configs/GeForceGTX1080Ti/gpgpusim.config`).
 pub const LAZY_PG_DYN_BASE_THRESHOLD: u32 = 8;
+/// LazyPgDynSW's penalty p once memory is oversubscribed: `-multiply_dma_penalty 2` in the same configuration.
+pub const LAZY_PG_DYN_PENALTY: u32 = 2;
 
 /// One way of deciding, on a fault under oversubscription, whether to migrate a page or serve it from the host.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 #[non_exhaustive]
 pub enum Policy {
-    /// The driver's default: demand migration of the faulting page plus the tree prefetcher (per 2 MiB block,
-    /// 64 KiB leaves, a node filled once more than 51% of it is resident).
+    /// The driver's default: demand migration with the prefetcher on. A fault first grows to its whole 64 KiB big
+    /// page, then the bitmap tree over the (scaled) 2 MiB block, with pages as leaves, fills the largest node
+    /// more than 51% resident; thrashing detection throttles, then pins to the host, pages that bounce (see
+    /// [`super::sim::Thrashing`]).
     Eager,
-    /// Demand migration of the faulting page only.
+    /// Demand migration of the faulting page only (prefetcher off), with the same thrashing detection.
     EagerNoPrefetch,
     /// Pages stay mapped on the host; a per-64 KiB counter of accesses that reach memory migrates the whole group
     /// when it reaches `threshold` (256 in NVIDIA's driver).
@@ -42,11 +47,17 @@ pub enum Policy {
         /// Accesses before the page migrates.
         threshold: u32,
     },
-    /// Per-page counters with a threshold that adapts to memory pressure, after Ganguly et al. (IPDPS 2020): while
-    /// GPU memory still has room the threshold grows with its occupancy, t = t_s · used/capacity + 1; once it is
-    /// full, it grows with the number of round trips r the page has made, t = t_s · (r + 1) + 1, so pages that
-    /// thrash must prove themselves longer. docs/sim-uvm.md explains the choice.
+    /// Per-page counters with a threshold that adapts to memory pressure, as Ganguly et al.'s reference
+    /// simulator computes it (gpgpu-sim_UVMSmart, `gmmu_t::should_cause_page_migration`, adaptive mode): a store
+    /// always migrates; a load migrates once the page's count reaches t = 1 + t_s · occupancy while GPU memory has
+    /// room, and t = t_s · p · (r + 1) once it is oversubscribed, r being the page's round trips.
     LazyPgDynSw {
+        /// t_s.
+        base_threshold: u32,
+    },
+    /// The earlier reading of LazyPgDynSW, kept for comparison: no penalty, stores count like loads, and
+    /// t = t_s · (r + 1) + 1 once oversubscribed.
+    LazyPgDynSwNoPenalty {
         /// t_s.
         base_threshold: u32,
     },
@@ -57,8 +68,11 @@ pub enum Policy {
         threshold: f64,
     },
     /// The paper's policy: spatial utilisation from the page statistics table, f_over from the measured fault
-    /// rate (Eq. 2), migrate when C_GPU < C_CPU (Eqs. 1 and 3).
+    /// rate (Eq. 2), migrate when C_GPU < C_CPU (Eqs. 1 and 3). Charged for its instrumentation.
     DynaMap,
+    /// DynaMap with an offline profile (Sec. 6.2's last experiment): every page starts with the utilisation a
+    /// first, profiling run of DynaMap recorded, and no instrumentation runs.
+    DynaMapOffline,
     /// Demand migration with perfect foreknowledge of the trace: Belady's MIN evicts the resident page used
     /// furthest in the future. No demand-migrating policy migrates fewer pages.
     Oracle,
@@ -90,6 +104,7 @@ impl Policy {
                 .map(|&threshold| Policy::StaticMap { threshold }),
         );
         all.push(Policy::DynaMap);
+        all.push(Policy::DynaMapOffline);
         all.push(Policy::Oracle);
         all
     }
@@ -103,8 +118,10 @@ impl Policy {
             Policy::PinHost => "PinHost",
             Policy::LazyPgStatSw { .. } => "LazyPgStatSW",
             Policy::LazyPgDynSw { .. } => "LazyPgDynSW",
+            Policy::LazyPgDynSwNoPenalty { .. } => "LazyPgDynSW-noPenalty",
             Policy::StaticMap { .. } => "StaticMap",
             Policy::DynaMap => "DynaMap",
+            Policy::DynaMapOffline => "DynaMap-offline",
             Policy::Oracle => "Oracle",
         }
     }
@@ -163,6 +180,9 @@ impl Policy {
             "lazypgdynsw" => Ok(Policy::LazyPgDynSw {
                 base_threshold: count(LAZY_PG_DYN_BASE_THRESHOLD)?,
             }),
+            "lazypgdynswnopenalty" => Ok(Policy::LazyPgDynSwNoPenalty {
+                base_threshold: count(LAZY_PG_DYN_BASE_THRESHOLD)?,
+            }),
             "staticmap" => {
                 let threshold = match param {
                     None => 0.5,
@@ -182,6 +202,7 @@ impl Policy {
                 Ok(Policy::StaticMap { threshold })
             }
             "dynamap" => no_param(Policy::DynaMap),
+            "dynamapoffline" => no_param(Policy::DynaMapOffline),
             "oracle" | "belady" | "min" => no_param(Policy::Oracle),
             _ => Err(unknown()),
         }
@@ -196,13 +217,14 @@ impl Policy {
                 | Policy::LazyGrpHw { .. }
                 | Policy::LazyPgStatSw { .. }
                 | Policy::LazyPgDynSw { .. }
+                | Policy::LazyPgDynSwNoPenalty { .. }
         )
     }
 }
 
 const KNOWN: &str =
     "eager, eager-wopref, lazy-grp-hw[:N], pin-host, lazy-pg-stat-sw[:N], lazy-pg-dyn-sw[:N], \
-                     static-map[:SHARE], dynamap, oracle";
+                     lazy-pg-dyn-sw-nopenalty[:N], static-map[:SHARE], dynamap, dynamap-offline, oracle";
 
 impl fmt::Display for Policy {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -215,6 +237,11 @@ impl fmt::Display for Policy {
                 if *base_threshold != LAZY_PG_DYN_BASE_THRESHOLD =>
             {
                 write!(f, "LazyPgDynSW({base_threshold})")
+            }
+            Policy::LazyPgDynSwNoPenalty { base_threshold }
+                if *base_threshold != LAZY_PG_DYN_BASE_THRESHOLD =>
+            {
+                write!(f, "LazyPgDynSW-noPenalty({base_threshold})")
             }
             Policy::StaticMap { threshold } => write!(f, "StaticMap({threshold})"),
             other => f.write_str(other.family()),

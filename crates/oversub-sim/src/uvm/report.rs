@@ -5,7 +5,10 @@ use serde::Serialize;
 
 use super::cost::CostModel;
 use super::policy::{Policy, LAZY_PG_STAT_THRESHOLDS};
-use super::sim::{EvictionOrder, EvictionUnit, SimResult};
+use super::sim::{
+    EpochPoint, EvictionOrder, EvictionUnit, Geometry, MachineScale, SimResult, TimeBreakdown,
+    TimeModel, Utilisation,
+};
 use super::suite::{ratio_percent, speedups, SpeedupRow, SuiteSpec};
 use super::SimError;
 
@@ -62,8 +65,10 @@ pub struct RunRow {
     pub ratio: u32,
     /// The policy, as the figures name it.
     pub policy: String,
-    /// Estimated run time, seconds.
+    /// Estimated run time under the suite's time model, seconds.
     pub est_time_s: f64,
+    /// The serial estimate (Eqs. 1 and 3's constants, events summed), seconds.
+    pub serial_time_s: f64,
     /// LazyGrpHW's time over this one ([`speedup_of`]).
     pub speedup_vs_lazygrphw: Option<f64>,
     /// Driver service events: faults on unmapped pages and access-counter notifications.
@@ -74,6 +79,18 @@ pub struct RunRow {
     pub prefetches: u64,
     /// Pages evicted.
     pub evictions: u64,
+    /// Batches the faults were serviced in.
+    pub fault_batches: u64,
+    /// Copies to the GPU and to the host.
+    pub transfers_h2d: u64,
+    /// Copies to the host.
+    pub transfers_d2h: u64,
+    /// Accesses the instrumentation tracked.
+    pub pst_updates: u64,
+    /// Faults the thrashing detection throttled.
+    pub throttles: u64,
+    /// Pages it pinned to the host.
+    pub pins: u64,
     /// Evictions per page touched.
     pub evictions_per_page: f64,
     /// L2 misses served from host memory over the bus.
@@ -92,6 +109,14 @@ pub struct RunRow {
     pub footprint_bytes: u64,
     /// GPU memory, bytes.
     pub gpu_memory_bytes: u64,
+    /// Where the overlap model's time went.
+    pub breakdown: TimeBreakdown,
+    /// The L2 and driver granularities the run used.
+    pub geometry: Geometry,
+    /// The run over time (Figs. 5, 9, 10).
+    pub series: Vec<EpochPoint>,
+    /// Utilisation at eviction (Figs. 3, 4).
+    pub utilisation: Utilisation,
     /// Wall time of the simulation itself, seconds.
     pub sim_seconds: f64,
 }
@@ -105,11 +130,18 @@ impl RunRow {
             ratio: ratio_percent(r.ratio),
             policy: r.policy.to_string(),
             est_time_s: r.est_time_s,
+            serial_time_s: r.serial_time_s,
             speedup_vs_lazygrphw: speedup,
             faults: c.faults,
             migrations: c.migrations,
             prefetches: c.prefetches,
             evictions: c.evictions,
+            fault_batches: c.fault_batches,
+            transfers_h2d: c.transfers_h2d,
+            transfers_d2h: c.transfers_d2h,
+            pst_updates: c.pst_updates,
+            throttles: c.throttles,
+            pins: c.pins,
             evictions_per_page: r.evictions_per_page,
             remote_accesses: c.remote_accesses,
             cache_hits: c.cache_hits,
@@ -119,8 +151,39 @@ impl RunRow {
             accesses: c.accesses,
             footprint_bytes: r.footprint_pages * page_bytes,
             gpu_memory_bytes: r.capacity_pages * page_bytes,
+            breakdown: r.breakdown,
+            geometry: r.geometry,
+            series: r.series.clone(),
+            utilisation: r.utilisation.clone(),
             sim_seconds: r.sim_seconds,
         }
+    }
+}
+
+/// One curve pair of Fig. 7.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct CostCurve {
+    /// f_over.
+    pub f_over: f64,
+    /// (bytes used, C_CPU seconds, C_GPU seconds) per line count.
+    pub points: Vec<(u64, f64, f64)>,
+    /// Smallest bytes used at which migrating is cheaper, if any.
+    pub crossover_bytes: Option<u64>,
+}
+
+impl CostCurve {
+    /// Fig. 7's four levels of pressure.
+    pub fn figure7(cost: &CostModel) -> Vec<CostCurve> {
+        [0.0, 1.0, 4.0, 16.0]
+            .into_iter()
+            .map(|f_over| CostCurve {
+                f_over,
+                points: cost.cost_curves(f_over),
+                crossover_bytes: cost
+                    .crossover_lines(f_over)
+                    .map(|l| u64::from(l) * cost.line_bytes),
+            })
+            .collect()
     }
 }
 
@@ -131,8 +194,14 @@ pub struct UvmDoc {
     pub runs: Vec<RunRow>,
     /// The figures' rows ([`speedups`]).
     pub speedups: Vec<SpeedupRow>,
-    /// The cost model's constants.
+    /// The cost model's constants: decision constants and machine.
     pub cost_model: CostModel,
+    /// How time was estimated.
+    pub time_model: TimeModel,
+    /// Whether the L2 and driver granularities were scaled with GPU memory.
+    pub machine_scale: MachineScale,
+    /// Fig. 7: C_CPU and C_GPU (seconds) against bytes used, at f_over 0, 1, 4 and 16.
+    pub cost_curves: Vec<CostCurve>,
     /// The eviction order.
     pub eviction: EvictionOrder,
     /// The unit evicted at once.
@@ -154,6 +223,9 @@ impl UvmDoc {
             runs,
             speedups: rows,
             cost_model: spec.template.cost.clone(),
+            time_model: spec.template.time_model,
+            machine_scale: spec.template.machine_scale,
+            cost_curves: CostCurve::figure7(&spec.template.cost),
             eviction: spec.template.eviction,
             eviction_unit: spec.template.eviction_unit,
             wall_seconds,

@@ -3,8 +3,11 @@
 //! A trace is first [`PreparedTrace`]d: addresses become dense line numbers (blocks of 2 MiB that the trace touches
 //! are numbered in address order), so that every per-page structure is a flat array and one access costs a few
 //! array reads, an L2 lookup and, rarely, a policy decision. Faults are serviced as they occur, in trace order;
-//! the driver's batching shows in when DynaMap re-measures the fault rate (once per batch of faults) and in
-//! de-duplication (a page migrated for one warp no longer faults for the next).
+//! the driver's batching shows in when DynaMap re-measures the fault rate (once per batch of faults), in
+//! de-duplication (a page migrated for one warp no longer faults for the next) and in the clock.
+//!
+//! The clock ([`TimeModel::Overlap`]) advances once per epoch of accesses by the slowest resource the epoch used
+//! ([`epoch_parts`]); decisions never read it, except the driver's thrashing detection, which is a timer.
 
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
@@ -12,8 +15,8 @@ use std::time::Instant;
 use serde::Serialize;
 
 use super::cache::L2Cache;
-use super::cost::CostModel;
-use super::policy::Policy;
+use super::cost::{CostModel, PAPER_GPU_MEMORY_BYTES};
+use super::policy::{Policy, LAZY_PG_DYN_PENALTY};
 use super::{Access, SimError, Trace, BLOCK_BYTES, GROUP_BYTES};
 
 const WRITE_BIT: u32 = 1 << 31;
@@ -196,14 +199,70 @@ pub enum EvictionOrder {
 /// The unit evicted at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
 pub enum EvictionUnit {
-    /// One page. The default: the driver evicts 2 MiB chunks of a multi-GiB memory (1/3000 of it); a scaled-down
-    /// problem keeps that proportion best with small units.
-    #[default]
+    /// One page.
     Page,
     /// A 64 KiB group.
     Group,
-    /// A 2 MiB block, the driver's unit.
+    /// The driver's 2 MiB root chunk — scaled with GPU memory under [`MachineScale::Capacity`] (the default).
+    #[default]
     Block,
+}
+
+/// How the simulator turns counted events into time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub enum TimeModel {
+    /// Per epoch of accesses, the slowest of the resources the epoch used (bus each way, the fault handler,
+    /// GPU memory, the warps' latency hidden by the misses in flight): see docs/sim-uvm.md.
+    #[default]
+    Overlap,
+    /// The earlier estimate: every event priced with Eqs. 1 and 3's constants and added up serially.
+    Serial,
+}
+
+/// Whether the L2 and the driver's 2 MiB granularity shrink with the simulated GPU memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+pub enum MachineScale {
+    /// Keep L2 / GPU memory and block / GPU memory as on the paper's 5935 MiB GPU (an L2 of at least one set, a
+    /// block of at least one page).
+    #[default]
+    Capacity,
+    /// The paper's absolute sizes: a 3 MiB L2 and 2 MiB blocks, whatever the GPU memory.
+    None,
+}
+
+/// The driver's thrashing detection (nvidia-uvm `uvm_perf_thrashing.c`, module defaults), for the demand policies.
+///
+/// Two migrations or evictions of a page within `lapse_s` of each other are a thrashing event; after
+/// `threshold` consecutive events the page is thrashing. A fault on a thrashing page first throttles the GPU
+/// for `nap_lapses` lapses (the page still migrates after the nap); after `pin_threshold` throttles the page is
+/// pinned to host memory and mapped remotely for `pin_lapses` lapses, after which it may migrate again.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Thrashing {
+    /// Off: no detection (`uvm_perf_thrashing_enable=0`).
+    pub enabled: bool,
+    /// Consecutive events before a page is thrashing (`uvm_perf_thrashing_threshold`, 3).
+    pub threshold: u8,
+    /// Throttles before the page is pinned (`uvm_perf_thrashing_pin_threshold`, 10).
+    pub pin_threshold: u8,
+    /// Events closer than this are consecutive (`uvm_perf_thrashing_lapse_usec`, 500 µs).
+    pub lapse_s: f64,
+    /// Throttle length in lapses (`uvm_perf_thrashing_nap`, 1).
+    pub nap_lapses: f64,
+    /// Pin length in lapses (`uvm_perf_thrashing_pin`, 300: 150 ms).
+    pub pin_lapses: f64,
+}
+
+impl Default for Thrashing {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            threshold: 3,
+            pin_threshold: 10,
+            lapse_s: 500e-6,
+            nap_lapses: 1.0,
+            pin_lapses: 300.0,
+        }
+    }
 }
 
 /// One simulation's settings.
@@ -213,14 +272,31 @@ pub struct SimConfig {
     pub policy: Policy,
     /// Oversubscription ratio, (problem − capacity) / capacity; 2.0 is 200%.
     pub ratio: f64,
-    /// Costs and cache geometry.
+    /// Decision constants, machine and geometry.
     pub cost: CostModel,
     /// Eviction order.
     pub eviction: EvictionOrder,
     /// Eviction unit.
     pub eviction_unit: EvictionUnit,
-    /// Faults per batch, the unit over which the fault rate is measured (the driver's batch: 256).
+    /// Faults per batch, the unit over which DynaMap measures the fault rate (the driver's batch: 256).
     pub fault_batch: u32,
+    /// How time is estimated.
+    pub time_model: TimeModel,
+    /// Overlap on (max of the resources per epoch) or off (their sum); only for [`TimeModel::Overlap`].
+    pub overlap: bool,
+    /// Accesses per epoch of the overlap model.
+    pub epoch_accesses: u32,
+    /// Scaling of the L2 and the driver's granularities with GPU memory.
+    pub machine_scale: MachineScale,
+    /// The L2 is `cost.machine.l2_bytes` exactly, not scaled (set by `--l2`).
+    pub l2_fixed: bool,
+    /// Thrashing detection of the demand policies.
+    pub thrashing: Thrashing,
+    /// The instrumentation's early stop (Sec. 5.1): a page is tracked until its first eviction, and its
+    /// utilisation then stands for its future ones (Sec. 4.3). Off: tracked always, x = max(history, current).
+    pub pst_early_stop: bool,
+    /// Points kept of the per-epoch series (epochs are merged to fit).
+    pub series_points: u32,
 }
 
 impl SimConfig {
@@ -233,6 +309,14 @@ impl SimConfig {
             eviction: EvictionOrder::default(),
             eviction_unit: EvictionUnit::default(),
             fault_batch: 256,
+            time_model: TimeModel::default(),
+            overlap: true,
+            epoch_accesses: 4096,
+            machine_scale: MachineScale::default(),
+            l2_fixed: false,
+            thrashing: Thrashing::default(),
+            pst_early_stop: true,
+            series_points: 200,
         }
     }
 }
@@ -248,18 +332,161 @@ pub struct Counters {
     pub gpu_mem_accesses: u64,
     /// L2 misses served from host memory over the bus.
     pub remote_accesses: u64,
+    /// Of those, stores.
+    pub remote_writes: u64,
     /// Driver service events: faults on unmapped pages and access-counter notifications.
     pub faults: u64,
+    /// Batches the faults were serviced in (overlap model).
+    pub fault_batches: u64,
     /// Pages moved to the GPU, prefetched ones included.
     pub migrations: u64,
-    /// Of those, pages the prefetcher brought.
+    /// Of those, pages the prefetcher brought (big-page growth and the tree).
     pub prefetches: u64,
     /// Pages moved back to the host to make room.
     pub evictions: u64,
+    /// Copies to the GPU (a run of contiguous pages moved at once is one copy).
+    pub transfers_h2d: u64,
+    /// Copies to the host.
+    pub transfers_d2h: u64,
     /// Bytes over the bus to the GPU (migrations and remote reads).
     pub bytes_h2d: u64,
     /// Bytes over the bus to the host (evictions and remote writes).
     pub bytes_d2h: u64,
+    /// Accesses the page statistics table's instrumentation tracked (online DynaMap and StaticMap).
+    pub pst_updates: u64,
+    /// Faults the thrashing detection throttled.
+    pub throttles: u64,
+    /// Pages the thrashing detection pinned to the host.
+    pub pins: u64,
+}
+
+impl Counters {
+    fn minus(&self, base: &Counters) -> Counters {
+        Counters {
+            accesses: self.accesses - base.accesses,
+            cache_hits: self.cache_hits - base.cache_hits,
+            gpu_mem_accesses: self.gpu_mem_accesses - base.gpu_mem_accesses,
+            remote_accesses: self.remote_accesses - base.remote_accesses,
+            remote_writes: self.remote_writes - base.remote_writes,
+            faults: self.faults - base.faults,
+            fault_batches: self.fault_batches - base.fault_batches,
+            migrations: self.migrations - base.migrations,
+            prefetches: self.prefetches - base.prefetches,
+            evictions: self.evictions - base.evictions,
+            transfers_h2d: self.transfers_h2d - base.transfers_h2d,
+            transfers_d2h: self.transfers_d2h - base.transfers_d2h,
+            bytes_h2d: self.bytes_h2d - base.bytes_h2d,
+            bytes_d2h: self.bytes_d2h - base.bytes_d2h,
+            pst_updates: self.pst_updates - base.pst_updates,
+            throttles: self.throttles - base.throttles,
+            pins: self.pins - base.pins,
+        }
+    }
+}
+
+/// The time of one epoch (or a whole run) by resource, seconds. The overlap model charges their maximum per epoch.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct TimeParts {
+    /// Bus to the GPU: copy setups plus migrated and remotely read bytes at min(B_C, B_PCI).
+    pub bus_h2d_s: f64,
+    /// Bus to the host: evictions and remote stores.
+    pub bus_d2h_s: f64,
+    /// The fault handler: per batch, per fault, and the copies it waits for.
+    pub driver_s: f64,
+    /// GPU memory: L2 misses served there.
+    pub gpu_mem_s: f64,
+    /// Warp latency not hidden: remote lines, throttling naps and instrumentation, over the misses in flight.
+    pub warps_s: f64,
+}
+
+impl TimeParts {
+    fn max(&self) -> f64 {
+        self.bus_h2d_s
+            .max(self.bus_d2h_s)
+            .max(self.driver_s)
+            .max(self.gpu_mem_s)
+            .max(self.warps_s)
+    }
+
+    fn add(&mut self, o: &TimeParts) {
+        self.bus_h2d_s += o.bus_h2d_s;
+        self.bus_d2h_s += o.bus_d2h_s;
+        self.driver_s += o.driver_s;
+        self.gpu_mem_s += o.gpu_mem_s;
+        self.warps_s += o.warps_s;
+    }
+
+    /// Index of the largest part, in field order.
+    fn bound(&self) -> usize {
+        let parts = [
+            self.bus_h2d_s,
+            self.bus_d2h_s,
+            self.driver_s,
+            self.gpu_mem_s,
+            self.warps_s,
+        ];
+        let mut best = 0;
+        for (i, v) in parts.iter().enumerate() {
+            if *v > parts[best] {
+                best = i;
+            }
+        }
+        best
+    }
+}
+
+/// Where a run's time went, under the overlap model.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+pub struct TimeBreakdown {
+    /// Each resource's busy time summed over the epochs (their sum is the time without overlap).
+    pub parts: TimeParts,
+    /// Epochs bound by each resource, in [`TimeParts`]' field order: h2d, d2h, driver, GPU memory, warps.
+    pub bound_epochs: [u64; 5],
+    /// Of the warps' part, the page statistics table's instrumentation.
+    pub instrumentation_s: f64,
+    /// Of the warps' part, the throttling naps.
+    pub throttle_s: f64,
+}
+
+/// Sizes the run's machine ended up with.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Geometry {
+    /// GPU memory over the paper's 5935 MiB (1 under [`MachineScale::None`]).
+    pub scale: f64,
+    /// L2 capacity.
+    pub l2_bytes: u64,
+    /// The driver's block: prefetch region and eviction unit (when it is [`EvictionUnit::Block`]).
+    pub block_bytes: u64,
+    /// Big page, the region a fault grows to under Eager.
+    pub big_page_bytes: u64,
+}
+
+/// Some epochs of a run, merged: one point of Figs. 5, 9 and 10.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct EpochPoint {
+    /// Accesses simulated by the end of these epochs.
+    pub end_access: u64,
+    /// Estimated time at their end, seconds.
+    pub time_s: f64,
+    /// Their length, seconds.
+    pub span_s: f64,
+    /// DynaMap's f_over at their end (0 for other policies until the first eviction).
+    pub f_over: f64,
+    /// Faults in them.
+    pub faults: u64,
+    /// Migrations in them.
+    pub migrations: u64,
+    /// Evictions in them.
+    pub evictions: u64,
+}
+
+/// Utilisation of pages at eviction: what Figs. 3 and 4 show.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Utilisation {
+    /// Evictions by lines used during the residency just ended: index = lines (0..=lines per page).
+    pub at_eviction: Vec<u64>,
+    /// Pairs of consecutive residencies of one page, by eighths of the page used: `pairs[current][next]`.
+    pub current_vs_next: [[u64; 8]; 8],
 }
 
 /// What one run produced.
@@ -277,12 +504,22 @@ pub struct SimResult {
     pub capacity_pages: u64,
     /// The counters.
     pub counters: Counters,
-    /// Estimated run time from the counters and the cost model.
+    /// Estimated run time under the configured time model.
     pub est_time_s: f64,
+    /// The serial estimate (Eqs. 1 and 3's constants, events added up), whatever the time model.
+    pub serial_time_s: f64,
+    /// Where the overlap model's time went.
+    pub breakdown: TimeBreakdown,
+    /// The machine's sizes after scaling.
+    pub geometry: Geometry,
     /// Evictions per page touched.
     pub evictions_per_page: f64,
     /// Most pages resident at once (never above the capacity).
     pub peak_resident_pages: u64,
+    /// The run over time.
+    pub series: Vec<EpochPoint>,
+    /// Utilisation at eviction.
+    pub utilisation: Utilisation,
     /// Wall time of the simulation itself.
     pub sim_seconds: f64,
 }
@@ -298,13 +535,88 @@ impl SimResult {
     }
 }
 
-/// Estimated run time of counted events: H per fault, P (1/B_C + 1/B_PCI) per page moved either way, Eq. 1's
-/// per-line cost per remote access, L / B_G per GPU-memory access; L2 hits are free.
+/// The serial estimate of counted events: H per fault, P (1/B_C + 1/B_PCI) per page moved either way, Eq. 1's
+/// per-line cost per remote access, L / B_G per GPU-memory access; L2 hits are free. All constants are the
+/// decision constants: this is the model DynaMap decides with, summed.
 pub fn estimated_time_s(c: &Counters, cost: &CostModel) -> f64 {
-    c.faults as f64 * cost.fault_s
+    c.faults as f64 * cost.decision.fault_s
         + (c.migrations + c.evictions) as f64 * cost.page_transfer_s()
         + c.remote_accesses as f64 * cost.remote_line_cost_s()
         + c.gpu_mem_accesses as f64 * cost.gpu_line_s()
+}
+
+/// The overlap model's parts for the events `d` of one epoch on `machine` (see [`TimeParts`]).
+pub fn epoch_parts(d: &Counters, cost: &CostModel, overlap: bool) -> TimeParts {
+    let m = &cost.machine;
+    let (line, page) = (cost.line_bytes as f64, cost.page_bytes as f64);
+    let batches = d.faults.div_ceil(u64::from(m.fault_batch_max)) as f64;
+    let moved_in = d.migrations as f64 * page;
+    let moved_out = d.evictions as f64 * page;
+    let remote_reads = (d.remote_accesses - d.remote_writes) as f64 * line;
+    let remote_writes = d.remote_writes as f64 * line;
+    let handler = batches * m.fault_batch_s + d.faults as f64 * m.fault_service_s;
+    let latency = d.remote_accesses as f64 * m.remote_line_latency_s;
+    let pst = (d.pst_updates as f64 / f64::from(m.pst_batch_warps)) * m.pst_update_s;
+    let gpu = d.gpu_mem_accesses as f64 * line / m.gpu_mem_bytes_per_s;
+    if overlap {
+        let link = m.link_bytes_per_s();
+        let copies_in = d.transfers_h2d as f64 * m.transfer_setup_s + moved_in / link;
+        let copies_out = d.transfers_d2h as f64 * m.transfer_setup_s + moved_out / link;
+        TimeParts {
+            bus_h2d_s: copies_in + remote_reads / link,
+            bus_d2h_s: copies_out + remote_writes / link,
+            driver_s: handler + copies_in + copies_out,
+            gpu_mem_s: gpu,
+            warps_s: (latency + pst) / f64::from(m.outstanding_misses),
+        }
+    } else {
+        // Nothing overlaps: host memory and bus are passed one after the other, each latency is paid in full.
+        let per_byte = m.serial_s_per_byte();
+        let transfers = (d.transfers_h2d + d.transfers_d2h) as f64 * m.transfer_setup_s;
+        TimeParts {
+            bus_h2d_s: transfers + (moved_in + moved_out) * per_byte,
+            bus_d2h_s: (remote_reads + remote_writes) * per_byte,
+            driver_s: handler,
+            gpu_mem_s: gpu,
+            warps_s: latency + pst,
+        }
+    }
+}
+
+/// The L2, block and big page of a run with `capacity_pages` of GPU memory.
+pub fn geometry(config: &SimConfig, capacity_pages: u64) -> Geometry {
+    let cost = &config.cost;
+    let m = &cost.machine;
+    let scale = match config.machine_scale {
+        MachineScale::Capacity => {
+            (capacity_pages * cost.page_bytes) as f64 / PAPER_GPU_MEMORY_BYTES as f64
+        }
+        MachineScale::None => 1.0,
+    };
+    let set_bytes = cost.line_bytes * u64::from(m.l2_ways);
+    let l2_bytes = if config.l2_fixed || config.machine_scale == MachineScale::None {
+        m.l2_bytes
+    } else {
+        ((m.l2_bytes as f64 * scale / set_bytes as f64) as u64).max(1) * set_bytes
+    };
+    let block_bytes = match config.machine_scale {
+        MachineScale::None => BLOCK_BYTES,
+        MachineScale::Capacity => {
+            let raw = (BLOCK_BYTES as f64 * scale) as u64;
+            let pow2 = if raw == 0 {
+                0
+            } else {
+                1u64 << (63 - raw.leading_zeros())
+            };
+            pow2.clamp(cost.page_bytes, BLOCK_BYTES)
+        }
+    };
+    Geometry {
+        scale,
+        l2_bytes,
+        block_bytes,
+        big_page_bytes: GROUP_BYTES.max(cost.page_bytes),
+    }
 }
 
 /// Runs one policy over a prepared trace.
@@ -315,28 +627,64 @@ pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, 
             "the trace was prepared for another line or page size".into(),
         ));
     }
-    if config.fault_batch == 0 {
+    if config.fault_batch == 0 || config.epoch_accesses == 0 {
         return Err(SimError::InvalidParameter(
-            "fault_batch must be at least 1".into(),
+            "fault_batch and epoch_accesses must be at least 1".into(),
+        ));
+    }
+    let t = &config.thrashing;
+    let finite = |v: f64| v.is_finite() && v >= 0.0;
+    if t.enabled && !(finite(t.lapse_s) && finite(t.nap_lapses) && finite(t.pin_lapses)) {
+        return Err(SimError::InvalidParameter(
+            "the thrashing lapse, nap and pin must be non-negative numbers".into(),
         ));
     }
     let capacity = trace.capacity_pages(config.ratio)?;
     let started = Instant::now();
-    let mut engine = Engine::new(trace, config, capacity)?;
+    // The offline variant is seeded with the utilisation a profiling run of DynaMap recorded.
+    let seed = if config.policy == Policy::DynaMapOffline {
+        let mut profiling = Engine::new(trace, config, capacity, Policy::DynaMap, None)?;
+        profiling.run();
+        Some(profiling.hist)
+    } else {
+        None
+    };
+    let mut engine = Engine::new(trace, config, capacity, config.policy, seed)?;
     engine.run();
     let counters = engine.counters;
+    let serial = estimated_time_s(&counters, &config.cost);
     Ok(SimResult {
         workload: trace.name.clone(),
         policy: config.policy,
         ratio: config.ratio,
         footprint_pages: trace.touched_pages,
         capacity_pages: capacity,
-        est_time_s: estimated_time_s(&counters, &config.cost),
+        est_time_s: match config.time_model {
+            TimeModel::Overlap => engine.clock_s,
+            TimeModel::Serial => serial,
+        },
+        serial_time_s: serial,
+        breakdown: engine.breakdown,
+        geometry: engine.geometry,
         evictions_per_page: counters.evictions as f64 / trace.touched_pages.max(1) as f64,
         peak_resident_pages: engine.peak_resident,
+        series: std::mem::take(&mut engine.series),
+        utilisation: Utilisation {
+            at_eviction: std::mem::take(&mut engine.util_at_eviction),
+            current_vs_next: engine.util_pairs,
+        },
         counters,
         sim_seconds: started.elapsed().as_secs_f64(),
     })
+}
+
+/// Per-page state of the thrashing detection.
+#[derive(Debug, Clone, Copy, Default)]
+struct PageThrash {
+    last_event_s: f64,
+    events: u8,
+    throttles: u8,
+    pinned_until_s: f64,
 }
 
 struct Engine<'t> {
@@ -351,17 +699,24 @@ struct Engine<'t> {
     counters: Counters,
     /// Index of the access being simulated.
     now: u64,
+    geometry: Geometry,
 
     lpp_shift: u32,
     lpp_mask: u32,
     pages_per_group_shift: u32,
-    pages_per_block: u32,
+    big_page_pages: usize,
+    block_pages: usize,
 
     loc: Vec<u8>,
-    /// Lines used since the page last left the GPU (the page statistics table).
+    /// Lines used since the page last arrived on the GPU or left it (the truth, for the figures).
     used: Vec<u64>,
-    /// Lines used in the page's last period, or [`NO_HISTORY`].
+    /// Lines the page statistics table knows of the page's last tracked period, or [`NO_HISTORY`].
     hist: Vec<u8>,
+    /// Lines used in the page's previous residency, or [`NO_HISTORY`] (Fig. 4).
+    last_util: Vec<u8>,
+    /// Whether the instrumentation runs (online DynaMap and StaticMap).
+    instrumented: bool,
+    early_stop: bool,
     /// Accesses that reached memory while the page was on the host (per-page access counters).
     count: Vec<u32>,
     round_trips: Vec<u32>,
@@ -387,26 +742,58 @@ struct Engine<'t> {
     next_use: Vec<u32>,
     page_next: Vec<u32>,
     heap: BinaryHeap<(u32, u32)>,
+
+    /// Thrashing detection (Eager, Eager-woPref); empty when off.
+    thrash: Vec<PageThrash>,
+    thrash_cfg: Thrashing,
+
+    /// The copy in progress: the last page moved in each direction, so contiguous pages make one copy.
+    last_in: u32,
+    last_out: u32,
+
+    /// The clock.
+    overlap: bool,
+    epoch_accesses: u64,
+    epoch_base: Counters,
+    clock_s: f64,
+    breakdown: TimeBreakdown,
+
+    /// The series: epochs per point, and the point being filled.
+    epochs_per_point: u64,
+    point_epochs: u64,
+    point_base: Counters,
+    point_start_s: f64,
+    series: Vec<EpochPoint>,
+
+    util_at_eviction: Vec<u64>,
+    util_pairs: [[u64; 8]; 8],
 }
 
 impl<'t> Engine<'t> {
-    fn new(trace: &'t PreparedTrace, config: &SimConfig, capacity: u64) -> Result<Self, SimError> {
+    fn new(
+        trace: &'t PreparedTrace,
+        config: &SimConfig,
+        capacity: u64,
+        policy: Policy,
+        seed: Option<Vec<u8>>,
+    ) -> Result<Self, SimError> {
         let cost = config.cost.clone();
+        let geometry = geometry(config, capacity);
         let pages = trace.touched.len();
         let pages_per_group = (GROUP_BYTES / cost.page_bytes).max(1) as u32;
-        let pages_per_block = (BLOCK_BYTES / cost.page_bytes) as u32;
+        let block_pages = (geometry.block_bytes / cost.page_bytes).max(1) as u32;
         let unit_pages = match config.eviction_unit {
             EvictionUnit::Page => 1,
             EvictionUnit::Group => pages_per_group,
-            EvictionUnit::Block => pages_per_block,
+            EvictionUnit::Block => block_pages,
         };
         let units = pages.div_ceil(unit_pages as usize);
-        let initial = if config.policy.host_pages_mapped() {
+        let initial = if policy.host_pages_mapped() {
             REMOTE
         } else {
             UNMAPPED
         };
-        let oracle = config.policy == Policy::Oracle;
+        let oracle = policy == Policy::Oracle;
         if oracle && trace.lines.len() >= NONE as usize {
             return Err(SimError::InvalidParameter(
                 "the oracle handles traces of fewer than 2^32 accesses".into(),
@@ -427,23 +814,35 @@ impl<'t> Engine<'t> {
         } else {
             (Vec::new(), Vec::new())
         };
+        let thrash_on =
+            config.thrashing.enabled && matches!(policy, Policy::Eager | Policy::EagerNoPrefetch);
+        let epochs = (trace.lines.len() as u64).div_ceil(u64::from(config.epoch_accesses));
+        let hist = match seed {
+            Some(h) if h.len() == pages => h,
+            _ => vec![NO_HISTORY; pages],
+        };
         Ok(Self {
             trace,
-            policy: config.policy,
-            l2: L2Cache::new(cost.l2_bytes, cost.line_bytes, cost.l2_ways)?,
+            policy,
+            l2: L2Cache::new(geometry.l2_bytes, cost.line_bytes, cost.machine.l2_ways)?,
             lru: config.eviction == EvictionOrder::Lru,
             capacity,
             resident: 0,
             peak_resident: 0,
             counters: Counters::default(),
             now: 0,
+            geometry,
             lpp_shift,
             lpp_mask: (1u32 << lpp_shift) - 1,
             pages_per_group_shift: pages_per_group.trailing_zeros(),
-            pages_per_block,
+            big_page_pages: (geometry.big_page_bytes / cost.page_bytes).max(1) as usize,
+            block_pages: block_pages as usize,
             loc: vec![initial; pages],
             used: vec![0; pages],
-            hist: vec![NO_HISTORY; pages],
+            hist,
+            last_util: vec![NO_HISTORY; pages],
+            instrumented: matches!(policy, Policy::DynaMap | Policy::StaticMap { .. }),
+            early_stop: config.pst_early_stop,
             count: vec![0; pages],
             round_trips: vec![0; pages],
             group_count: vec![0; pages.div_ceil(pages_per_group as usize)],
@@ -462,21 +861,70 @@ impl<'t> Engine<'t> {
             next_use,
             page_next,
             heap: BinaryHeap::new(),
+            thrash: if thrash_on {
+                vec![
+                    PageThrash {
+                        last_event_s: f64::NEG_INFINITY,
+                        ..PageThrash::default()
+                    };
+                    pages
+                ]
+            } else {
+                Vec::new()
+            },
+            thrash_cfg: config.thrashing.clone(),
+            last_in: NONE,
+            last_out: NONE,
+            overlap: config.overlap,
+            epoch_accesses: u64::from(config.epoch_accesses),
+            epoch_base: Counters::default(),
+            clock_s: 0.0,
+            breakdown: TimeBreakdown::default(),
+            epochs_per_point: epochs
+                .div_ceil(u64::from(config.series_points.max(1)))
+                .max(1),
+            point_epochs: 0,
+            point_base: Counters::default(),
+            point_start_s: 0.0,
+            series: Vec::new(),
+            util_at_eviction: vec![0; cost.lines_per_page() as usize + 1],
+            util_pairs: [[0; 8]; 8],
             cost,
         })
     }
 
     fn run(&mut self) {
         let trace = self.trace;
+        let epoch = self.epoch_accesses;
+        // A countdown rather than `i % epoch`: a division per access is a tenth of the simulator's time.
+        let mut until_epoch = epoch;
         for (i, &entry) in trace.lines.iter().enumerate() {
             self.now = i as u64;
             let line = entry & LINE_MASK;
             let write = entry & WRITE_BIT != 0;
             let page = (line >> self.lpp_shift) as usize;
+            let bit = 1u64 << (line & self.lpp_mask);
             if let Some(u) = self.used.get_mut(page) {
-                *u |= 1u64 << (line & self.lpp_mask);
+                *u |= bit;
+            }
+            if self.instrumented {
+                let tracked = !self.early_stop
+                    || self.hist.get(page).copied().unwrap_or(NO_HISTORY) == NO_HISTORY;
+                if tracked {
+                    self.counters.pst_updates += 1;
+                }
             }
             let mut loc = self.loc.get(page).copied().unwrap_or(UNMAPPED);
+            if loc == REMOTE && !self.thrash.is_empty() {
+                // A pin that has lapsed: the page is unmapped again and its next touch faults.
+                let now_s = self.now_s();
+                if let Some(t) = self.thrash.get(page) {
+                    if now_s >= t.pinned_until_s {
+                        self.set_loc(page, UNMAPPED);
+                        loc = UNMAPPED;
+                    }
+                }
+            }
             if loc == UNMAPPED {
                 self.fault(page);
                 loc = self.loc.get(page).copied().unwrap_or(UNMAPPED);
@@ -498,20 +946,118 @@ impl<'t> Engine<'t> {
             } else {
                 self.counters.remote_accesses += 1;
                 if write {
+                    self.counters.remote_writes += 1;
                     self.counters.bytes_d2h += self.trace.line_bytes;
                 } else {
                     self.counters.bytes_h2d += self.trace.line_bytes;
                 }
-                self.remote_miss(page);
+                self.remote_miss(page, write);
+            }
+            until_epoch -= 1;
+            if until_epoch == 0 {
+                self.counters.accesses = i as u64 + 1;
+                self.close_epoch();
+                until_epoch = epoch;
             }
         }
         self.counters.accesses = trace.lines.len() as u64;
+        if self.counters.accesses % epoch != 0 {
+            self.close_epoch();
+        }
+        if self.point_epochs > 0 {
+            self.close_point();
+        }
+    }
+
+    /// The time the current epoch has taken so far, from its events.
+    fn epoch_so_far(&self) -> TimeParts {
+        epoch_parts(
+            &self.counters.minus(&self.epoch_base),
+            &self.cost,
+            self.overlap,
+        )
+    }
+
+    /// The clock at the current access.
+    fn now_s(&self) -> f64 {
+        let parts = self.epoch_so_far();
+        let nap = self.epoch_naps_s();
+        self.clock_s + self.combine(&parts, nap)
+    }
+
+    /// Throttling naps of the current epoch, over the misses in flight when they overlap.
+    fn epoch_naps_s(&self) -> f64 {
+        let throttles = (self.counters.throttles - self.epoch_base.throttles) as f64;
+        let nap = throttles * self.thrash_cfg.nap_lapses * self.thrash_cfg.lapse_s;
+        if self.overlap {
+            nap / f64::from(self.cost.machine.outstanding_misses)
+        } else {
+            nap
+        }
+    }
+
+    fn combine(&self, parts: &TimeParts, nap_s: f64) -> f64 {
+        let mut p = *parts;
+        p.warps_s += nap_s;
+        if self.overlap {
+            p.max()
+        } else {
+            p.bus_h2d_s + p.bus_d2h_s + p.driver_s + p.gpu_mem_s + p.warps_s
+        }
+    }
+
+    fn close_epoch(&mut self) {
+        let d = self.counters.minus(&self.epoch_base);
+        self.counters.fault_batches += d
+            .faults
+            .div_ceil(u64::from(self.cost.machine.fault_batch_max));
+        let mut parts = epoch_parts(&d, &self.cost, self.overlap);
+        let nap = self.epoch_naps_s();
+        let pst = (d.pst_updates as f64 / f64::from(self.cost.machine.pst_batch_warps))
+            * self.cost.machine.pst_update_s;
+        let div = if self.overlap {
+            f64::from(self.cost.machine.outstanding_misses)
+        } else {
+            1.0
+        };
+        self.breakdown.instrumentation_s += pst / div;
+        self.breakdown.throttle_s += nap;
+        parts.warps_s += nap;
+        let span = self.combine(&parts, 0.0);
+        self.clock_s += span;
+        self.breakdown.parts.add(&parts);
+        if let Some(b) = self.breakdown.bound_epochs.get_mut(parts.bound()) {
+            *b += 1;
+        }
+        self.epoch_base = self.counters;
+        self.point_epochs += 1;
+        if self.point_epochs >= self.epochs_per_point {
+            self.close_point();
+        }
+    }
+
+    fn close_point(&mut self) {
+        let d = self.counters.minus(&self.point_base);
+        self.series.push(EpochPoint {
+            end_access: self.counters.accesses,
+            time_s: self.clock_s,
+            span_s: self.clock_s - self.point_start_s,
+            f_over: self.f_over,
+            faults: d.faults,
+            migrations: d.migrations,
+            evictions: d.evictions,
+        });
+        self.point_base = self.counters;
+        self.point_start_s = self.clock_s;
+        self.point_epochs = 0;
     }
 
     /// An access to an unmapped page: the driver decides to migrate it or to serve it from the host.
     fn fault(&mut self, page: usize) {
         self.counters.faults += 1;
         self.batch_faults += 1;
+        self.last_in = NONE;
+        self.last_out = NONE;
         if self.batch_faults >= self.fault_batch {
             let span = (self.now + 1 - self.batch_start).max(1);
             let f_current = f64::from(self.batch_faults) / span as f64;
@@ -521,9 +1067,14 @@ impl<'t> Engine<'t> {
             self.batch_faults = 0;
             self.batch_start = self.now + 1;
         }
+        if !self.thrash.is_empty() && self.thrashing_fault(page) {
+            return;
+        }
         let migrate = match self.policy {
             Policy::Eager | Policy::EagerNoPrefetch | Policy::Oracle => true,
-            Policy::StaticMap { .. } | Policy::DynaMap => self.spatial_decision(page, true),
+            Policy::StaticMap { .. } | Policy::DynaMap | Policy::DynaMapOffline => {
+                self.spatial_decision(page, true)
+            }
             _ => false,
         };
         if !migrate {
@@ -535,6 +1086,56 @@ impl<'t> Engine<'t> {
         }
     }
 
+    /// The thrashing detection's say on a fault: throttle (the page still migrates, after a nap) or pin it to the
+    /// host. True when the page was pinned and must not migrate.
+    fn thrashing_fault(&mut self, page: usize) -> bool {
+        let cfg = &self.thrash_cfg;
+        let (threshold, pin_threshold) = (cfg.threshold, cfg.pin_threshold);
+        let pin_s = cfg.pin_lapses * cfg.lapse_s;
+        let thrashing = self.thrash.get(page).is_some_and(|t| t.events >= threshold);
+        if !thrashing {
+            return false;
+        }
+        let now_s = self.now_s();
+        let Some(t) = self.thrash.get_mut(page) else {
+            return false;
+        };
+        if t.throttles < pin_threshold {
+            t.throttles += 1;
+            self.counters.throttles += 1;
+            return false;
+        }
+        t.throttles = 0;
+        t.events = 0;
+        t.pinned_until_s = now_s + pin_s;
+        self.counters.pins += 1;
+        self.set_loc(page, REMOTE);
+        true
+    }
+
+    /// A migration or eviction of `page`: one more event if close enough to the previous.
+    fn thrashing_event(&mut self, page: usize) {
+        if self.thrash.is_empty() {
+            return;
+        }
+        let now_s = self.now_s();
+        let lapse = self.thrash_cfg.lapse_s;
+        if let Some(t) = self.thrash.get_mut(page) {
+            if now_s - t.last_event_s <= lapse {
+                t.events = t.events.saturating_add(1);
+            } else {
+                t.events = 0;
+            }
+            t.last_event_s = now_s;
+        }
+    }
+
+    fn is_thrashing(&self, page: usize) -> bool {
+        self.thrash
+            .get(page)
+            .is_some_and(|t| t.events >= self.thrash_cfg.threshold)
+    }
+
     /// StaticMap and DynaMap: migrate a page whose expected spatial use pays for the move. A page never evicted
     /// has no history and migrates on its first fault, as the paper's DynaMap does.
     fn spatial_decision(&self, page: usize, at_fault: bool) -> bool {
@@ -542,19 +1143,28 @@ impl<'t> Engine<'t> {
         if hist == NO_HISTORY {
             return at_fault;
         }
-        let current = self.used.get(page).map_or(0, |u| u.count_ones());
-        let lines = u32::from(hist).max(current);
+        let lines = if self.early_stop || !self.instrumented {
+            // Tracking stopped at the first eviction: the table holds that period's utilisation.
+            u32::from(hist)
+        } else {
+            let current = self.used.get(page).map_or(0, |u| u.count_ones());
+            u32::from(hist).max(current)
+        };
         match self.policy {
             Policy::StaticMap { threshold } => {
                 f64::from(lines) >= threshold * f64::from(self.cost.lines_per_page())
             }
-            Policy::DynaMap => self.cost.c_gpu(lines, self.f_over) < self.cost.c_cpu(lines),
+            Policy::DynaMap | Policy::DynaMapOffline => {
+                self.cost.c_gpu(lines, self.f_over) < self.cost.c_cpu(lines)
+            }
             _ => false,
         }
     }
 
     /// A host-resident line missed the L2 and went over the bus; counters may now ask for a migration.
-    fn remote_miss(&mut self, page: usize) {
+    fn remote_miss(&mut self, page: usize, write: bool) {
+        self.last_in = NONE;
+        self.last_out = NONE;
         match self.policy {
             Policy::LazyGrpHw { threshold } => {
                 let group = page >> self.pages_per_group_shift;
@@ -589,8 +1199,22 @@ impl<'t> Engine<'t> {
             Policy::LazyPgDynSw { base_threshold } => {
                 let n = self.bump_count(page);
                 let ts = f64::from(base_threshold);
+                let threshold = match self.f_under {
+                    // Not oversubscribed yet: t = 1 + t_s · occupancy.
+                    None => 1.0 + ts * self.resident as f64 / self.capacity as f64,
+                    Some(_) => {
+                        let r = self.round_trips.get(page).copied().unwrap_or(0);
+                        ts * f64::from(LAZY_PG_DYN_PENALTY) * f64::from(r + 1)
+                    }
+                };
+                if write || f64::from(n) >= threshold {
+                    self.counter_migration(page);
+                }
+            }
+            Policy::LazyPgDynSwNoPenalty { base_threshold } => {
+                let n = self.bump_count(page);
+                let ts = f64::from(base_threshold);
                 let threshold = if self.f_under.is_none() {
-                    // No eviction yet: memory still has room, be eager in proportion to what is left.
                     ts * self.resident as f64 / self.capacity as f64 + 1.0
                 } else {
                     let r = self.round_trips.get(page).copied().unwrap_or(0);
@@ -600,7 +1224,7 @@ impl<'t> Engine<'t> {
                     self.counter_migration(page);
                 }
             }
-            Policy::StaticMap { .. } | Policy::DynaMap => {
+            Policy::StaticMap { .. } | Policy::DynaMap | Policy::DynaMapOffline => {
                 // Eq. 1 charges every host-served line as a fault: the driver sees it and may change its mind.
                 let migrate = self.spatial_decision(page, false);
                 if migrate {
@@ -626,31 +1250,60 @@ impl<'t> Engine<'t> {
         let _ = self.migrate(page, NONE);
     }
 
-    /// The driver's tree prefetcher over the faulting page's 2 MiB block: from the 64 KiB leaf up to the root,
-    /// a node more than 51% resident is filled.
-    fn prefetch(&mut self, page: usize) {
+    /// Pages resident in `start..start + size`.
+    fn resident_in(&self, start: usize, size: usize) -> usize {
         let ppg = 1usize << self.pages_per_group_shift;
-        let block_pages = self.pages_per_block as usize;
-        let unit = self.unit_of(page);
-        let mut size = ppg;
-        while size <= block_pages {
-            let start = page & !(size - 1);
-            let resident: usize = (start / ppg..(start + size) / ppg)
+        if size >= ppg && start % ppg == 0 {
+            (start / ppg..(start + size) / ppg)
                 .map(|g| usize::from(self.group_resident.get(g).copied().unwrap_or(0)))
-                .sum();
-            if resident * 100 > size * 51 {
-                for p in start..start + size {
-                    if self.loc.get(p) != Some(&RESIDENT)
-                        && self.trace.touched.get(p).copied().unwrap_or(false)
-                    {
-                        if self.migrate(p, unit).is_err() {
-                            return;
-                        }
-                        self.counters.prefetches += 1;
-                    }
+                .sum()
+        } else {
+            (start..start + size)
+                .filter(|&p| self.loc.get(p) == Some(&RESIDENT))
+                .count()
+        }
+    }
+
+    /// Brings the touched, non-resident, non-thrashing pages of `start..start + size` in as prefetches. False when
+    /// memory ran out.
+    fn fill(&mut self, start: usize, size: usize, unit: u32) -> bool {
+        for p in start..start + size {
+            if self.loc.get(p) != Some(&RESIDENT)
+                && self.trace.touched.get(p).copied().unwrap_or(false)
+                && !self.is_thrashing(p)
+            {
+                if self.migrate(p, unit).is_err() {
+                    return false;
                 }
+                self.counters.prefetches += 1;
+            }
+        }
+        true
+    }
+
+    /// The driver's prefetcher on a fault at `page`: the fault grows to its big page unless a page in it is
+    /// thrashing; then, in the bitmap tree over the block with pages as leaves, the largest node above the big
+    /// page more than 51% resident is filled.
+    fn prefetch(&mut self, page: usize) {
+        let unit = self.unit_of(page);
+        let big = self.big_page_pages;
+        let start = page & !(big - 1);
+        let thrashing = (start..start + big).any(|p| self.is_thrashing(p));
+        if !thrashing && !self.fill(start, big, unit) {
+            return;
+        }
+        let block = self.block_pages;
+        let mut size = (big * 2).max(2);
+        let mut chosen = None;
+        while size <= block {
+            let start = page & !(size - 1);
+            if self.resident_in(start, size) * 100 > size * 51 {
+                chosen = Some((start, size));
             }
             size *= 2;
+        }
+        if let Some((start, size)) = chosen {
+            self.fill(start, size, unit);
         }
     }
 
@@ -667,6 +1320,10 @@ impl<'t> Engine<'t> {
         self.peak_resident = self.peak_resident.max(self.resident);
         self.counters.migrations += 1;
         self.counters.bytes_h2d += self.trace.page_bytes;
+        if self.last_in == NONE || page as u32 != self.last_in.wrapping_add(1) {
+            self.counters.transfers_h2d += 1;
+        }
+        self.last_in = page as u32;
         if let Some(c) = self.count.get_mut(page) {
             *c = 0;
         }
@@ -686,6 +1343,7 @@ impl<'t> Engine<'t> {
         if !self.next_use.is_empty() {
             self.oracle_touch(page, self.now as usize, true);
         }
+        self.thrashing_event(page);
         Ok(())
     }
 
@@ -723,9 +1381,36 @@ impl<'t> Engine<'t> {
         self.resident -= 1;
         self.counters.evictions += 1;
         self.counters.bytes_d2h += self.trace.page_bytes;
-        if let (Some(u), Some(h)) = (self.used.get_mut(page), self.hist.get_mut(page)) {
-            *h = (u.count_ones() as u8).min(NO_HISTORY - 1);
+        if self.last_out == NONE || page as u32 != self.last_out.wrapping_add(1) {
+            self.counters.transfers_d2h += 1;
+        }
+        self.last_out = page as u32;
+        let lines = self.used.get(page).map_or(0, |u| u.count_ones()) as u8;
+        if let Some(u) = self.used.get_mut(page) {
             *u = 0;
+        }
+        if let Some(h) = self.hist.get_mut(page) {
+            // The table records the period that just ended, unless tracking stopped (early stop) or never ran.
+            if (*h == NO_HISTORY || !self.early_stop) && self.policy != Policy::DynaMapOffline {
+                *h = lines.min(NO_HISTORY - 1);
+            }
+        }
+        if let Some(n) = self.util_at_eviction.get_mut(usize::from(lines)) {
+            *n += 1;
+        }
+        let lpp = self.cost.lines_per_page() as usize;
+        if let Some(prev) = self.last_util.get_mut(page) {
+            if *prev != NO_HISTORY {
+                let bin = |l: u8| (usize::from(l) * 8 / (lpp + 1)).min(7);
+                if let Some(cell) = self
+                    .util_pairs
+                    .get_mut(bin(*prev))
+                    .and_then(|row| row.get_mut(bin(lines)))
+                {
+                    *cell += 1;
+                }
+            }
+            *prev = lines;
         }
         if let Some(r) = self.round_trips.get_mut(page) {
             *r += 1;
@@ -743,6 +1428,7 @@ impl<'t> Engine<'t> {
                 self.unlink(unit);
             }
         }
+        self.thrashing_event(page);
     }
 
     fn set_loc(&mut self, page: usize, loc: u8) {

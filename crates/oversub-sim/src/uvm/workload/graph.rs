@@ -6,8 +6,11 @@ use std::path::{Path, PathBuf};
 use crate::rng::Rng;
 use crate::uvm::SimError;
 
-/// Edges per vertex of the synthetic graphs (Graph500's edge factor).
+/// Edges per vertex of the synthetic graphs unless a workload asks for another: Graph500's edge factor, 16, which
+/// BFS and SSSP keep.
 pub(crate) const EDGE_FACTOR: u64 = 16;
+/// Largest edge factor accepted, so that a scale and a factor together cannot ask for more than 2^36 edges.
+pub(crate) const MAX_EDGE_FACTOR: u64 = 64;
 /// R-MAT quadrant probabilities (Graph500's): top-left, top-right, bottom-left; bottom-right takes the rest.
 const RMAT_ABC: [f64; 3] = [0.57, 0.19, 0.19];
 /// Largest R-MAT scale accepted: 2^30 vertices (16 Gi edges) is already beyond any machine this runs on.
@@ -108,10 +111,12 @@ impl Graph {
 /// Where a graph workload's graph comes from.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) enum GraphSpec {
-    /// R-MAT with 2^scale vertices and [`EDGE_FACTOR`] edges per vertex.
+    /// R-MAT with 2^scale vertices and `edge_factor` × 2^scale edges.
     Rmat {
         /// log2 of the vertex count.
         scale: u32,
+        /// Edges per vertex ([`EDGE_FACTOR`] for Graph500's); clamped to 1..=[`MAX_EDGE_FACTOR`].
+        edge_factor: u64,
     },
     /// An edge list or Matrix Market file.
     File(PathBuf),
@@ -121,7 +126,7 @@ impl GraphSpec {
     /// The graph itself; `seed` drives R-MAT.
     pub(crate) fn load(&self, seed: u64) -> Result<Graph, SimError> {
         match self {
-            Self::Rmat { scale } => Ok(rmat(*scale, seed)),
+            Self::Rmat { scale, edge_factor } => Ok(rmat(*scale, *edge_factor, seed)),
             Self::File(path) => read(path),
         }
     }
@@ -129,9 +134,9 @@ impl GraphSpec {
     /// Vertex and edge counts: free for R-MAT, a parse for a file.
     pub(crate) fn counts(&self) -> Result<(u64, u64), SimError> {
         match self {
-            Self::Rmat { scale } => {
+            Self::Rmat { scale, edge_factor } => {
                 let n = 1u64 << scale.min(&MAX_RMAT_SCALE);
-                Ok((n, n * EDGE_FACTOR))
+                Ok((n, n * clamp_edge_factor(*edge_factor)))
             }
             Self::File(path) => {
                 let g = read(path)?;
@@ -239,13 +244,20 @@ impl Relabel {
     }
 }
 
-/// An R-MAT graph with 2^scale vertices and 16 × 2^scale directed edges, vertex labels randomly permuted as
-/// Graph500 does (so that the hubs do not all sit at the low addresses). Duplicate edges and self-loops are kept,
-/// as the generator makes them: the kernels cope, and the edge count stays exactly known.
-pub(crate) fn rmat(scale: u32, seed: u64) -> Graph {
+/// The edge factor actually used for a requested one: 1..=[`MAX_EDGE_FACTOR`].
+fn clamp_edge_factor(edge_factor: u64) -> u64 {
+    edge_factor.clamp(1, MAX_EDGE_FACTOR)
+}
+
+/// An R-MAT graph with 2^scale vertices and `edge_factor` × 2^scale directed edges (the factor clamped to
+/// 1..=[`MAX_EDGE_FACTOR`]), vertex labels randomly permuted as Graph500 does (so that the hubs do not all sit at
+/// the low addresses). Duplicate edges and self-loops are kept, as the generator makes them: the kernels cope,
+/// and the edge count stays exactly known. The edges are drawn one after another from one random stream, so for
+/// the same scale and seed a lower factor keeps the first edges a higher one draws.
+pub(crate) fn rmat(scale: u32, edge_factor: u64, seed: u64) -> Graph {
     let scale = scale.min(MAX_RMAT_SCALE);
     let n = 1usize << scale;
-    let m = n * EDGE_FACTOR as usize;
+    let m = n * clamp_edge_factor(edge_factor) as usize;
     let mut rng = Rng::new(seed);
     let relabel = Relabel::new(scale, &mut rng);
     let sampler = RmatSampler::new(scale);
@@ -594,15 +606,36 @@ mod tests {
 
     #[test]
     fn rmat_has_the_promised_shape_and_is_deterministic() {
-        let g = rmat(10, 7);
+        let g = rmat(10, EDGE_FACTOR, 7);
         assert_eq!(g.vertices(), 1024);
         assert_eq!(g.edges(), 16 * 1024);
-        assert_eq!(g, rmat(10, 7));
-        assert_ne!(g, rmat(10, 8));
+        assert_eq!(g, rmat(10, EDGE_FACTOR, 7));
+        assert_ne!(g, rmat(10, EDGE_FACTOR, 8));
         assert!(g.targets.iter().all(|&t| t < 1024));
         // Skewed: the hub has far more than the average 16 edges.
         let (s, e) = g.edge_range(g.hub());
         assert!(e - s > 100, "hub degree {}", e - s);
+    }
+
+    #[test]
+    fn rmat_edge_factor_sets_the_edge_count() {
+        for (factor, edges) in [(4, 4 * 1024), (1, 1024), (0, 1024), (1000, 64 * 1024)] {
+            let g = rmat(10, factor, 3);
+            assert_eq!(g.edges(), edges, "factor {factor}");
+            assert_eq!(
+                GraphSpec::Rmat {
+                    scale: 10,
+                    edge_factor: factor
+                }
+                .counts()
+                .unwrap(),
+                (1024, edges as u64)
+            );
+        }
+        let g = rmat(12, 4, 9);
+        assert_eq!(g, rmat(12, 4, 9));
+        let (s, e) = g.edge_range(g.hub());
+        assert!(e - s > 40, "hub degree {}", e - s);
     }
 
     #[test]

@@ -7,10 +7,14 @@
 //! kernel (see `emit`). Every array is its own managed allocation at a 2 MiB-aligned base ([`HEAP_BASE`] upward,
 //! 2 MiB apart), as separate `cudaMallocManaged` calls would place them; [`info`] lists them.
 //!
-//! Problem sizes ([`WorkloadSize`]): `Quick` keeps each footprint at 16–48 MiB (the simulator's GPU memory is the
-//! footprint over 1 + ratio, and its L2 is 3 MiB, so smaller would fit in cache) with 1–12 million accesses;
-//! `Default` is 64–256 MiB with 7–48 million; `Scale(f)` multiplies the default footprint by `f`
-//! (0 < f ≤ [`MAX_SCALE`]). Each [`WorkloadKind`] variant gives its own numbers. Generation runs at 10–80 million
+//! Problem sizes ([`WorkloadSize`]): `Quick` has 1–9 million accesses, `Default` 6.7–39 million; `Scale(f)`
+//! multiplies the default footprint by `f` (0 < f ≤ [`MAX_SCALE`]). Footprints (seed 1): `Quick` 16–32 MiB for
+//! BFS, SSSP, NW, ATAX and BST, `Default` 64–200 MiB for them; Gaussian (0.57 / 2.0 MiB) and PageRank (2.75 /
+//! 11.0 MiB) are far smaller because they run the whole algorithm (every pivot row; 10 iterations), whose
+//! accesses per byte of footprint are high (about 0.29·n³ accesses for 8n² bytes; about 2.6 accesses per edge and
+//! iteration for 8 bytes). The simulator's GPU memory is the footprint over 1 + ratio: with the paper's absolute
+//! 3 MiB L2 rather than one scaled to that memory, a footprint under about 9 MiB leaves GPU memory smaller than
+//! the L2 at 200%, and one under 3 MiB fits in the L2 whole. Each [`WorkloadKind`] variant gives its own numbers. Generation runs at 10–90 million
 //! accesses per second (release build), a few seconds at most for a default-size workload.
 
 mod atax;
@@ -57,17 +61,17 @@ pub enum WorkloadKind {
     /// n = 2048: 32 MiB, 1.1 M accesses / n = 5120: 200 MiB, 6.7 M (NW touches each line only a few times).
     Nw,
     /// Rodinia Gaussian elimination (Fan1: the multipliers of column t; Fan2: the (n−t) × (n−t) trailing update
-    /// with 4 × 4 thread blocks, rows across the warp) on float n × n matrices a and m and vector b, for pivot
-    /// rows sampled evenly over the elimination (all n would be ~n³/4 accesses). n = 1536, 4 pivots: 18 MiB,
-    /// 3.8 M accesses / n = 3072, 6 pivots: 72 MiB, 20 M.
+    /// with 4 × 4 thread blocks, rows across the warp) on float n × n matrices a and m and vector b, for every
+    /// pivot row t = 0 ..= n−2 as Rodinia's host loop runs them (about 0.29·n³ accesses). n = 272: 0.57 MiB,
+    /// 6.0 M accesses / n = 512: 2.0 MiB, 39 M.
     Gaussian,
     /// PolyBench/GPU ATAX, y = Aᵀ(Ax): kernel 1 gives each thread a row of A (strided across the warp), kernel 2
     /// a column (coalesced). Float n × n A. n = 2048: 16 MiB, 4.8 M accesses / n = 4096: 64 MiB, 19 M.
     Atax,
     /// Hetero-Mark PageRank: per iteration one thread per vertex reads its CSR offsets (4 B), neighbour ids and
     /// values (4 B each) and the neighbours' ranks, and writes its new rank, ping-ponging two rank vectors;
-    /// 2 iterations. R-MAT scale 17: 17.5 MiB, 11.9 M accesses / scale 19: 70 MiB, 48 M (about three accesses per
-    /// edge and iteration, so the 16 MiB floor of Quick costs more accesses than the other workloads).
+    /// 10 iterations. R-MAT with edge factor 4 (the rank vector gathered is 1/11 of the footprint, 3/11 of the GPU
+    /// memory at 200%): scale 16: 2.75 MiB, 6.9 M accesses / scale 18: 11.0 MiB, 28 M.
     PageRank,
     /// Hetero-Mark BST: a host-built binary search tree of 32-byte nodes (random 64-bit keys) in one array; GPU
     /// threads insert further nodes, walking root to leaf and linking under a per-node lock, then look up random
@@ -140,9 +144,9 @@ impl std::fmt::Display for WorkloadKind {
 /// How big a problem to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum WorkloadSize {
-    /// Small: 16–48 MiB footprint and 1–12 million accesses; for tests and quick looks.
+    /// Small: 1–9 million accesses (footprints 0.57–32 MiB, see [`WorkloadKind`]); for tests and quick looks.
     Quick,
-    /// The study's size: 64–256 MiB footprint and 7–48 million accesses.
+    /// The study's size: 6.7–39 million accesses (footprints 2–200 MiB, see [`WorkloadKind`]).
     #[default]
     Default,
     /// The default footprint times this factor (0 < factor ≤ [`MAX_SCALE`]); dimensions round to what the
@@ -250,12 +254,13 @@ pub(crate) fn scaled_side(default: u64, f: f64, unit: u64) -> u64 {
     (side.round() as u64).max(1) * unit
 }
 
-/// The graph of a graph workload: the file if one was given, else R-MAT at `quick` or `default` scale (a factor f
-/// adds round(log2 f) to the scale, as the footprint doubles with each).
+/// The graph of a graph workload: the file if one was given, else R-MAT with `edge_factor` edges per vertex at
+/// `quick` or `default` scale (a factor f adds round(log2 f) to the scale, as the footprint doubles with each).
 pub(crate) fn graph_spec(
     params: &WorkloadParams,
     quick: u32,
     default: u32,
+    edge_factor: u64,
 ) -> Result<GraphSpec, SimError> {
     let f = factor(params.size)?;
     if let Some(path) = &params.graph {
@@ -266,7 +271,7 @@ pub(crate) fn graph_spec(
         Some(f) => (i64::from(default) + f.log2().round() as i64)
             .clamp(4, i64::from(graph::MAX_RMAT_SCALE)) as u32,
     };
-    Ok(GraphSpec::Rmat { scale })
+    Ok(GraphSpec::Rmat { scale, edge_factor })
 }
 
 /// Generates `kind` into a [`Trace`] named after it.
@@ -349,17 +354,19 @@ mod tests {
             size: WorkloadSize::Scale(f),
             ..WorkloadParams::default()
         };
+        let rmat = |scale| GraphSpec::Rmat {
+            scale,
+            edge_factor: 16,
+        };
+        assert_eq!(graph_spec(&p(2.0), 10, 20, 16).unwrap(), rmat(21));
+        assert_eq!(graph_spec(&p(0.26), 10, 20, 16).unwrap(), rmat(18));
+        assert_eq!(graph_spec(&p(1e-9), 10, 20, 16).unwrap(), rmat(4));
         assert_eq!(
-            graph_spec(&p(2.0), 10, 20).unwrap(),
-            GraphSpec::Rmat { scale: 21 }
-        );
-        assert_eq!(
-            graph_spec(&p(0.26), 10, 20).unwrap(),
-            GraphSpec::Rmat { scale: 18 }
-        );
-        assert_eq!(
-            graph_spec(&p(1e-9), 10, 20).unwrap(),
-            GraphSpec::Rmat { scale: 4 }
+            graph_spec(&p(1.0), 10, 20, 4).unwrap(),
+            GraphSpec::Rmat {
+                scale: 20,
+                edge_factor: 4
+            }
         );
     }
 }

@@ -16,7 +16,7 @@
 //! order the warps run in.
 
 use super::emit::{Gpu, Kernel, Sweep, Warp, WARP_LANES};
-use super::graph::Graph;
+use super::graph::{Graph, EDGE_FACTOR};
 use super::{graph_spec, Layout, WorkloadInfo, WorkloadParams};
 use crate::rng::Rng;
 use crate::uvm::SimError;
@@ -55,7 +55,7 @@ fn layout(vertices: u64, edges: u64) -> (Layout, Arrays) {
 }
 
 pub(super) fn info(params: &WorkloadParams) -> Result<WorkloadInfo, SimError> {
-    let (v, e) = graph_spec(params, QUICK_SCALE, DEFAULT_SCALE)?.counts()?;
+    let (v, e) = graph_spec(params, QUICK_SCALE, DEFAULT_SCALE, EDGE_FACTOR)?.counts()?;
     Ok(layout(v, e).0.info())
 }
 
@@ -77,7 +77,7 @@ fn weights(graph: &Graph, seed: u64) -> Vec<u32> {
 }
 
 pub(super) fn run(params: &WorkloadParams, gpu: &mut Gpu<'_>) -> Result<(), SimError> {
-    let graph = graph_spec(params, QUICK_SCALE, DEFAULT_SCALE)?.load(params.seed)?;
+    let graph = graph_spec(params, QUICK_SCALE, DEFAULT_SCALE, EDGE_FACTOR)?.load(params.seed)?;
     let n = graph.vertices();
     let (_, arrays) = layout(n as u64, graph.edges() as u64);
     let weight = weights(&graph, params.seed);
