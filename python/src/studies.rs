@@ -888,7 +888,7 @@ fn sim_uvm<'py>(
             template.l2_fixed = l2_bytes.is_some();
             template.time_model = time_model;
             template.machine_scale = machine_scale;
-            template.series_points = 64;
+            template.series_points = 32;
             template.eviction = eviction;
             template.eviction_unit = eviction_unit;
             let spec = SuiteSpec {

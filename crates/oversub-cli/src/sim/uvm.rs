@@ -242,7 +242,7 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
     };
     template.thrashing.enabled = !args.no_thrashing_detection;
     template.pst_early_stop = !args.no_early_stop;
-    template.series_points = 64;
+    template.series_points = 32;
     template.eviction = match args.eviction {
         OrderArg::Allocation => EvictionOrder::Allocation,
         OrderArg::Lru => EvictionOrder::Lru,
@@ -330,10 +330,8 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
     }
     if let Some(dir) = &args.out {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        write_file(
-            &dir.join("results.json"),
-            &serde_json::to_string_pretty(&doc)?,
-        )?;
+        // Compact: with every run's series and utilisation the pretty form runs to megabytes.
+        write_file(&dir.join("results.json"), &serde_json::to_string(&doc)?)?;
         write_file(&dir.join("results.csv"), &csv(&results, rows))?;
         let mut report = HtmlReport::new("oversub sim uvm: page migration under oversubscription");
         let m = &spec.template.cost.machine;
