@@ -1,7 +1,7 @@
 //! The host backend: device memory is system DRAM, as on an integrated GPU (NVIDIA Jetson and the like).
 
-use std::collections::BTreeMap;
-use std::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::{round_up, AccelError, DeviceMemory, DevicePtr, Reservation};
 
@@ -21,7 +21,7 @@ impl Default for HostMemoryConfig {
     fn default() -> Self {
         HostMemoryConfig {
             huge_pages: true,
-            release: PageRelease::Immediate,
+            release: PageRelease::Recycle,
         }
     }
 }
@@ -31,7 +31,6 @@ impl Default for HostMemoryConfig {
 #[non_exhaustive]
 pub enum PageRelease {
     /// `madvise(MADV_DONTNEED)`: the pages are freed at once and the next commit faults in zeroed ones.
-    #[default]
     Immediate,
     /// `madvise(MADV_FREE)`: the pages are freed only when the kernel needs memory; until then the next commit
     /// finds them in place (with their old contents, which a page-in overwrites) and faults nothing in. On a
@@ -40,6 +39,100 @@ pub enum PageRelease {
     /// both. The pages stay resident (`resident_bytes`, RSS) until reclaimed. Falls back to `Immediate` on
     /// kernels without `MADV_FREE` (before 4.5).
     Lazy,
+    /// Physical memory is recycled, as the cuda backend's VMM handles are: at decommit each 2 MiB chunk's pages
+    /// are moved (`mremap` with `MREMAP_DONTUNMAP`, which moves page tables, huge pages whole) into a slot of the
+    /// backend's pool, and the range is left `PROT_NONE`; at commit chunks are moved back from the pool into the
+    /// range. The address stays; the pages are neither given back to the kernel, nor zeroed, nor faulted in again,
+    /// so a page-in reads straight into populated memory. `zero_new` clears recycled chunks of a new allocation,
+    /// so no buffer sees another's bytes. Chunks the pool lacks fault in fresh, as with `Immediate`; ranges under
+    /// 2 MiB and the tail of a range past its last whole chunk are released as `Immediate` does. The pool holds at
+    /// most what was once committed at the same time, which the pager's capacity bounds.
+    #[default]
+    Recycle,
+}
+
+/// Bytes of one chunk of the recycling pool (a huge page).
+const CHUNK_BYTES: usize = HUGE_PAGE_BYTES;
+
+/// The recycling pool of [`PageRelease::Recycle`]: 2 MiB-aligned slots of address space, each holding a chunk's
+/// pages (`full`) or nothing (`empty`).
+#[derive(Debug, Default)]
+struct PhysPool {
+    full: Vec<u64>,
+    empty: Vec<u64>,
+    /// Committed ranges of 2 MiB or more (commit of a committed range keeps it as it is).
+    committed: std::collections::HashSet<u64>,
+    /// Chunk indices of a range filled from the pool at its last commit, until `zero_new` or decommit.
+    recycled: HashMap<u64, Vec<usize>>,
+}
+
+impl PhysPool {
+    /// An empty 2 MiB-aligned slot, new if none is free.
+    fn empty_slot(&mut self) -> Result<u64, AccelError> {
+        if let Some(slot) = self.empty.pop() {
+            return Ok(slot);
+        }
+        let map_len = 2 * CHUNK_BYTES;
+        // SAFETY: a new private anonymous mapping at an address of the kernel's choice.
+        let base = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                map_len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_NORESERVE,
+                -1,
+                0,
+            )
+        };
+        if base == libc::MAP_FAILED {
+            return Err(AccelError::last_os("mmap(pool slot)"));
+        }
+        let start = (base as usize).next_multiple_of(CHUNK_BYTES);
+        let head = start - base as usize;
+        let tail = map_len - head - CHUNK_BYTES;
+        // SAFETY: head and tail lie inside the mapping just made and nobody uses them.
+        unsafe {
+            if head > 0 {
+                libc::munmap(base, head);
+            }
+            if tail > 0 {
+                libc::munmap((start + CHUNK_BYTES) as *mut libc::c_void, tail);
+            }
+            libc::madvise(start as *mut libc::c_void, CHUNK_BYTES, libc::MADV_HUGEPAGE);
+        }
+        Ok(start as u64)
+    }
+
+    /// Moves the pages of the 2 MiB at `from` to `to` (both 2 MiB-aligned, `to` replaced); `from` stays mapped,
+    /// empty.
+    ///
+    /// # Safety
+    /// Both spans are ours, nobody uses them now, and `to` may be overwritten.
+    unsafe fn move_chunk(from: u64, to: u64) -> Result<(), AccelError> {
+        // SAFETY: per the contract; MREMAP_FIXED replaces exactly the 2 MiB at `to`, DONTUNMAP keeps `from` mapped.
+        let p = unsafe {
+            libc::mremap(
+                from as *mut libc::c_void,
+                CHUNK_BYTES,
+                CHUNK_BYTES,
+                libc::MREMAP_MAYMOVE | libc::MREMAP_FIXED | libc::MREMAP_DONTUNMAP,
+                to as *mut libc::c_void,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(AccelError::last_os("mremap"));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for PhysPool {
+    fn drop(&mut self) {
+        for &slot in self.full.iter().chain(self.empty.iter()) {
+            // SAFETY: every slot is a mapping the pool made and owns.
+            unsafe { libc::munmap(slot as *mut libc::c_void, CHUNK_BYTES) };
+        }
+    }
 }
 
 /// Device memory modelled by anonymous mappings of this process.
@@ -52,6 +145,8 @@ pub struct HostMemory {
     /// the check through their system call, and `unreserve` holds the write lock across `munmap` and the removal, so
     /// an address the kernel hands out again is never touched on behalf of the range that used to live there.
     reservations: RwLock<BTreeMap<u64, usize>>,
+    /// The recycling pool, with [`PageRelease::Recycle`].
+    pool: Option<Mutex<PhysPool>>,
 }
 
 impl Default for HostMemory {
@@ -72,7 +167,86 @@ impl HostMemory {
                 .filter(|p| *p > 0)
                 .unwrap_or(4096),
             reservations: RwLock::new(BTreeMap::new()),
+            pool: (config.release == PageRelease::Recycle).then(|| Mutex::new(PhysPool::default())),
         }
+    }
+
+    /// The pool, for a range it serves: recycling on, and the range 2 MiB-aligned and at least one chunk long.
+    fn pool(&self, range: &Reservation) -> Option<std::sync::MutexGuard<'_, PhysPool>> {
+        if range.len < CHUNK_BYTES || range.addr.0 % CHUNK_BYTES as u64 != 0 {
+            return None;
+        }
+        self.pool
+            .as_ref()
+            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// Commit from the pool: every whole chunk the pool can fill gets its pages moved in.
+    fn commit_recycled(pool: &mut PhysPool, range: &Reservation) -> Result<(), AccelError> {
+        if pool.committed.contains(&range.addr.0) {
+            return Ok(());
+        }
+        let mut filled = Vec::new();
+        for i in 0..range.len / CHUNK_BYTES {
+            let Some(src) = pool.full.pop() else {
+                break;
+            };
+            let dst = range.addr.0 + (i * CHUNK_BYTES) as u64;
+            // SAFETY: src is a full slot of ours; dst is a chunk of our own reservation (the caller holds the
+            // table's lock), uncommitted, so nobody uses it.
+            match unsafe { PhysPool::move_chunk(src, dst) } {
+                Ok(()) => {
+                    pool.empty.push(src);
+                    filled.push(i);
+                }
+                Err(e) => {
+                    tracing::debug!("recycling a chunk failed ({e}); it faults in fresh");
+                    pool.full.push(src);
+                    break;
+                }
+            }
+        }
+        // The chunks moved in keep their pages; the rest fault in zeroed on first touch.
+        Self::protect(range, libc::PROT_READ | libc::PROT_WRITE)?;
+        pool.committed.insert(range.addr.0);
+        pool.recycled.insert(range.addr.0, filled);
+        Ok(())
+    }
+
+    /// Moves a committed range's whole chunks into the pool, releases the tail, and leaves it inaccessible.
+    fn decommit_recycled(pool: &mut PhysPool, range: &Reservation) -> Result<(), AccelError> {
+        pool.recycled.remove(&range.addr.0);
+        let whole = range.len / CHUNK_BYTES;
+        for i in 0..whole {
+            let src = range.addr.0 + (i * CHUNK_BYTES) as u64;
+            let slot = pool.empty_slot()?;
+            // SAFETY: src is a chunk of our own committed range that nobody uses (decommit's contract); slot is an
+            // empty slot of ours.
+            match unsafe { PhysPool::move_chunk(src, slot) } {
+                Ok(()) => pool.full.push(slot),
+                Err(e) => {
+                    pool.empty.push(slot);
+                    return Err(e);
+                }
+            }
+        }
+        let tail = range.len - whole * CHUNK_BYTES;
+        if tail > 0 {
+            // SAFETY: the tail of our own range, given up by the caller.
+            let rc = unsafe {
+                libc::madvise(
+                    (range.addr.0 + (whole * CHUNK_BYTES) as u64) as *mut libc::c_void,
+                    tail,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            if rc != 0 {
+                return Err(AccelError::last_os("madvise(MADV_DONTNEED)"));
+            }
+        }
+        Self::protect(range, libc::PROT_NONE)?;
+        pool.committed.remove(&range.addr.0);
+        Ok(())
     }
 
     // The table is consistent after every single insert or remove, so a panic elsewhere is no reason to refuse it.
@@ -214,6 +388,9 @@ unsafe impl DeviceMemory for HostMemory {
 
     fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
         let _table = self.check(range)?;
+        if let Some(mut pool) = self.pool(range) {
+            return Self::commit_recycled(&mut pool, range);
+        }
         // Pages appear (zero-filled) on first touch, or after a lazy release as they were if the kernel has not
         // reclaimed them; the storage read that follows a page-in overwrites them all.
         Self::protect(range, libc::PROT_READ | libc::PROT_WRITE)
@@ -221,6 +398,9 @@ unsafe impl DeviceMemory for HostMemory {
 
     unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
         let _table = self.check(range)?;
+        if let Some(mut pool) = self.pool(range) {
+            return Self::decommit_recycled(&mut pool, range);
+        }
         let advise = |advice| {
             // SAFETY: the range is one of our own private anonymous mappings (held so by the read lock); dropping
             // (or lazily freeing) its pages is the intent.
@@ -244,6 +424,11 @@ unsafe impl DeviceMemory for HostMemory {
     unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
         let mut map = self.table_mut();
         Self::is_reservation(&map, &range)?;
+        if let Some(mut pool) = self.pool(&range) {
+            // Its pages go with the mapping (not into the pool): the buffer is gone.
+            pool.committed.remove(&range.addr.0);
+            pool.recycled.remove(&range.addr.0);
+        }
         // SAFETY: the range is one of our own mappings and the caller gives it up; the write lock keeps every other
         // call off it until it is out of the table.
         let rc = unsafe { libc::munmap(range.addr.0 as *mut libc::c_void, range.len) };
@@ -255,6 +440,26 @@ unsafe impl DeviceMemory for HostMemory {
     }
 
     fn synchronize(&self) -> Result<(), AccelError> {
+        Ok(())
+    }
+
+    fn zero_new(&self, range: &Reservation) -> Result<(), AccelError> {
+        let _table = self.check(range)?;
+        let Some(mut pool) = self.pool(range) else {
+            // Fresh anonymous memory is already zero.
+            return Ok(());
+        };
+        for i in pool.recycled.remove(&range.addr.0).unwrap_or_default() {
+            // SAFETY: the chunk was moved into this committed range (read-write) at its last commit; the caller
+            // has not handed the new range out yet.
+            unsafe {
+                std::ptr::write_bytes(
+                    (range.addr.0 + (i * CHUNK_BYTES) as u64) as *mut u8,
+                    0,
+                    CHUNK_BYTES,
+                )
+            };
+        }
         Ok(())
     }
 
@@ -340,7 +545,7 @@ mod tests {
         for huge in [false, true] {
             let dev = HostMemory::new(HostMemoryConfig {
                 huge_pages: huge,
-                ..HostMemoryConfig::default()
+                release: PageRelease::Immediate,
             });
             let r = dev.reserve(8 << 20).unwrap();
             assert_eq!(r.len, 8 << 20);
@@ -386,6 +591,63 @@ mod tests {
         assert!(back == vec![0xCD; 16] || back == vec![0; 16], "{back:?}");
         // SAFETY: the test is done with the range.
         unsafe { dev.unreserve(r).unwrap() };
+    }
+
+    #[test]
+    fn recycled_memory_keeps_its_pages_and_no_buffer_sees_anothers_bytes() {
+        let dev = HostMemory::new(HostMemoryConfig {
+            release: PageRelease::Recycle,
+            ..HostMemoryConfig::default()
+        });
+        let a = dev.reserve(4 << 20).unwrap();
+        dev.commit(&a).unwrap();
+        dev.zero_new(&a).unwrap();
+        touch(&a, 0xEE);
+        assert_eq!(dev.resident_bytes(&a).unwrap(), Some(4 << 20));
+        // SAFETY: nothing uses the range's memory now.
+        unsafe { dev.decommit(&a).unwrap() };
+        assert!(
+            maps_line(a.addr.0).contains(" ---p "),
+            "inaccessible while out"
+        );
+        assert_eq!(dev.resident_bytes(&a).unwrap(), Some(0));
+        assert_eq!(dev.pool.as_ref().unwrap().lock().unwrap().full.len(), 2);
+        // A new buffer gets a's pages, not fresh ones; zero_new clears them.
+        let b = dev.reserve(4 << 20).unwrap();
+        dev.commit(&b).unwrap();
+        assert_eq!(
+            dev.resident_bytes(&b).unwrap(),
+            Some(4 << 20),
+            "moved in, not faulted"
+        );
+        let mut back = vec![1u8; 64];
+        // SAFETY: committed above.
+        unsafe { dev.copy_to_host(b.addr.offset(3 << 20), &mut back).unwrap() };
+        assert_eq!(back, vec![0xEE; 64], "the chunk is recycled, not refaulted");
+        dev.zero_new(&b).unwrap();
+        // SAFETY: committed above.
+        unsafe { dev.copy_to_host(b.addr.offset(3 << 20), &mut back).unwrap() };
+        assert_eq!(back, vec![0; 64], "a new allocation reads zeros");
+        // A page-out and page-in of b keeps its bytes (the same chunks come back).
+        touch(&b, 0x5A);
+        // SAFETY: nothing uses b now.
+        unsafe { dev.decommit(&b).unwrap() };
+        dev.commit(&b).unwrap();
+        // SAFETY: committed above.
+        unsafe { dev.copy_to_host(b.addr.offset(1 << 20), &mut back).unwrap() };
+        assert_eq!(back, vec![0x5A; 64]);
+        // a, with the pool empty, faults in fresh memory.
+        dev.commit(&a).unwrap();
+        // SAFETY: committed above.
+        unsafe { dev.copy_to_host(a.addr, &mut back).unwrap() };
+        assert_eq!(back, vec![0; 64]);
+        // SAFETY: the test is done with the ranges.
+        unsafe {
+            dev.unreserve(a).unwrap();
+            dev.unreserve(b).unwrap();
+        }
+        let pool = dev.pool.as_ref().unwrap().lock().unwrap();
+        assert!(pool.full.is_empty() && pool.committed.is_empty());
     }
 
     #[test]

@@ -22,13 +22,25 @@ type Backend = (String, Arc<dyn DeviceMemory>, Option<Arc<FakeDriver>>);
 fn backends() -> Vec<Backend> {
     let fake = Arc::new(FakeDriver::new(64 << 20, 2 << 20));
     let mut v: Vec<Backend> = vec![
-        ("host".into(), Arc::new(HostMemory::default()), None),
+        (
+            "host, immediate release".into(),
+            Arc::new(HostMemory::new(HostMemoryConfig {
+                release: PageRelease::Immediate,
+                ..HostMemoryConfig::default()
+            })),
+            None,
+        ),
         (
             "host, lazy release".into(),
             Arc::new(HostMemory::new(HostMemoryConfig {
                 release: PageRelease::Lazy,
                 ..HostMemoryConfig::default()
             })),
+            None,
+        ),
+        (
+            "host, recycled memory (the default)".into(),
+            Arc::new(HostMemory::default()),
             None,
         ),
         (

@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
-use oversub_accel::{DeviceMemory, HostMemory};
+use oversub_accel::{DeviceMemory, HostMemory, HostMemoryConfig, PageRelease};
 use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolConfig};
 use oversub_io::{Direction, EngineChoice, IoEngine, IoRequest, IoVec, SwapStore, UringEngine};
 use oversub_report::{format_bytes, format_seconds, text_table, BoxPlot, BoxSeries, Summary};
@@ -89,6 +89,11 @@ pub struct PagingArgs {
     /// signature, another user's store). A mounted or busy device is refused regardless.
     #[arg(long = "force-store", alias = "force")]
     pub(super) force: bool,
+    /// How the host backend gives a paged-out buffer's memory back: recycle (a pool of physical chunks mapped in
+    /// and out, never refaulted; the default), immediate (MADV_DONTNEED, refaulted zeroed at page-in) or lazy
+    /// (MADV_FREE).
+    #[arg(long, value_enum, default_value_t = ReleaseArg::Recycle)]
+    pub(super) release: ReleaseArg,
     /// Run the pager without its checksums (on by default, as in any pool). Without this flag the host run also
     /// times a second pool with checksums off over the same store, in the same samples, and reports what the
     /// checksums cost. The cuda run always checks bytes at the start, middle and end of the buffer, and its
@@ -117,6 +122,38 @@ pub struct PagingArgs {
     /// Stage through host memory even where GPUDirect Storage (cuFile) works (--device cuda).
     #[arg(long)]
     pub(super) no_cufile: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ReleaseArg {
+    /// Physical chunks recycled through a memfd pool.
+    Recycle,
+    /// madvise(MADV_DONTNEED) at page-out.
+    Immediate,
+    /// madvise(MADV_FREE) at page-out.
+    Lazy,
+}
+
+impl From<ReleaseArg> for PageRelease {
+    fn from(r: ReleaseArg) -> Self {
+        match r {
+            ReleaseArg::Recycle => PageRelease::Recycle,
+            ReleaseArg::Immediate => PageRelease::Immediate,
+            ReleaseArg::Lazy => PageRelease::Lazy,
+        }
+    }
+}
+
+/// CPU seconds this process has used so far, every thread, user and system.
+fn process_cpu_s() -> f64 {
+    // SAFETY: getrusage fills the struct we pass; a zeroed rusage is a valid value of it.
+    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
+    // SAFETY: RUSAGE_SELF with a valid pointer.
+    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
+        return 0.0;
+    }
+    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    tv(u.ru_utime) + tv(u.ru_stime)
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -302,6 +339,10 @@ struct Report {
     ratios: Vec<Ratio>,
     /// The pager's I/O engine counters over the whole run.
     pager_io: PagerIo,
+    /// How the host backend released paged-out memory.
+    release: String,
+    /// Median CPU seconds (process, all threads) per GiB of each synchronous pager operation.
+    cpu_s_per_gib: BTreeMap<&'static str, f64>,
 }
 
 #[derive(Debug, Serialize)]
@@ -398,7 +439,10 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let align = store.alignment();
     let io_len = size.next_multiple_of(align);
 
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(HostMemoryConfig {
+        release: args.release.into(),
+        ..HostMemoryConfig::default()
+    }));
     let pool = Pool::new(
         PoolConfig::new(capacity.next_multiple_of(2 * MIB)).verify_checksums(!args.no_checksums),
         Arc::clone(&device),
@@ -476,6 +520,8 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
             v.push(d.as_secs_f64());
         }
     };
+    // CPU seconds of the whole process (I/O threads included) per synchronous page-out and page-in.
+    let mut cpu: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     let store_fd = store.fd();
 
     for i in 0..args.samples {
@@ -496,14 +542,18 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         for (space, buffer, [out_name, in_name]) in pairs {
             bar.set_message(format!("sample {}/{}: {out_name}", i + 1, args.samples));
             cache.apply(store_fd)?;
+            let c = process_cpu_s();
             let t = Instant::now();
             space.page_out(buffer)?;
             push(out_name, t.elapsed());
+            cpu.entry(out_name).or_default().push(process_cpu_s() - c);
             bar.inc(1);
             cache.apply(store_fd)?;
+            let c = process_cpu_s();
             let t = Instant::now();
             space.page_in(buffer)?;
             push(in_name, t.elapsed());
+            cpu.entry(in_name).or_default().push(process_cpu_s() - c);
             bar.inc(1);
         }
 
@@ -586,6 +636,20 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     print_tables(args.size, &results, &ratios);
     let pager_io = PagerIo::from(store.engine().counters());
     println!("pager I/O: {pager_io}");
+    let gib = args.size as f64 / (1u64 << 30) as f64;
+    let cpu_s_per_gib: BTreeMap<&'static str, f64> = cpu
+        .iter()
+        .filter_map(|(name, v)| Summary::from_samples(v).map(|s| (*name, s.median_s / gib)))
+        .collect();
+    println!(
+        "CPU per GiB paged (median, process user + system, host release {:?}): {}",
+        args.release,
+        cpu_s_per_gib
+            .iter()
+            .map(|(n, v)| format!("{n} {v:.3} s"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 
     let report = Report {
         size_bytes: args.size,
@@ -601,6 +665,8 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         samples_s: samples.clone(),
         ratios,
         pager_io,
+        release: format!("{:?}", args.release).to_lowercase(),
+        cpu_s_per_gib,
     };
     if let Some(json) = &args.json {
         std::fs::write(json, serde_json::to_string_pretty(&report)?)
