@@ -217,26 +217,38 @@ impl HostMemory {
     fn decommit_recycled(pool: &mut PhysPool, range: &Reservation) -> Result<(), AccelError> {
         pool.recycled.remove(&range.addr.0);
         let whole = range.len / CHUNK_BYTES;
+        // Chunks from `released` on are given back to the kernel: the tail past the last whole chunk, and every
+        // chunk after a move that failed (e.g. the process's map count at its limit), so a decommit never fails
+        // only because the pool could not take a chunk.
+        let mut released = whole * CHUNK_BYTES;
         for i in 0..whole {
             let src = range.addr.0 + (i * CHUNK_BYTES) as u64;
-            let slot = pool.empty_slot()?;
-            // SAFETY: src is a chunk of our own committed range that nobody uses (decommit's contract); slot is an
-            // empty slot of ours.
-            match unsafe { PhysPool::move_chunk(src, slot) } {
-                Ok(()) => pool.full.push(slot),
-                Err(e) => {
-                    pool.empty.push(slot);
-                    return Err(e);
+            let moved = pool.empty_slot().and_then(|slot| {
+                // SAFETY: src is a chunk of our own committed range that nobody uses (decommit's contract); slot
+                // is an empty slot of ours.
+                match unsafe { PhysPool::move_chunk(src, slot) } {
+                    Ok(()) => {
+                        pool.full.push(slot);
+                        Ok(())
+                    }
+                    Err(e) => {
+                        pool.empty.push(slot);
+                        Err(e)
+                    }
                 }
+            });
+            if let Err(e) = moved {
+                tracing::debug!("recycling stopped at chunk {i} ({e}); the rest is released");
+                released = i * CHUNK_BYTES;
+                break;
             }
         }
-        let tail = range.len - whole * CHUNK_BYTES;
-        if tail > 0 {
-            // SAFETY: the tail of our own range, given up by the caller.
+        if released < range.len {
+            // SAFETY: part of our own range, given up by the caller.
             let rc = unsafe {
                 libc::madvise(
-                    (range.addr.0 + (whole * CHUNK_BYTES) as u64) as *mut libc::c_void,
-                    tail,
+                    (range.addr.0 + released as u64) as *mut libc::c_void,
+                    range.len - released,
                     libc::MADV_DONTNEED,
                 )
             };
