@@ -343,6 +343,26 @@ struct Report {
     release: String,
     /// Median CPU seconds (process, all threads) per GiB of each synchronous pager operation.
     cpu_s_per_gib: BTreeMap<&'static str, f64>,
+    /// The raw limit's grid: one pass each way per block size and queue depth.
+    raw_grid: Vec<RawPoint>,
+    /// The grid point the raw-limit reads used.
+    raw_best_read: RawPoint,
+    /// The grid point the raw-limit writes used.
+    raw_best_write: RawPoint,
+}
+
+/// Block sizes of the raw limit's grid.
+const RAW_GRID_BLOCKS: [usize; 3] = [1 << 20, 4 << 20, 16 << 20];
+/// Queue depths of the raw limit's grid.
+const RAW_GRID_DEPTHS: [usize; 2] = [8, 32];
+
+/// One point of the raw limit's grid.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct RawPoint {
+    block_bytes: u64,
+    queue_depth: usize,
+    read_bytes_per_s: f64,
+    write_bytes_per_s: f64,
 }
 
 #[derive(Debug, Serialize)]
@@ -524,6 +544,70 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let mut cpu: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
     let store_fd = store.fd();
 
+    // The store's limit: the best block size and queue depth of a small grid, one pass each way per point (cache
+    // dropped), so "raw limit" is the best this store does rather than one fixed point.
+    bar.set_message("raw limit: block size x queue depth grid");
+    let mut grid: Vec<RawPoint> = Vec::new();
+    let mut engines: Vec<(usize, Arc<dyn IoEngine>)> = Vec::new();
+    for depth in RAW_GRID_DEPTHS {
+        let engine: Arc<dyn IoEngine> = match UringEngine::new(depth) {
+            Ok(e) => Arc::new(e),
+            Err(_) => Arc::new(oversub_io::PsyncEngine::new(depth)?),
+        };
+        for block in RAW_GRID_BLOCKS {
+            let mut point = RawPoint {
+                block_bytes: block as u64,
+                queue_depth: depth,
+                read_bytes_per_s: 0.0,
+                write_bytes_per_s: 0.0,
+            };
+            for direction in [Direction::Write, Direction::Read] {
+                cache.apply(rw_fd.0)?;
+                let t = Instant::now();
+                raw_transfer_blocks(engine.as_ref(), rw_fd.0, &mut raw_buf, direction, block)?;
+                let rate = io_len as f64 / t.elapsed().as_secs_f64().max(1e-9);
+                match direction {
+                    Direction::Read => point.read_bytes_per_s = rate,
+                    _ => point.write_bytes_per_s = rate,
+                }
+            }
+            grid.push(point);
+        }
+        engines.push((depth, engine));
+    }
+    let best = |key: fn(&RawPoint) -> f64| {
+        grid.iter()
+            .copied()
+            .max_by(|a, b| key(a).total_cmp(&key(b)))
+            .unwrap_or(RawPoint {
+                block_bytes: MIB,
+                queue_depth: 32,
+                read_bytes_per_s: 0.0,
+                write_bytes_per_s: 0.0,
+            })
+    };
+    let best_read = best(|p| p.read_bytes_per_s);
+    let best_write = best(|p| p.write_bytes_per_s);
+    let engine_for = |depth: usize| {
+        engines
+            .iter()
+            .find(|(d, _)| *d == depth)
+            .map(|(_, e)| Arc::clone(e))
+            .unwrap_or_else(|| Arc::clone(&raw_engine))
+    };
+    let (read_engine, write_engine) = (
+        engine_for(best_read.queue_depth),
+        engine_for(best_write.queue_depth),
+    );
+    eprintln!(
+        "raw limit: reads best at {} x {} in flight, writes at {} x {} (grid of {} points)",
+        format_bytes(best_read.block_bytes),
+        best_read.queue_depth,
+        format_bytes(best_write.block_bytes),
+        best_write.queue_depth,
+        grid.len()
+    );
+
     for i in 0..args.samples {
         // The page cache is emptied before every timed operation, writes included, so no sample inherits another's.
         // The pager with and without checksums take turns at going first: on this kind of machine the first
@@ -617,12 +701,24 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         bar.set_message(format!("sample {}/{}: raw limit", i + 1, args.samples));
         cache.apply(rw_fd.0)?;
         let t = Instant::now();
-        raw_transfer(raw_engine.as_ref(), rw_fd.0, &mut raw_buf, Direction::Write)?;
+        raw_transfer_blocks(
+            write_engine.as_ref(),
+            rw_fd.0,
+            &mut raw_buf,
+            Direction::Write,
+            best_write.block_bytes as usize,
+        )?;
         push("raw_limit_write", t.elapsed());
         bar.inc(1);
         cache.apply(rw_fd.0)?;
         let t = Instant::now();
-        raw_transfer(raw_engine.as_ref(), rw_fd.0, &mut raw_buf, Direction::Read)?;
+        raw_transfer_blocks(
+            read_engine.as_ref(),
+            rw_fd.0,
+            &mut raw_buf,
+            Direction::Read,
+            best_read.block_bytes as usize,
+        )?;
         push("raw_limit_read", t.elapsed());
         bar.inc(1);
     }
@@ -667,6 +763,9 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         pager_io,
         release: format!("{:?}", args.release).to_lowercase(),
         cpu_s_per_gib,
+        raw_grid: grid,
+        raw_best_read: best_read,
+        raw_best_write: best_write,
     };
     if let Some(json) = &args.json {
         std::fs::write(json, serde_json::to_string_pretty(&report)?)
@@ -699,8 +798,20 @@ pub(super) fn raw_transfer(
     buf: &mut Mapping,
     direction: Direction,
 ) -> Result<(), BoxError> {
+    raw_transfer_blocks(engine, fd, buf, direction, MIB as usize)
+}
+
+/// One pass over `buf` in requests of `block` bytes, all submitted to `engine` (whose queue depth bounds the
+/// requests in flight).
+pub(super) fn raw_transfer_blocks(
+    engine: &dyn IoEngine,
+    fd: libc::c_int,
+    buf: &mut Mapping,
+    direction: Direction,
+    block: usize,
+) -> Result<(), BoxError> {
     let len = buf.len();
-    let block = MIB as usize;
+    let block = block.max(4096);
     let requests: Vec<IoRequest> = (0..len)
         .step_by(block)
         .map(|off| IoRequest {
