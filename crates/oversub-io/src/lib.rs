@@ -14,6 +14,7 @@ pub mod error;
 mod mem;
 pub mod store;
 pub mod testing;
+pub mod tuning;
 
 pub use alloc::{Extent, ExtentAllocator};
 pub use engine::{

@@ -62,6 +62,8 @@ static NEXT_TEMP_ID: AtomicU64 = AtomicU64::new(0);
 pub struct StoreBuilder {
     capacity: Option<u64>,
     max_io_bytes: usize,
+    /// Largest write request, when it differs from reads (from a tuned I/O point).
+    max_write_io_bytes: Option<usize>,
     queue_depth: usize,
     engine_choice: EngineChoice,
     engine: Option<Arc<dyn IoEngine>>,
@@ -76,6 +78,7 @@ impl Default for StoreBuilder {
         StoreBuilder {
             capacity: None,
             max_io_bytes: 4 << 20,
+            max_write_io_bytes: None,
             queue_depth: 32,
             engine_choice: EngineChoice::Auto,
             engine: None,
@@ -103,6 +106,18 @@ impl StoreBuilder {
     }
 
     /// Queue depth of the engine built by the store (default 32).
+    pub fn io_points(
+        mut self,
+        read: crate::tuning::IoPoint,
+        write: crate::tuning::IoPoint,
+    ) -> Self {
+        self.max_io_bytes = read.block_bytes;
+        self.max_write_io_bytes = Some(write.block_bytes);
+        self.queue_depth = read.queue_depth.max(write.queue_depth);
+        self
+    }
+
+    /// Requests kept in flight: the queue depth of the engine the store creates.
     pub fn queue_depth(mut self, depth: usize) -> Self {
         self.queue_depth = depth;
         self
@@ -267,6 +282,7 @@ impl StoreBuilder {
             data_offset: header_bytes,
             capacity,
             max_io_bytes: self.max_io_bytes,
+            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
             engine,
             scrub: self.scrub,
             // An unlinked file cannot be reached by name, and its blocks are freed when it closes.
@@ -403,6 +419,7 @@ impl StoreBuilder {
             data_offset: header_bytes,
             capacity,
             max_io_bytes: self.max_io_bytes,
+            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
             engine,
             scrub: self.scrub,
             scrub_at_close: self.scrub != Scrub::Keep,
@@ -478,6 +495,7 @@ impl StoreBuilder {
             data_offset: header_bytes,
             capacity,
             max_io_bytes: self.max_io_bytes,
+            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
             engine,
             scrub: self.scrub,
             scrub_at_close: self.scrub != Scrub::Keep,
@@ -539,6 +557,7 @@ struct Parts {
     data_offset: u64,
     capacity: u64,
     max_io_bytes: usize,
+    max_write_io_bytes: usize,
     engine: Arc<dyn IoEngine>,
     scrub: Scrub,
     scrub_at_close: bool,
@@ -554,6 +573,7 @@ pub struct SwapStore {
     kept: bool,
     direct: bool,
     max_io_bytes: usize,
+    max_write_io_bytes: usize,
     engine: Arc<dyn IoEngine>,
     /// Manages the data area as `[0, capacity)`; slots carry file offsets (`+ data_offset`).
     alloc: Mutex<ExtentAllocator>,
@@ -655,12 +675,14 @@ impl SwapStore {
     }
 
     fn new(p: Parts) -> Result<Self, IoError> {
-        if p.max_io_bytes == 0 {
+        if p.max_io_bytes == 0 || p.max_write_io_bytes == 0 {
             return Err(IoError::InvalidArgument(
                 "max_io_bytes must be non-zero".into(),
             ));
         }
         let max_io_bytes = (p.max_io_bytes - p.max_io_bytes % p.alignment).max(p.alignment);
+        let max_write_io_bytes =
+            (p.max_write_io_bytes - p.max_write_io_bytes % p.alignment).max(p.alignment);
         Ok(SwapStore {
             alloc: Mutex::new(ExtentAllocator::new(p.capacity, p.alignment as u64)),
             file: Arc::new(Backing {
@@ -677,6 +699,7 @@ impl SwapStore {
             kept: p.kept,
             direct: p.direct,
             max_io_bytes,
+            max_write_io_bytes,
             engine: p.engine,
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             scrub: p.scrub,
@@ -744,6 +767,11 @@ impl SwapStore {
     /// Largest request size.
     pub fn max_io_bytes(&self) -> usize {
         self.max_io_bytes
+    }
+
+    /// Largest single write request (the same as reads unless a tuned I/O point says otherwise).
+    pub fn max_write_io_bytes(&self) -> usize {
+        self.max_write_io_bytes
     }
 
     /// The file descriptor (owned by the store).
@@ -996,7 +1024,10 @@ impl SwapStore {
                 alignment: align,
             });
         }
-        let max = self.max_io_bytes as u64;
+        let max = match direction {
+            Direction::Write => self.max_write_io_bytes,
+            _ => self.max_io_bytes,
+        } as u64;
         let fd = self.fd();
         let mut requests = Vec::new();
         let mut mem_iter = mem.iter().filter(|v| v.len > 0);

@@ -581,6 +581,34 @@ fn drop_while_in_flight(engine: Arc<dyn IoEngine>) {
     drop(b);
 }
 
+/// A tuned store splits reads and writes at their own request sizes.
+fn tuned_points(engine: Arc<dyn IoEngine>) {
+    use oversub_io::tuning::IoPoint;
+    let dir = tempfile::tempdir().unwrap();
+    let s = SwapStore::builder()
+        .capacity_bytes(16 * MIB)
+        .io_points(
+            IoPoint {
+                block_bytes: 256 << 10,
+                queue_depth: 8,
+            },
+            IoPoint {
+                block_bytes: 2 << 20,
+                queue_depth: 4,
+            },
+        )
+        .engine(engine.clone())
+        .create_temp(dir.path())
+        .unwrap();
+    assert_eq!(s.max_io_bytes(), 256 << 10);
+    assert_eq!(s.max_write_io_bytes(), 2 << 20);
+    let before = engine.counters();
+    round_trip(&s, 8 * MIB, 9);
+    let after = engine.counters();
+    assert_eq!(after.writes - before.writes, 4, "8 MiB in 2 MiB writes");
+    assert_eq!(after.reads - before.reads, 32, "8 MiB in 256 KiB reads");
+}
+
 macro_rules! engine_tests {
     ($modname:ident, $make:expr) => {
         mod $modname {
@@ -588,6 +616,11 @@ macro_rules! engine_tests {
 
             fn engine() -> Arc<dyn IoEngine> {
                 $make
+            }
+
+            #[test]
+            fn tuned_points() {
+                super::tuned_points(engine());
             }
 
             #[test]

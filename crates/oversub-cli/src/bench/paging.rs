@@ -17,6 +17,7 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use oversub_accel::{DeviceMemory, HostMemory, HostMemoryConfig, PageRelease};
 use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolConfig};
+use oversub_io::tuning::{best_points, GridPoint};
 use oversub_io::{Direction, EngineChoice, IoEngine, IoRequest, IoVec, SwapStore, UringEngine};
 use oversub_report::{format_bytes, format_seconds, text_table, BoxPlot, BoxSeries, Summary};
 use serde::Serialize;
@@ -79,6 +80,10 @@ pub struct PagingArgs {
     /// Requests the pager keeps in flight.
     #[arg(long, default_value_t = 32)]
     pub(super) queue_depth: usize,
+    /// Platform profile (`oversub probe --out`) whose `[storage]` grid picks the pager's request size and queue
+    /// depth, one point for reads and one for writes (replaces --max-io and --queue-depth).
+    #[arg(long, value_name = "FILE")]
+    pub(super) io_profile: Option<PathBuf>,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(super) json: Option<PathBuf>,
@@ -341,6 +346,8 @@ struct Report {
     pager_io: PagerIo,
     /// How the host backend released paged-out memory.
     release: String,
+    /// Where the pager's request size and queue depth came from.
+    io_point: String,
     /// Median CPU seconds (process, all threads) per GiB of each synchronous pager operation.
     cpu_s_per_gib: BTreeMap<&'static str, f64>,
     /// The raw limit's grid: one pass each way per block size and queue depth.
@@ -425,9 +432,40 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let (path, created) = resolve_store(args.store.as_deref(), args.force)?;
     let _cleanup = RemoveOnDrop(created.then(|| path.clone()));
     let capacity = args.size.next_multiple_of(2 * MIB);
-    let builder = SwapStore::builder()
+    let mut builder = SwapStore::builder()
         .max_io_bytes(max_io)
-        .queue_depth(args.queue_depth)
+        .queue_depth(args.queue_depth);
+    let mut io_source = "defaults (--max-io, --queue-depth)".to_string();
+    if let Some(profile) = &args.io_profile {
+        let p = oversub_profile::Profile::load(profile)?;
+        let grid: Vec<GridPoint> = p
+            .storage
+            .as_ref()
+            .map(|s| {
+                s.points
+                    .iter()
+                    .map(|q| GridPoint {
+                        block_bytes: q.block_bytes,
+                        queue_depth: q.queue_depth,
+                        read_bytes_per_s: q.read_bytes_per_s,
+                        write_bytes_per_s: q.write_bytes_per_s,
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (read, write) = best_points(&grid)
+            .map_err(|e| format!("{}: [storage] points: {e}", profile.display()))?;
+        builder = builder.io_points(read, write);
+        io_source = format!(
+            "{}: reads {} x {}, writes {} x {}",
+            profile.display(),
+            format_bytes(read.block_bytes as u64),
+            read.queue_depth,
+            format_bytes(write.block_bytes as u64),
+            write.queue_depth
+        );
+    }
+    let builder = builder
         .engine_choice(args.engine.into())
         .keep(true)
         // --force-store already said the benchmark may overwrite an existing store's contents.
@@ -454,6 +492,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         .into());
     }
     let store = Arc::new(store);
+    eprintln!("pager I/O point: {io_source}");
     let direct = store.is_direct();
     let engine_name = store.engine().name();
     let align = store.alignment();
@@ -762,6 +801,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         ratios,
         pager_io,
         release: format!("{:?}", args.release).to_lowercase(),
+        io_point: io_source.clone(),
         cpu_s_per_gib,
         raw_grid: grid,
         raw_best_read: best_read,
