@@ -1,0 +1,60 @@
+"""The peers benchmark (`python -m oversub.lab.paging`) at a tiny size: oversub and the O_DIRECT baseline run, what
+they read back is checked inside the run, absent peers are named with a reason."""
+
+import json
+
+import pytest
+
+np = pytest.importorskip("numpy")
+
+from oversub.lab import paging  # noqa: E402
+
+
+def test_parse_size():
+    assert paging.parse_size("1GiB") == 1 << 30
+    assert paging.parse_size("4 MiB") == 4 << 20
+    assert paging.parse_size(4096) == 4096
+    with pytest.raises(ValueError, match="not a size"):
+        paging.parse_size("lots")
+
+
+def test_run_measures_oversub_and_the_baseline(tmp_path):
+    report = paging.run("4MiB", str(tmp_path), repeats=2, peers=False, checksums=(False, True))
+    engines = {(r["engine"], r["direction"]) for r in report["rows"]}
+    assert ("oversub", "write") in engines and ("oversub", "read") in engines
+    if "O_DIRECT" not in report["skipped"]:
+        assert ("O_DIRECT", "read") in engines
+    for r in report["rows"]:
+        assert r["median_s"] > 0 and r["gib_per_s"] > 0 and len(r["samples_s"]) == 2
+        assert r["vs_oversub"] is not None
+    best = [r for r in report["rows"] if r["family"] == "oversub" and r["best_of_family"]]
+    assert sorted(r["direction"] for r in best) == ["read", "write"]
+    assert all(abs(r["vs_oversub"] - 1.0) < 1e-9 for r in best)
+    assert "oversub" in paging.format_table(report)
+    assert list(tmp_path.iterdir()) == []  # every file it made is gone
+
+
+def test_peers_that_are_missing_are_named(tmp_path, monkeypatch):
+    import builtins
+
+    real_import = builtins.__import__
+
+    def no_peers(name, *args, **kwargs):
+        if name.split(".")[0] in ("deepspeed", "kvikio"):
+            raise ImportError(f"No module named {name!r}")
+        return real_import(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", no_peers)
+    report = paging.run("2MiB", str(tmp_path), repeats=1, peers=True, checksums=(False,))
+    assert "not installed" in report["skipped"]["DeepSpeed aio"]
+    assert "not installed" in report["skipped"]["KvikIO"]
+    assert "skipped KvikIO" in paging.format_table(report)
+
+
+def test_main_json_and_bad_size(tmp_path, capsys):
+    assert paging.main(["--size", "2MiB", "--repeats", "1", "--store", str(tmp_path), "--json", "--quiet",
+                        "--checksums", "off"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["size_bytes"] == 2 << 20
+    assert paging.main(["--size", "3MiB", "--store", str(tmp_path), "--quiet"]) == 2
+    assert "multiple of 2 MiB" in capsys.readouterr().err
