@@ -548,6 +548,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--seeds", default="1", help="comma-separated seeds")
     p.add_argument("--suite", action="store_true", help="every workload (uvm) or scenario (swap)")
     p.add_argument("--quick", action="store_true", help="small problem sizes (uvm)")
+    p.add_argument("--option", action="append", default=[], metavar="KEY=VALUE",
+                   help="a simulator option (quick, profile, time_model, priorities, ...); may repeat")
     p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
                    help="run on Ray (a local cluster without ADDRESS)")
     p.add_argument("--workers", type=int, help="local threads (default: one per core)")
@@ -560,13 +562,24 @@ def main(argv: Sequence[str] | None = None) -> int:
             sweep = load(a.file)
         else:
             seeds = [int(s) for s in a.seeds.split(",")]
+            options: dict[str, Any] = {}
+            for item in a.option:
+                key, sep, value = item.partition("=")
+                if not sep:
+                    raise ValueError(f"--option {item!r}: give KEY=VALUE")
+                try:
+                    options[key.strip()] = json.loads(value)
+                except json.JSONDecodeError:
+                    options[key.strip()] = value
             if a.sim == "uvm":
                 workloads = "all" if a.suite and not a.workloads and not a.traces else a.workloads
                 ratios = a.ratios.split(",") if a.ratios else None
+                if a.quick:
+                    options["quick"] = True
                 sweep = grid(sim="uvm", workloads=workloads, traces=a.traces, ratios=ratios,
-                             policies=a.policies, seeds=seeds, quick=a.quick or None)
+                             policies=a.policies, seeds=seeds, **options)
             else:
-                sweep = grid(sim="swap", scenarios=a.scenarios, policies=a.policies, seeds=seeds)
+                sweep = grid(sim="swap", scenarios=a.scenarios, policies=a.policies, seeds=seeds, **options)
         result = run(sweep, executor="ray" if a.ray is not None else "local", address=a.ray or None,
                      output=a.output, progress=not a.no_progress, workers=a.workers)
     except (ValueError, ImportError, OSError) as e:

@@ -260,3 +260,59 @@ fn a_profile_sets_the_bandwidths_of_every_scenario() {
         assert!(e.contains(message), "{text}: {e}");
     }
 }
+
+/// `--ray` hands the sweep to Python; where that cannot happen the error says what is missing. (The sweep itself
+/// is tested from Python, python/tests/test_sweep.py, with a local Ray cluster.)
+#[test]
+fn ray_sweeps_name_what_is_missing() {
+    let out = oversub()
+        .env("OVERSUB_PYTHON", "/nonexistent/python3")
+        .args(["sim", "uvm", "--workload", "bfs", "--quick", "--ray"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("`/nonexistent/python3` could not be started"),
+        "{}",
+        stderr(&out)
+    );
+    // An interpreter without the package: the install line.
+    let out = oversub()
+        .env("OVERSUB_PYTHON", "/bin/false")
+        .args([
+            "sim",
+            "swap",
+            "--scenario",
+            "fig4a",
+            "--ray",
+            "ray://head:10001",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("pip install \"oversub[ray]\""),
+        "{}",
+        stderr(&out)
+    );
+    // Outputs the Ray path does not write are refused before anything runs.
+    let out = oversub()
+        .args([
+            "sim",
+            "uvm",
+            "--workload",
+            "bfs",
+            "--quick",
+            "--ray",
+            "--out",
+            "/tmp/x",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        stderr(&out).contains("--out is not available with --ray"),
+        "{}",
+        stderr(&out)
+    );
+}

@@ -4,6 +4,7 @@ use clap::Subcommand;
 
 use crate::bench::BoxError;
 
+mod ray;
 pub mod swap;
 pub mod trace;
 pub mod uvm;

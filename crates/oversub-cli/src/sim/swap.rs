@@ -91,6 +91,75 @@ pub struct SwapArgs {
     /// No progress bar (also OVERSUB_NO_PROGRESS=1).
     #[arg(long)]
     no_progress: bool,
+    /// Run the scenarios as Ray tasks on the cluster at ADDRESS, or on a local one without it, through the Python
+    /// package (`pip install "oversub[ray]"`); prints each scenario's summary. --json works; --plot, --check,
+    /// --alpha-rule, --evictable, --direct-access and --scenario-file do not yet.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "ADDRESS")]
+    ray: Option<String>,
+}
+
+/// `oversub sim swap --ray`: the same study through `oversub.sweep` (crate::sim::ray).
+fn run_on_ray(args: &SwapArgs, address: &str) -> Result<(), BoxError> {
+    let unsupported = [
+        (args.plot.is_some(), "--plot"),
+        (args.check, "--check"),
+        (!args.alpha_rule.is_empty(), "--alpha-rule"),
+        (args.evictable.is_some(), "--evictable"),
+        (args.direct_access.is_some(), "--direct-access"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(format!("{flag} is not available with --ray").into());
+    }
+    let mut py: Vec<String> = Vec::new();
+    let named: Vec<&String> = args
+        .scenario
+        .iter()
+        .filter(|s| !s.eq_ignore_ascii_case("all"))
+        .collect();
+    if !named.is_empty() && !args.suite {
+        py.extend([
+            "--scenarios".into(),
+            named
+                .iter()
+                .map(|s| s.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ]);
+    }
+    if !args.scenario_file.is_empty() {
+        return Err(
+            "--scenario-file is not available with --ray yet; name built-in scenarios".into(),
+        );
+    }
+    let policies = if args.policy.is_empty() {
+        "all".to_string()
+    } else {
+        args.policy.join(",")
+    };
+    py.extend([
+        "--policies".into(),
+        policies,
+        "--seeds".into(),
+        args.seed.to_string(),
+    ]);
+    if let Some(c) = args.capacity {
+        py.extend(super::ray::option("capacity", c));
+    }
+    if let Some(n) = args.sms {
+        py.extend(super::ray::option("sms", n));
+    }
+    if let Some(p) = &args.profile {
+        py.extend(super::ray::option("profile", p.display()));
+    }
+    let priorities = args
+        .priorities
+        .to_possible_value()
+        .map_or_else(String::new, |p| p.get_name().to_string());
+    py.extend(super::ray::option("priorities", priorities));
+    if args.no_progress {
+        py.push("--no-progress".into());
+    }
+    super::ray::delegate("swap", py, address, args.json.as_deref())
 }
 
 fn parse_rules(args: &SwapArgs) -> Result<Vec<AlphaRule>, BoxError> {
@@ -208,6 +277,9 @@ fn load_scenarios(
 }
 
 pub fn run(args: SwapArgs) -> Result<(), BoxError> {
+    if let Some(address) = &args.ray {
+        return run_on_ray(&args, address);
+    }
     let rules = parse_rules(&args)?;
     let policies = parse_policies(&args, &rules)?;
     if args.sms == Some(0) {

@@ -174,6 +174,108 @@ pub struct UvmArgs {
     /// No progress bar.
     #[arg(long)]
     no_progress: bool,
+    /// Run the sweep as Ray tasks (one per trace) on the cluster at ADDRESS, or on a local one without it, through
+    /// the Python package (`pip install "oversub[ray]"`; `$OVERSUB_PYTHON` picks the interpreter). Same rows and
+    /// speedup table as a local run; --json works, --out, --csv, --threads and the --no-* switches do not.
+    #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "ADDRESS")]
+    ray: Option<String>,
+}
+
+fn value_name(v: impl ValueEnum) -> String {
+    v.to_possible_value()
+        .map_or_else(String::new, |p| p.get_name().replace('-', "_"))
+}
+
+/// `oversub sim uvm --ray`: the same sweep through `oversub.sweep` (crate::sim::ray).
+fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
+    let unsupported = [
+        (args.out.is_some(), "--out"),
+        (args.csv.is_some(), "--csv"),
+        (args.threads != 0, "--threads"),
+        (args.no_overlap, "--no-overlap"),
+        (args.no_thrashing_detection, "--no-thrashing-detection"),
+        (args.no_early_stop, "--no-early-stop"),
+    ];
+    if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
+        return Err(format!(
+            "{flag} is not available with --ray (run without --ray, or use --json)"
+        )
+        .into());
+    }
+    let mut py: Vec<String> = Vec::new();
+    let all = args.suite || args.workload.iter().any(|w| w.eq_ignore_ascii_case("all"));
+    if all {
+        py.extend(["--workloads".into(), "all".into()]);
+    } else if !args.workload.is_empty() {
+        py.extend(["--workloads".into(), args.workload.join(",")]);
+    }
+    if !args.trace.is_empty() {
+        py.push("--traces".into());
+        py.extend(args.trace.iter().map(|t| t.display().to_string()));
+    }
+    let ratios: Vec<f64> = if args.ratio.is_empty() {
+        if args.suite {
+            vec![1.0, 2.0, 3.0]
+        } else {
+            vec![2.0]
+        }
+    } else {
+        args.ratio
+            .iter()
+            .map(|r| parse_ratio(r))
+            .collect::<Result<_, _>>()?
+    };
+    py.extend([
+        "--ratios".into(),
+        ratios
+            .iter()
+            .map(|r| format!("{r}"))
+            .collect::<Vec<_>>()
+            .join(","),
+    ]);
+    let policies = if args.policy.is_empty() {
+        "all".to_string()
+    } else {
+        args.policy.join(",")
+    };
+    py.extend(["--policies".into(), policies]);
+    py.extend(["--seeds".into(), args.workload_opts.seed.to_string()]);
+    if args.workload_opts.quick {
+        py.push("--quick".into());
+    }
+    if let Some(f) = args.workload_opts.scale {
+        py.extend(super::ray::option("scale", f));
+    }
+    if let Some(g) = &args.workload_opts.graph {
+        py.extend(super::ray::option("graph", g.display()));
+    }
+    if let Some(p) = &args.profile {
+        py.extend(super::ray::option("profile", p.display()));
+    }
+    if let Some(l2) = &args.l2 {
+        py.extend(super::ray::option("l2", l2));
+    }
+    py.extend(super::ray::option(
+        "time_model",
+        value_name(args.time_model),
+    ));
+    py.extend(super::ray::option(
+        "machine_scale",
+        value_name(args.machine_scale),
+    ));
+    py.extend(super::ray::option(
+        "decide_with",
+        value_name(args.decide_with),
+    ));
+    py.extend(super::ray::option("eviction", value_name(args.eviction)));
+    py.extend(super::ray::option(
+        "eviction_unit",
+        value_name(args.eviction_unit),
+    ));
+    if args.no_progress {
+        py.push("--no-progress".into());
+    }
+    super::ray::delegate("uvm", py, address, args.json.as_deref())
 }
 
 fn parse_ratio(text: &str) -> Result<f64, BoxError> {
@@ -202,6 +304,9 @@ fn parse_sources(args: &UvmArgs) -> Result<Vec<TraceSource>, BoxError> {
 }
 
 pub fn run(args: UvmArgs) -> Result<(), BoxError> {
+    if let Some(address) = &args.ray {
+        return run_on_ray(&args, address);
+    }
     let sources = parse_sources(&args)?;
     let ratios: Vec<f64> = if args.ratio.is_empty() {
         if args.suite {

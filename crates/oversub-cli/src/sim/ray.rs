@@ -1,0 +1,72 @@
+//! `--ray [ADDRESS]`: a simulator sweep handed to the Python package's `oversub.sweep`, which runs each trace's
+//! policies and ratios as one Ray task and prints the same speedup table. oversub has no cluster scheduler of its
+//! own; this is the one door to one (docs/sim-uvm.md, "Sweeps on Ray").
+
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use crate::bench::BoxError;
+
+/// The interpreter: `$OVERSUB_PYTHON`, else `python3` on the PATH.
+fn python() -> String {
+    std::env::var("OVERSUB_PYTHON").unwrap_or_else(|_| "python3".into())
+}
+
+/// Runs `python -m oversub.sweep SIM ARGS --ray [ADDRESS]`; with `json`, its JSON result is written there.
+pub fn delegate(
+    sim: &str,
+    mut args: Vec<String>,
+    address: &str,
+    json: Option<&Path>,
+) -> Result<(), BoxError> {
+    let py = python();
+    let check = Command::new(&py)
+        .args(["-c", "import oversub.sweep, ray"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .output()
+        .map_err(|e| {
+            format!("--ray runs the sweep from Python, but `{py}` could not be started: {e} (set OVERSUB_PYTHON)")
+        })?;
+    if !check.status.success() {
+        let why = String::from_utf8_lossy(&check.stderr);
+        let last = why.lines().last().unwrap_or("").trim();
+        return Err(format!(
+            "--ray needs the oversub Python package and Ray in `{py}`: pip install \"oversub[ray]\" ({last})"
+        )
+        .into());
+    }
+    args.insert(0, sim.into());
+    args.splice(0..0, ["-m".to_string(), "oversub.sweep".to_string()]);
+    args.push("--ray".into());
+    if !address.is_empty() {
+        args.push(address.into());
+    }
+    if json.is_some() {
+        args.push("--json".into());
+    }
+    let mut cmd = Command::new(&py);
+    cmd.args(&args)
+        .stdin(Stdio::null())
+        .stderr(Stdio::inherit());
+    let status = match json {
+        None => cmd.status()?,
+        Some(path) => {
+            let out = cmd.stdout(Stdio::piped()).output()?;
+            std::fs::write(path, &out.stdout)
+                .map_err(|e| format!("writing {}: {e}", path.display()))?;
+            eprintln!("wrote {}", path.display());
+            out.status
+        }
+    };
+    match status.code() {
+        Some(0) => Ok(()),
+        Some(1) => Err("some runs of the sweep failed (listed above)".into()),
+        _ => Err(format!("the Ray sweep failed ({status})").into()),
+    }
+}
+
+/// `name=value` for `--option`, when the flag is set.
+pub fn option(name: &str, value: impl std::fmt::Display) -> [String; 2] {
+    ["--option".into(), format!("{name}={value}")]
+}
