@@ -13,12 +13,17 @@ _State = Literal["resident", "paging_out", "paged_out", "paging_in"]
 __version__: str
 
 class Pool:
-    """A fixed amount of device memory shared by address spaces, with a swap store behind it."""
+    """A fixed amount of device memory shared by address spaces, with a swap store behind it.
+
+    ``store`` is None (a temporary file in $TMPDIR), a directory (a temporary file there), a file or block device,
+    or a list of those: the store is then striped over them (4 MiB units dealt to each in turn, one batch of I/O
+    on all of them per transfer), its ``store_capacity`` split evenly among them.
+    """
 
     def __init__(
         self,
         capacity: _Size,
-        store: _StrPath | None = None,
+        store: _StrPath | Sequence[_StrPath] | None = None,
         device: Literal["host", "cuda"] = "host",
         *,
         store_capacity: _Size | None = None,
@@ -38,7 +43,11 @@ class Pool:
     @property
     def device(self) -> Literal["host", "cuda"]: ...
     @property
-    def store_path(self) -> pathlib.Path: ...
+    def store_path(self) -> pathlib.Path:
+        """The store's path; the first member's when it is striped over several locations."""
+    @property
+    def store_paths(self) -> list[pathlib.Path]:
+        """Every file or device the store is striped over, in stripe order (one when it is not striped)."""
     @property
     def transfer_path(self) -> str: ...
     def stats(self) -> dict[str, int]:

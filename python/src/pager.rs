@@ -101,11 +101,13 @@ fn state_name(state: BufferState) -> &'static str {
 /// Args:
 ///     capacity: device memory the pool may hand out, as bytes or a size string ("4GiB").
 ///     store: where paged-out buffers go: None (a temporary file in $TMPDIR), a directory (a temporary file
-///         there, deleted at exit), or a file or block device path. Put it on an NVMe drive for speed.
+///         there, deleted at exit), or a file or block device path. Put it on an NVMe drive for speed. A list of
+///         such locations (``store=["/mnt/a", "/mnt/b"]``) stripes the store over them, one per drive: 4 MiB
+///         stripe units dealt to the members in turn, so a buffer's transfer runs on all of them at once.
 ///     device: "host" (buffers in host memory, the integrated-GPU model; NumPy views) or "cuda" (CUDA device
 ///         memory through the driver's virtual memory API; `__cuda_array_interface__` and DLPack).
 ///     store_capacity: size of the swap store (default 4 x capacity, at least 64 MiB); a store file is
-///         preallocated to it.
+///         preallocated to it. Striped over several locations, the total, split evenly among them.
 ///     host_tier: host memory that holds paged-out buffers before the store (default none).
 ///     pinned_host_tier: page-lock the host tier (faster device copies; default False).
 ///     verify_checksums: checksum each buffer at page-out and verify it at page-in, so a store that corrupts
@@ -128,7 +130,7 @@ fn state_name(state: BufferState) -> &'static str {
 pub struct Pool {
     inner: oversub_core::Pool,
     device: Device,
-    store_path: PathBuf,
+    store_paths: Vec<PathBuf>,
 }
 
 #[pymethods]
@@ -140,7 +142,7 @@ impl Pool {
     fn new(
         py: Python<'_>,
         capacity: &Bound<'_, PyAny>,
-        store: Option<PathBuf>,
+        store: Option<&Bound<'_, PyAny>>,
         device: &str,
         store_capacity: Option<&Bound<'_, PyAny>>,
         host_tier: Option<&Bound<'_, PyAny>>,
@@ -159,6 +161,23 @@ impl Pool {
             None => capacity_bytes.saturating_mul(4).max(64 << 20),
         };
         let tier_bytes = host_tier.map(|t| size_arg(t, "host_tier")).transpose()?;
+        let locations: Vec<PathBuf> = match store {
+            None => vec![std::env::temp_dir()],
+            Some(s) if s.is_none() => vec![std::env::temp_dir()],
+            Some(s) => match s.extract::<PathBuf>() {
+                Ok(p) => vec![p],
+                Err(_) => s.extract::<Vec<PathBuf>>().map_err(|_| {
+                    pyo3::exceptions::PyTypeError::new_err(
+                        "store must be None, a path (str or os.PathLike) or a list of paths",
+                    )
+                })?,
+            },
+        };
+        if locations.is_empty() {
+            return Err(PyValueError::new_err(
+                "store is an empty list: give at least one location (or None)",
+            ));
+        }
         let device = match device {
             "host" | "cpu" => Device::Host,
             "cuda" | "gpu" => Device::Cuda {
@@ -189,14 +208,14 @@ impl Pool {
                 } else {
                     Scrub::Keep
                 });
-            let store = match &store {
-                None => builder.create_temp(&std::env::temp_dir()),
-                Some(p) if p.is_dir() => builder.create_temp(p),
-                Some(p) if p.exists() => builder.open(p),
-                Some(p) => builder.create(p),
-            }
-            .py()?;
-            let store_path = store.path().to_path_buf();
+            // A directory gets a temporary file, an existing file or device is opened, anything else created;
+            // several locations make one store striped over them.
+            let store = builder.build(&locations).py()?;
+            let store_paths: Vec<PathBuf> = store
+                .member_paths()
+                .into_iter()
+                .map(std::path::Path::to_path_buf)
+                .collect();
             let mut config = PoolConfig::new(capacity_bytes).verify_checksums(verify_checksums);
             if let Some(bytes) = tier_bytes.filter(|&b| b > 0) {
                 config = config.host_tier(HostTierConfig {
@@ -208,7 +227,7 @@ impl Pool {
             Ok(Pool {
                 inner,
                 device,
-                store_path,
+                store_paths,
             })
         })
     }
@@ -242,10 +261,18 @@ impl Pool {
         self.device.name()
     }
 
-    /// The swap store's path (a temporary file is already unlinked).
+    /// The swap store's path (a temporary file is already unlinked); the first member's when the store is striped
+    /// over several locations.
     #[getter]
     fn store_path(&self) -> PathBuf {
-        self.store_path.clone()
+        self.store_paths[0].clone()
+    }
+
+    /// The paths of every file or device the store is striped over, in stripe order (one for a store that is not
+    /// striped).
+    #[getter]
+    fn store_paths(&self) -> Vec<PathBuf> {
+        self.store_paths.clone()
     }
 
     /// How buffers travel between device memory and the store (e.g. "direct", "staged", "gpudirect").
@@ -277,7 +304,11 @@ impl Pool {
             oversub_report::format_bytes(s.capacity_bytes),
             oversub_report::format_bytes(s.used_bytes),
             self.device.name(),
-            self.store_path.display().to_string()
+            self.store_paths
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(",")
         )
     }
 }

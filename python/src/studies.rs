@@ -310,7 +310,14 @@ fn describe(system: &System) -> SystemOut {
     SystemOut {
         platform: PlatformOut {
             capacity_bytes: p.capacity_bytes,
-            store: p.store.as_ref().map(|s| s.display().to_string()),
+            // One location as it is; several (a striped store) comma-separated, as the CLI takes them.
+            store: (!p.stores.is_empty()).then(|| {
+                p.stores
+                    .iter()
+                    .map(|s| s.display().to_string())
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }),
             device: match p.device {
                 DeviceKind::Host => "host",
             },
@@ -619,8 +626,15 @@ fn run_schedule<'py>(
         let mut speed = setup::store_speed(given, profile.as_deref(), &system).map_err(raised)?;
         // Demand mode is planned at demand-paging speeds, measured on the store unless speeds were given.
         if modes.contains(&Mode::Demand) && given.is_none() && !speed.bw.demand_measured() {
-            let d = setup::measure_demand(system.platform.store.as_deref(), Readahead::Kernel)
-                .map_err(raised)?;
+            let d = setup::measure_demand(
+                system
+                    .platform
+                    .stores
+                    .first()
+                    .map(std::path::PathBuf::as_path),
+                Readahead::Kernel,
+            )
+            .map_err(raised)?;
             speed.bw = speed
                 .bw
                 .with_demand(d.read_bytes_per_s, d.write_bytes_per_s);

@@ -154,9 +154,11 @@ pub struct DemoArgs {
     /// Repetitions run first and not counted.
     #[arg(long, default_value_t = 2)]
     warmup: usize,
-    /// Swap store location (directory or file); default: the system's temporary directory.
-    #[arg(long)]
-    store: Option<PathBuf>,
+    /// Swap store location (directory or file); default: the system's temporary directory. Several,
+    /// comma-separated (`--store /mnt/a,/mnt/b`), stripe the pager's store over them (demand paging uses the
+    /// first).
+    #[arg(long, value_delimiter = ',', value_name = "PATH[,PATH...]")]
+    store: Vec<PathBuf>,
     /// Largest memory unit the demo may use per component (the paper's is 1 GiB; five units are allocated).
     #[arg(long, default_value = "1GiB", value_parser = crate::parse_size_arg)]
     max_unit: u64,
@@ -206,7 +208,10 @@ fn demand_speeds(
     system: &System,
     readahead: Readahead,
 ) -> Result<Bandwidths, BoxError> {
-    let d = setup::measure_demand(system.platform.store.as_deref(), readahead)?;
+    let d = setup::measure_demand(
+        system.platform.stores.first().map(PathBuf::as_path),
+        readahead,
+    )?;
     eprintln!(
         "demand paging measured on the store ({} mapped, readahead {}, slowest of 3): fault-in {:.0} MB/s, \
          write-back {:.0} MB/s",
@@ -857,7 +862,7 @@ fn demo_system(
     bw: Bandwidths,
     share: f64,
     max_unit: u64,
-    store: Option<&Path>,
+    stores: &[PathBuf],
 ) -> (System, u64, f64) {
     let slot_s = 0.5;
     let swap_target_s = share * slot_s;
@@ -890,7 +895,7 @@ fn demo_system(
         s.length_s *= time_scale;
     }
     system.platform.capacity_bytes = 4 * unit;
-    system.platform.store = store.map(Path::to_path_buf);
+    system.platform.stores = stores.to_vec();
     (system, unit, time_scale)
 }
 
@@ -903,10 +908,10 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     eprintln!(
         "oversub demo: the paper's example (Figs. 5-8), run for real with the three paging modes"
     );
-    let direct = setup::measure_bandwidths(args.store.as_deref(), setup::MEASURE_BYTES)?;
+    let direct = setup::measure_bandwidths(&args.store, setup::MEASURE_BYTES)?;
     let readahead = args.demand_readahead.readahead();
     let demand = oversub_core::measure_demand_bandwidths_with(
-        Some(&setup::store_dir(args.store.as_deref())),
+        Some(&setup::store_dir(args.store.first().map(PathBuf::as_path))),
         setup::MEASURE_BYTES,
         3,
         readahead,
@@ -920,13 +925,8 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         demand.read_bytes_per_s / 1e6,
         demand.write_bytes_per_s / 1e6
     );
-    let (system, unit, time_scale) = demo_system(
-        &paper,
-        bw,
-        args.swap_share,
-        args.max_unit,
-        args.store.as_deref(),
-    );
+    let (system, unit, time_scale) =
+        demo_system(&paper, bw, args.swap_share, args.max_unit, &args.store);
     let scale_note = if time_scale < 1.0 {
         format!(
             "time scaled by {time_scale:.3} (units capped at {})",
@@ -968,7 +968,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     }
     // The planner's prediction of the largest share async meets at the target, at this store's speeds.
     let predicted_share = SHARES.iter().copied().find(|&sh| {
-        let (s, _, _) = demo_system(&paper, bw, sh, args.max_unit, args.store.as_deref());
+        let (s, _, _) = demo_system(&paper, bw, sh, args.max_unit, &args.store);
         plan::steady_feasible(&s, Mode::Async, bw)
     });
     let total: usize = runs
@@ -1071,7 +1071,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             .copied()
             .filter(|&sh| sh < args.swap_share - 1e-9)
         {
-            let (s, u, _) = demo_system(&paper, bw, sh, args.max_unit, args.store.as_deref());
+            let (s, u, _) = demo_system(&paper, bw, sh, args.max_unit, &args.store);
             let label = format!(
                 "async at the target period, swap share {sh:.1} (unit {})",
                 format_bytes(u)

@@ -100,6 +100,85 @@ fn paging_benchmark_writes_json_and_plots() {
 }
 
 #[test]
+fn striped_paging_benchmark_reports_each_member_count() {
+    let d1 = tempfile::tempdir().unwrap();
+    let d2 = tempfile::tempdir().unwrap();
+    let out_dir = tempfile::tempdir().unwrap();
+    let json = out_dir.path().join("striped.json");
+    let out = oversub()
+        .args([
+            "bench",
+            "paging",
+            "--size",
+            "3MiB",
+            "--samples",
+            "2",
+            "--cache-drop",
+            "fadvise",
+            "--no-checksums",
+            "--stripe-bytes",
+            "1MiB",
+            "--store",
+        ])
+        .arg(format!("{},{}", d1.path().display(), d2.path().display()))
+        .arg("--json")
+        .arg(&json)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains("bandwidth per member count"), "{stdout}");
+    assert!(
+        stderr.contains("2 members, striped by 1.00 MiB"),
+        "{stderr}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(v["members"], 2);
+    assert_eq!(v["stripe_bytes"], 1 << 20);
+    let rows = v["stripe_sweep"].as_array().unwrap();
+    assert_eq!(rows.len(), 2);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(row["members"], i + 1);
+        for key in [
+            "page_out_gib_s",
+            "page_in_gib_s",
+            "page_out_ratio",
+            "page_in_ratio",
+        ] {
+            assert!(row[key].as_f64().is_some_and(|x| x > 0.0), "{key}: {row}");
+        }
+    }
+    assert_eq!(rows[0]["page_out_ratio"], 1.0);
+    // Both members' files are gone afterwards.
+    for d in [&d1, &d2] {
+        assert_eq!(std::fs::read_dir(d.path()).unwrap().count(), 0);
+    }
+    // One location named twice is refused before anything is written.
+    let out = oversub()
+        .args([
+            "bench",
+            "paging",
+            "--size",
+            "1MiB",
+            "--samples",
+            "1",
+            "--store",
+        ])
+        .arg(format!("{0},{0}", d1.path().display()))
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the same"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(std::fs::read_dir(d1.path()).unwrap().count(), 0);
+}
+
+#[test]
 fn existing_files_need_force_and_bad_sizes_are_refused() {
     let file = tempfile::NamedTempFile::new().unwrap();
     let out = oversub()

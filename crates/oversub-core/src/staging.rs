@@ -119,6 +119,13 @@ impl Staging {
         let mut direct = false;
         if config.direct_storage {
             match device.direct_storage() {
+                // cuFile reads and writes one fd at the slot's extents as file offsets; a striped store's extents
+                // are logical offsets over several files.
+                Some(_) if store.member_count() > 1 => tracing::info!(
+                    members = store.member_count(),
+                    "GPUDirect Storage not used: the store is striped over several files or devices; staging \
+                     through host memory"
+                ),
                 Some(ds) if store.is_direct() => match ds.register(store.fd()) {
                     Ok(()) => direct = true,
                     Err(e) => tracing::info!("GPUDirect Storage not used for this store ({e}); staging through host memory"),

@@ -1,5 +1,6 @@
 //! Typed errors of the I/O layer.
 
+use std::os::fd::RawFd;
 use std::path::PathBuf;
 
 /// Everything that can go wrong in `oversub-io`.
@@ -72,6 +73,31 @@ pub enum IoError {
         /// Why, as "it holds an ext2/ext3/ext4 file system", "it is another user's oversub swap store (...)".
         reason: String,
     },
+    /// One member of a striped store (a store over several files or devices, see
+    /// [`StoreBuilder::build`](crate::StoreBuilder::build)) failed: a request of a transfer on it, or creating or
+    /// opening it. The member's own error (for I/O, the OS error) is the source.
+    #[error("swap store member {}: {source}", .path.display())]
+    Member {
+        /// The member's file or device.
+        path: PathBuf,
+        /// What failed there.
+        #[source]
+        source: Box<IoError>,
+    },
+    /// A request of a batch submitted with [`IoEngine::submit_tagged`](crate::IoEngine::submit_tagged) failed:
+    /// the request's file descriptor and file offset, and its error as the source. Callers that put several files
+    /// into one batch (a striped [`SwapStore`](crate::SwapStore)) use it to say which file failed; the store turns
+    /// it into [`IoError::Member`] (or, for a store of one file, back into the source itself).
+    #[error("request on fd {fd} at offset {offset}: {source}")]
+    Request {
+        /// The request's file descriptor.
+        fd: RawFd,
+        /// The request's first file offset.
+        offset: u64,
+        /// Why it failed.
+        #[source]
+        source: Box<IoError>,
+    },
     /// A failure injected by [`crate::testing::FailingEngine`].
     #[error("injected failure on request #{nth}")]
     Injected {
@@ -103,11 +129,23 @@ impl IoError {
         }
     }
 
-    /// The raw OS error, if this is an `Io` error carrying one.
+    /// The raw OS error, if this is an `Io` error carrying one (also inside [`IoError::Member`] and
+    /// [`IoError::Request`]).
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
             IoError::Io { source, .. } => source.raw_os_error(),
+            IoError::Member { source, .. } | IoError::Request { source, .. } => {
+                source.raw_os_error()
+            }
             _ => None,
+        }
+    }
+
+    /// Strips [`IoError::Request`] wrappers: the error of the request itself.
+    pub(crate) fn untagged(self) -> IoError {
+        match self {
+            IoError::Request { source, .. } => source.untagged(),
+            other => other,
         }
     }
 }

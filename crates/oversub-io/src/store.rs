@@ -1,6 +1,10 @@
 //! The swap store: a preallocated file (or block device) whose space is handed out as
 //! [`Slot`]s and read/written through an [`IoEngine`].
 //!
+//! A store may also be striped over several files or devices, its *members* ([`StoreBuilder::build`] with several
+//! locations; the layout is in [`stripe`]): one logical data space, one allocator, one engine, and every transfer
+//! one batch with requests on all members. Everything below holds for each member.
+//!
 //! # No store is shared by accident, no byte comes back silently wrong
 //!
 //! - **Exclusive.** Every store holds `flock(LOCK_EX | LOCK_NB)` on its file or device node (the lock belongs to
@@ -35,8 +39,10 @@ mod exclusive;
 mod header;
 mod inspect;
 mod scrub;
+pub mod stripe;
 
 pub use scrub::Scrub;
+pub use stripe::StripeMap;
 
 use crate::alloc::{Extent, ExtentAllocator};
 use crate::engine::{
@@ -71,6 +77,8 @@ pub struct StoreBuilder {
     direct: bool,
     force: bool,
     scrub: Scrub,
+    /// Stripe unit of a store over several locations; `None`: the (read) `max_io_bytes`.
+    stripe_bytes: Option<u64>,
 }
 
 impl Default for StoreBuilder {
@@ -86,6 +94,7 @@ impl Default for StoreBuilder {
             direct: true,
             force: false,
             scrub: Scrub::OnClose,
+            stripe_bytes: None,
         }
     }
 }
@@ -164,10 +173,104 @@ impl StoreBuilder {
         self
     }
 
+    /// Stripe unit of a store over several locations ([`build`](Self::build)): logical bytes `[k * S, (k + 1) *
+    /// S)` go to member `k % N` (see [`stripe`]). A multiple of the alignment; default the (read)
+    /// [`max_io_bytes`](Self::max_io_bytes), 4 MiB, so each request lands on one member. Ignored with one
+    /// location.
+    pub fn stripe_bytes(mut self, bytes: u64) -> Self {
+        self.stripe_bytes = Some(bytes);
+        self
+    }
+
+    /// Makes a store at each of `locations`, the rule front ends apply to a `--store` argument: a directory gets
+    /// a new file ([`create_temp`](Self::create_temp)), an existing file or block device is
+    /// [`open`](Self::open)ed, any other path is [`create`](Self::create)d. One location gives exactly the store
+    /// those calls give.
+    ///
+    /// Several locations give one store striped over them (its *members*; see [`stripe`]): one logical data
+    /// space whose stripe units ([`stripe_bytes`](Self::stripe_bytes)) go to the members in turn, so a large
+    /// transfer runs on all of them at once, in one batch on one engine. Each member is a store file or device of
+    /// its own (header, lock, scrub); `capacity_bytes`, if set, is the total data capacity, split evenly over the
+    /// members (each rounded up to whole stripe units). Two locations naming the same file, device or directory
+    /// are refused. If member `k` cannot be made, members `0..k` are closed again (files this call created are
+    /// removed) and the error is [`IoError::Member`] naming the location (or [`IoError::StoreBusy`] /
+    /// [`IoError::StoreRefused`], which name it already).
+    pub fn build(self, locations: &[PathBuf]) -> Result<SwapStore, IoError> {
+        match locations {
+            [] => Err(IoError::InvalidArgument(
+                "no swap store location given".into(),
+            )),
+            [one] => {
+                if one.is_dir() {
+                    self.create_temp(one)
+                } else if std::fs::metadata(one).is_ok() {
+                    self.open(one)
+                } else {
+                    self.create(one)
+                }
+            }
+            several => self.build_striped(several),
+        }
+    }
+
+    fn build_striped(mut self, locations: &[PathBuf]) -> Result<SwapStore, IoError> {
+        self.check_max_io()?;
+        stripe::check_distinct(locations)?;
+        let unit = self.stripe_bytes.unwrap_or(self.max_io_bytes as u64);
+        if unit == 0 {
+            return Err(IoError::InvalidArgument(
+                "stripe_bytes must be non-zero".into(),
+            ));
+        }
+        if let Some(total) = self.capacity {
+            let per = total
+                .div_ceil(locations.len() as u64)
+                .checked_next_multiple_of(unit)
+                .ok_or_else(|| IoError::InvalidArgument(format!("capacity {total} too large")))?;
+            self.capacity = Some(per);
+        }
+        // One engine for all members: their requests go into the same batches.
+        self.engine = Some(self.take_engine()?);
+        let mut members = Vec::with_capacity(locations.len());
+        for loc in locations {
+            let made = if loc.is_dir() {
+                self.create_temp_member(loc)
+            } else if std::fs::metadata(loc).is_ok() {
+                self.open_member(loc)
+            } else {
+                self.create_member(loc)
+            };
+            match made {
+                Ok(m) => members.push(m),
+                Err(e) => {
+                    close_and_remove(members);
+                    return Err(stripe::name_location(loc, e));
+                }
+            }
+        }
+        let created: Vec<PathBuf> = members
+            .iter()
+            .filter(|m| m.created && m.kept)
+            .map(|m| m.path.clone())
+            .collect();
+        self.assemble(members).inspect_err(|_| {
+            // The members were closed when `assemble` dropped them.
+            for p in created {
+                let _ = std::fs::remove_file(p);
+            }
+        })
+    }
+
     /// Creates a new, uniquely named file in `dir`.
     pub fn create_temp(mut self, dir: &Path) -> Result<SwapStore, IoError> {
         // Select the engine once, not per name attempt.
         self.engine = Some(self.take_engine()?);
+        let member = self.create_temp_member(dir)?;
+        self.assemble(vec![member])
+    }
+
+    /// A new, uniquely named file in `dir` (the engine is already chosen).
+    fn create_temp_member(&self, dir: &Path) -> Result<Backing, IoError> {
         let pid = std::process::id();
         let mut last_err = None;
         for _ in 0..16 {
@@ -177,7 +280,7 @@ impl StoreBuilder {
                 .map(|d| d.subsec_nanos())
                 .unwrap_or(0);
             let path = dir.join(format!("oversub-swap-{pid}-{n}-{nanos:08x}.swap"));
-            match self.clone().create(&path) {
+            match self.create_member(&path) {
                 Err(e) if e.raw_os_error() == Some(libc::EEXIST) => last_err = Some(e),
                 other => return other,
             }
@@ -189,7 +292,14 @@ impl StoreBuilder {
 
     /// Creates a new file at `path` (fails if it exists), mode 0600, locked, with a header and the data area
     /// preallocated to the capacity, and unlinked at once unless `keep(true)`.
-    pub fn create(self, path: &Path) -> Result<SwapStore, IoError> {
+    pub fn create(mut self, path: &Path) -> Result<SwapStore, IoError> {
+        self.check_create()?;
+        self.engine = Some(self.take_engine()?);
+        let member = self.create_member(path)?;
+        self.assemble(vec![member])
+    }
+
+    fn check_create(&self) -> Result<u64, IoError> {
         let capacity = match self.capacity {
             Some(c) if c > 0 => c,
             _ => {
@@ -199,7 +309,12 @@ impl StoreBuilder {
             }
         };
         self.check_max_io()?;
-        let engine = self.take_engine()?;
+        Ok(capacity)
+    }
+
+    /// The file of [`create`](Self::create).
+    fn create_member(&self, path: &Path) -> Result<Backing, IoError> {
+        let capacity = self.check_create()?;
         let cpath = c_path(path)?;
         // O_DIRECT is added with fcntl below: opening with it on a file system that
         // refuses it fails with EINVAL after the file was already created.
@@ -271,22 +386,20 @@ impl StoreBuilder {
             now_unix(),
         )?;
         guard.armed = false;
-        SwapStore::new(Parts {
+        Ok(Backing {
             fd,
-            held,
+            _held: held,
             path: path.to_path_buf(),
-            kept: self.keep,
             block_device: false,
-            direct,
             alignment,
             data_offset: header_bytes,
             capacity,
-            max_io_bytes: self.max_io_bytes,
-            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
-            engine,
-            scrub: self.scrub,
+            high_water: AtomicU64::new(header_bytes),
             // An unlinked file cannot be reached by name, and its blocks are freed when it closes.
             scrub_at_close: self.keep && self.scrub != Scrub::Keep,
+            kept: self.keep,
+            created: true,
+            direct,
         })
     }
 
@@ -294,9 +407,15 @@ impl StoreBuilder {
     /// it holds (see the module docs): blank, or this user's store, else [`IoError::StoreRefused`] unless
     /// [`force`](Self::force). A busy file or device is [`IoError::StoreBusy`]. Writes a fresh header (keeping
     /// the creation time of an oversub store), narrows a regular file's mode to 0600 and preallocates it.
-    pub fn open(self, path: &Path) -> Result<SwapStore, IoError> {
+    pub fn open(mut self, path: &Path) -> Result<SwapStore, IoError> {
         self.check_max_io()?;
-        let engine = self.take_engine()?;
+        self.engine = Some(self.take_engine()?);
+        let member = self.open_member(path)?;
+        self.assemble(vec![member])
+    }
+
+    /// The file or device of [`open`](Self::open).
+    fn open_member(&self, path: &Path) -> Result<Backing, IoError> {
         let cpath = c_path(path)?;
         // O_EXCL without O_CREAT is defined for block devices only, so it is asked for them alone; fstat below
         // checks that the path did not change kind in between.
@@ -369,22 +488,21 @@ impl StoreBuilder {
         // Before reading anything: another holder's store may be in the middle of writing it.
         let held = exclusive::lock(fd.as_raw_fd(), path, &st)?;
         if kind == libc::S_IFBLK {
-            self.open_device(fd, held, path, direct, engine)
+            self.open_device(fd, held, path, direct)
         } else {
             // Size and mode as they are now that nobody else may change them.
             let st = fstat(fd.as_raw_fd())?;
-            self.open_file(fd, held, path, &st, direct, engine)
+            self.open_file(fd, held, path, &st, direct)
         }
     }
 
     fn open_device(
-        self,
+        &self,
         fd: OwnedFd,
         held: exclusive::Held,
         path: &Path,
         direct: bool,
-        engine: Arc<dyn IoEngine>,
-    ) -> Result<SwapStore, IoError> {
+    ) -> Result<Backing, IoError> {
         let raw = fd.as_raw_fd();
         let size = block_size64(raw)?;
         let alignment = logical_block_size(raw)?;
@@ -408,33 +526,30 @@ impl StoreBuilder {
         }
         let created = self.accept(path, inspect::inspect(raw, size, alignment)?)?;
         write_header(raw, alignment, header_bytes, capacity, created)?;
-        SwapStore::new(Parts {
+        Ok(Backing {
             fd,
-            held,
+            _held: held,
             path: path.to_path_buf(),
-            kept: true,
             block_device: true,
-            direct,
             alignment,
             data_offset: header_bytes,
             capacity,
-            max_io_bytes: self.max_io_bytes,
-            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
-            engine,
-            scrub: self.scrub,
+            high_water: AtomicU64::new(header_bytes),
             scrub_at_close: self.scrub != Scrub::Keep,
+            kept: true,
+            created: false,
+            direct,
         })
     }
 
     fn open_file(
-        self,
+        &self,
         fd: OwnedFd,
         held: exclusive::Held,
         path: &Path,
         st: &libc::stat,
         mut direct: bool,
-        engine: Arc<dyn IoEngine>,
-    ) -> Result<SwapStore, IoError> {
+    ) -> Result<Backing, IoError> {
         let raw = fd.as_raw_fd();
         let dio = dio_alignment(raw);
         if direct && dio == Some(0) {
@@ -484,21 +599,19 @@ impl StoreBuilder {
         // may be sparse; writes into holes could hit ENOSPC mid-page-out.
         preallocate(raw, total)?;
         write_header(raw, alignment, header_bytes, capacity, created)?;
-        SwapStore::new(Parts {
+        Ok(Backing {
             fd,
-            held,
+            _held: held,
             path: path.to_path_buf(),
-            kept: true,
             block_device: false,
-            direct,
             alignment,
             data_offset: header_bytes,
             capacity,
-            max_io_bytes: self.max_io_bytes,
-            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
-            engine,
-            scrub: self.scrub,
+            high_water: AtomicU64::new(header_bytes),
             scrub_at_close: self.scrub != Scrub::Keep,
+            kept: true,
+            created: false,
+            direct,
         })
     }
 
@@ -544,38 +657,68 @@ impl StoreBuilder {
             None => select_engine(self.engine_choice, self.queue_depth),
         }
     }
+
+    /// The store over `members` (at least one), with this builder's engine and settings.
+    fn assemble(&self, members: Vec<Backing>) -> Result<SwapStore, IoError> {
+        let engine = self.take_engine()?;
+        SwapStore::new(Parts {
+            members,
+            max_io_bytes: self.max_io_bytes,
+            max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
+            stripe_bytes: self.stripe_bytes,
+            engine,
+            scrub: self.scrub,
+        })
+    }
+}
+
+/// Closes members made so far (dropping them releases their locks) and removes the files among them that were
+/// created and kept (temporary files were unlinked when they were created).
+fn close_and_remove(members: Vec<Backing>) {
+    let created: Vec<PathBuf> = members
+        .iter()
+        .filter(|m| m.created && m.kept)
+        .map(|m| m.path.clone())
+        .collect();
+    drop(members);
+    for p in created {
+        let _ = std::fs::remove_file(p);
+    }
 }
 
 struct Parts {
-    fd: OwnedFd,
-    held: exclusive::Held,
-    path: PathBuf,
-    kept: bool,
-    block_device: bool,
-    direct: bool,
-    alignment: usize,
-    data_offset: u64,
-    capacity: u64,
+    members: Vec<Backing>,
     max_io_bytes: usize,
     max_write_io_bytes: usize,
+    stripe_bytes: Option<u64>,
     engine: Arc<dyn IoEngine>,
     scrub: Scrub,
-    scrub_at_close: bool,
 }
 
-/// A swap file or block device with an extent allocator and an I/O engine.
+/// A swap file or block device, or several of them striped ([`StoreBuilder::build`]), with an extent allocator
+/// and an I/O engine.
 #[derive(Debug)]
 pub struct SwapStore {
-    /// The fd and what the scrub needs. Shared with in-flight batches, so the fd stays open (and the scrub at
-    /// close waits) until their I/O is over even if the store is dropped first (waiting in Drop could deadlock
+    /// The members' fds and what their scrubs need: one for a store of one file or device, several for a striped
+    /// store, in the order of the locations. Shared with in-flight batches, so the fds stay open (and the scrub
+    /// at close waits) until their I/O is over even if the store is dropped first (waiting in Drop could deadlock
     /// when the store is dropped from an engine callback).
-    file: Arc<Backing>,
+    members: Arc<[Backing]>,
+    /// Where logical offsets live (the identity for one member).
+    map: StripeMap,
+    /// What slot extents add to logical offsets: the data offset of a store of one member (its extents are file
+    /// offsets), 0 for a striped store (its extents are logical offsets).
+    base: u64,
+    /// Bytes of the logical data space.
+    capacity: u64,
+    /// The largest of the members' alignments.
+    alignment: usize,
     kept: bool,
     direct: bool,
     max_io_bytes: usize,
     max_write_io_bytes: usize,
     engine: Arc<dyn IoEngine>,
-    /// Manages the data area as `[0, capacity)`; slots carry file offsets (`+ data_offset`).
+    /// Manages the logical data area as `[0, capacity)`; slots carry it plus `base`.
     alloc: Mutex<ExtentAllocator>,
     id: u64,
     scrub: Scrub,
@@ -604,7 +747,8 @@ impl Slot {
         self.len == 0
     }
 
-    /// The file ranges, in data order.
+    /// The ranges, in data order: file offsets for a store of one file or device, logical offsets of the data
+    /// space for a striped store (see [`SwapStore::data_offset`] and [`SwapStore::member_location`]).
     pub fn extents(&self) -> &[Extent] {
         &self.extents
     }
@@ -662,7 +806,8 @@ impl SlotView {
         self.len == 0
     }
 
-    /// The file ranges, in data order.
+    /// The ranges, in data order: file offsets for a store of one file or device, logical offsets of the data
+    /// space for a striped store (see [`SwapStore::data_offset`] and [`SwapStore::member_location`]).
     pub fn extents(&self) -> &[Extent] {
         &self.extents
     }
@@ -680,24 +825,78 @@ impl SwapStore {
                 "max_io_bytes must be non-zero".into(),
             ));
         }
-        let max_io_bytes = (p.max_io_bytes - p.max_io_bytes % p.alignment).max(p.alignment);
+        let mut members = p.members;
+        let Some(first) = members.first() else {
+            return Err(IoError::InvalidArgument(
+                "a swap store needs at least one file or device".into(),
+            ));
+        };
+        let first_path = first.path.clone();
+        // Direct or buffered for all: a buffered member would take the page cache's time anyway, and one
+        // alignment rule serves every request.
+        if let Some(buffered) = members.iter().find(|m| !m.direct).map(|m| m.path.clone()) {
+            for m in members.iter_mut().filter(|m| m.direct) {
+                set_direct(m.fd.as_raw_fd(), false)?;
+                m.direct = false;
+                tracing::warn!(
+                    path = %m.path.display(),
+                    buffered = %buffered.display(),
+                    "another member of the striped store is buffered; swap I/O on this one will be buffered too"
+                );
+            }
+        }
+        let direct = members.iter().all(|m| m.direct);
+        let alignment = members
+            .iter()
+            .map(|m| m.alignment)
+            .max()
+            .unwrap_or(DEFAULT_ALIGNMENT);
+        let max_io_bytes = (p.max_io_bytes - p.max_io_bytes % alignment).max(alignment);
         let max_write_io_bytes =
-            (p.max_write_io_bytes - p.max_write_io_bytes % p.alignment).max(p.alignment);
+            (p.max_write_io_bytes - p.max_write_io_bytes % alignment).max(alignment);
+        let unit = p.stripe_bytes.unwrap_or(max_io_bytes as u64);
+        let n = members.len();
+        if n > 1 && (unit == 0 || unit % alignment as u64 != 0) {
+            return Err(IoError::InvalidArgument(format!(
+                "stripe unit {unit} is not a non-zero multiple of the store's alignment {alignment}"
+            )));
+        }
+        let map = StripeMap::new(n, unit.max(1))?;
+        let smallest = members.iter().map(|m| m.capacity).min().unwrap_or(0);
+        let capacity = map.capacity(smallest);
+        if capacity == 0 {
+            return Err(IoError::InvalidArgument(format!(
+                "the striped store's smallest member holds {smallest} bytes, less than one stripe unit of {unit}"
+            )));
+        }
+        if n > 1 {
+            for m in members.iter().filter(|m| m.capacity >= smallest + unit) {
+                tracing::info!(
+                    path = %m.path.display(),
+                    "striping uses {} of this member's {} data bytes (the smallest member's size)",
+                    capacity / n as u64,
+                    m.capacity
+                );
+            }
+            tracing::debug!(
+                first = %first_path.display(),
+                members = n,
+                stripe_bytes = unit,
+                capacity,
+                "striped swap store"
+            );
+        }
+        let base = if n == 1 { members[0].data_offset } else { 0 };
+        let kept = members.iter().any(|m| m.kept);
         Ok(SwapStore {
-            alloc: Mutex::new(ExtentAllocator::new(p.capacity, p.alignment as u64)),
-            file: Arc::new(Backing {
-                fd: p.fd,
-                _held: p.held,
-                path: p.path,
-                block_device: p.block_device,
-                alignment: p.alignment,
-                data_offset: p.data_offset,
-                capacity: p.capacity,
-                high_water: AtomicU64::new(p.data_offset),
-                scrub_at_close: p.scrub_at_close,
-            }),
-            kept: p.kept,
-            direct: p.direct,
+            alloc: Mutex::new(ExtentAllocator::new(capacity, alignment as u64)),
+            members: members.into(),
+            map,
+            base,
+            capacity,
+            alignment,
+            kept,
+            direct,
             max_io_bytes,
             max_write_io_bytes,
             engine: p.engine,
@@ -707,21 +906,64 @@ impl SwapStore {
         })
     }
 
+    fn first(&self) -> &Backing {
+        // `new` refuses a store without members.
+        &self.members[0]
+    }
+
     /// I/O alignment: offsets, lengths and (when direct) memory addresses are multiples
-    /// of it. Logical block size for block devices, STATX_DIOALIGN for files, else 4096.
+    /// of it. Logical block size for block devices, STATX_DIOALIGN for files, else 4096; the largest of the
+    /// members' for a striped store.
     pub fn alignment(&self) -> usize {
-        self.file.alignment
+        self.alignment
     }
 
-    /// Bytes of the data area: the file or device less the header. All of it can be allocated.
+    /// Bytes of the data area: the file or device less the header. All of it can be allocated. For a striped
+    /// store, the logical data space: the number of members times the smallest member's data area rounded down
+    /// to whole stripe units.
     pub fn capacity_bytes(&self) -> u64 {
-        self.file.capacity
+        self.capacity
     }
 
-    /// File offset where the data area starts: the header's length, `max(alignment, 4096)`. Slot extents are
-    /// file offsets in `[data_offset, data_offset + capacity_bytes)`.
+    /// What slot extents are offset by. For a store of one file or device, the file offset where the data area
+    /// starts (the header's length, `max(alignment, 4096)`): slot extents are file offsets in `[data_offset,
+    /// data_offset + capacity_bytes)`. For a striped store, 0: slot extents are logical offsets in `[0,
+    /// capacity_bytes)`, which [`member_location`](Self::member_location) maps to a member and file offset.
     pub fn data_offset(&self) -> u64 {
-        self.file.data_offset
+        self.base
+    }
+
+    /// Number of files or devices the store is striped over (1 unless made by [`StoreBuilder::build`] with
+    /// several locations).
+    pub fn member_count(&self) -> usize {
+        self.members.len()
+    }
+
+    /// The members' paths, in stripe order (the order of the locations given to [`StoreBuilder::build`]).
+    pub fn member_paths(&self) -> Vec<&Path> {
+        self.members.iter().map(|m| m.path.as_path()).collect()
+    }
+
+    /// The members' file descriptors (owned by the store), in stripe order.
+    pub fn member_fds(&self) -> Vec<RawFd> {
+        self.members.iter().map(|m| m.fd.as_raw_fd()).collect()
+    }
+
+    /// Stripe unit in bytes: logical bytes `[k * S, (k + 1) * S)` live on member `k % member_count()` (see
+    /// [`stripe`]). Set with [`StoreBuilder::stripe_bytes`]; by default the read `max_io_bytes`. Without effect
+    /// for a store of one member.
+    pub fn stripe_bytes(&self) -> u64 {
+        self.map.unit()
+    }
+
+    /// Where a byte of a slot lives: for `offset` as in [`Slot::extents`], the member's index and the file offset
+    /// in that member. `None` outside the data area.
+    pub fn member_location(&self, offset: u64) -> Option<(usize, u64)> {
+        let logical = offset
+            .checked_sub(self.base)
+            .filter(|l| *l < self.capacity)?;
+        let (m, at) = self.map.locate(logical);
+        Some((m, self.members[m].data_offset + at))
     }
 
     /// What happens to swapped-out data when it is no longer needed (set with [`StoreBuilder::scrub`]).
@@ -739,24 +981,27 @@ impl SwapStore {
         self.lock_alloc().largest_free()
     }
 
-    /// Whether I/O uses O_DIRECT (false after the buffered fallback).
+    /// Whether I/O uses O_DIRECT (false after the buffered fallback). A striped store is direct when every member
+    /// is; when one falls back to buffered I/O, all members are switched to it.
     pub fn is_direct(&self) -> bool {
         self.direct
     }
 
-    /// Path the store was created at / opened from (may no longer exist).
+    /// Path the store was created at / opened from (may no longer exist); the first member's for a striped store
+    /// (see [`member_paths`](Self::member_paths)).
     pub fn path(&self) -> &Path {
-        &self.file.path
+        &self.first().path
     }
 
-    /// Whether the file stays on disk (kept created files and opened files).
+    /// Whether the file stays on disk (kept created files and opened files); for a striped store, whether any
+    /// member does.
     pub fn is_kept(&self) -> bool {
         self.kept
     }
 
-    /// Whether the store is a block device.
+    /// Whether the store is a block device; for a striped store, whether every member is.
     pub fn is_block_device(&self) -> bool {
-        self.file.block_device
+        self.members.iter().all(|m| m.block_device)
     }
 
     /// The engine doing the I/O.
@@ -774,9 +1019,11 @@ impl SwapStore {
         self.max_write_io_bytes
     }
 
-    /// The file descriptor (owned by the store).
+    /// The file descriptor (owned by the store). For a striped store, the first member's: slot extents are not
+    /// offsets in it, so code doing its own I/O on the fd (GPUDirect Storage, say) must check
+    /// [`member_count`](Self::member_count) first; [`member_fds`](Self::member_fds) lists them all.
     pub fn fd(&self) -> RawFd {
-        self.file.fd.as_raw_fd()
+        self.first().fd.as_raw_fd()
     }
 
     fn lock_alloc(&self) -> std::sync::MutexGuard<'_, ExtentAllocator> {
@@ -787,12 +1034,17 @@ impl SwapStore {
     /// fit, `InvalidArgument` for `len == 0`.
     pub fn allocate(&self, len: u64) -> Result<Slot, IoError> {
         let mut extents = self.lock_alloc().allocate(len)?;
-        let base = self.file.data_offset;
-        for e in &mut extents {
-            e.offset += base;
-        }
+        // Each member's high-water mark: the end of its part of the highest extent.
         if let Some(end) = extents.iter().map(|e| e.offset + e.len).max() {
-            self.file.allocated_up_to(end);
+            for (i, m) in self.members.iter().enumerate() {
+                let below = self.map.member_bytes_below(end, i);
+                if below > 0 {
+                    m.allocated_up_to(m.data_offset + below);
+                }
+            }
+        }
+        for e in &mut extents {
+            e.offset += self.base;
         }
         let len = extents.iter().map(|e| e.len).sum();
         Ok(Slot {
@@ -809,52 +1061,109 @@ impl SwapStore {
             tracing::error!("ignoring release of a slot that belongs to another store");
             return;
         }
-        if self.scrub == Scrub::OnRelease {
-            self.discard_released(&slot.extents);
-        }
-        let base = self.file.data_offset;
-        // Slots of this store lie past the header; u64::MAX for anything else makes the allocator log it.
+        // Slots of this store lie past `base`; u64::MAX for anything else makes the allocator log it.
         let relative: Vec<Extent> = slot
             .extents
             .iter()
             .map(|e| Extent {
-                offset: e.offset.checked_sub(base).unwrap_or(u64::MAX),
+                offset: e.offset.checked_sub(self.base).unwrap_or(u64::MAX),
                 len: e.len,
             })
             .collect();
+        if self.scrub == Scrub::OnRelease {
+            self.discard_released(&relative);
+        }
         self.lock_alloc().free(&relative);
     }
 
+    /// Discards logical ranges: on each member, the one member range the logical range puts there.
     fn discard_released(&self, extents: &[Extent]) {
         if !self.discard_at_release.load(Ordering::Relaxed) {
             return;
         }
-        for e in extents {
-            let Err(err) = scrub::discard(self.fd(), self.file.block_device, e.offset, e.len)
-            else {
-                continue;
-            };
-            let path = self.file.path.display();
-            if scrub::is_unsupported(&err) {
-                self.discard_at_release.store(false, Ordering::Relaxed);
+        for e in extents.iter().filter(|e| e.offset != u64::MAX) {
+            for (i, m) in self.members.iter().enumerate() {
+                let start = self.map.member_bytes_below(e.offset, i);
+                let end = self.map.member_bytes_below(e.offset + e.len, i);
+                if end <= start {
+                    continue;
+                }
+                let offset = m.data_offset + start;
+                let Err(err) =
+                    scrub::discard(m.fd.as_raw_fd(), m.block_device, offset, end - start)
+                else {
+                    continue;
+                };
+                let path = m.path.display();
+                if scrub::is_unsupported(&err) {
+                    self.discard_at_release.store(false, Ordering::Relaxed);
+                    tracing::warn!(
+                        path = %path,
+                        "cannot discard released swap ranges ({err}); they keep their data until the store closes"
+                    );
+                    return;
+                }
                 tracing::warn!(
                     path = %path,
-                    "cannot discard released swap ranges ({err}); they keep their data until the store closes"
+                    offset,
+                    "could not discard a released swap range: {err}"
                 );
-                return;
             }
-            tracing::warn!(
-                path = %path,
-                offset = e.offset,
-                "could not discard a released swap range: {err}"
-            );
         }
     }
 
+    /// Submits `requests` as one batch; the callback keeps the members' fds open until the batch finished and,
+    /// for a striped store, names the member whose request failed ([`IoError::Member`]).
+    ///
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn submit_requests(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        let members = self.members.clone();
+        if members.len() == 1 {
+            let cb: IoCallback = Box::new(move |res| {
+                // The I/O is over; the fd may be scrubbed and closed now.
+                drop(members);
+                on_done(res);
+            });
+            // SAFETY: forwarded from our caller; the callback keeps the fd open until the batch finished.
+            return unsafe { self.engine.submit(requests, cb) };
+        }
+        let cb: IoCallback = Box::new(move |res| {
+            let res = res.map_err(|e| name_member(&members, e));
+            drop(members);
+            on_done(res);
+        });
+        // SAFETY: as above.
+        unsafe { self.engine.submit_tagged(requests, cb) }
+    }
+
+    /// Blocking [`submit_requests`](Self::submit_requests).
+    ///
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn wait_requests(&self, requests: Vec<IoRequest>) -> Result<IoDone, IoError> {
+        if self.members.len() == 1 {
+            // SAFETY: forwarded from our caller; blocking means &self (and the fd) outlive the batch.
+            return unsafe { submit_wait(self.engine.as_ref(), requests) };
+        }
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        let cb: IoCallback = Box::new(move |res| {
+            // The receiver only disappears if the waiter is gone, then nobody cares.
+            let _ = tx.send(res);
+        });
+        // SAFETY: forwarded from our caller; we block until the callback ran.
+        unsafe { self.submit_requests(requests, cb) }?;
+        rx.recv().unwrap_or(Err(IoError::Shutdown))
+    }
+
     /// Reads or writes the slot's bytes from/to `mem` (total length `slot.len()`),
-    /// split at extent boundaries and at `max_io_bytes`, submitted as ONE batch.
-    /// When direct, every iovec's address and length must be multiples of
-    /// `alignment()` (`Misaligned` otherwise).
+    /// split at extent boundaries, stripe-unit boundaries and `max_io_bytes`, submitted as ONE batch (for a
+    /// striped store, with requests on every member, so they all work at once). When direct, every iovec's
+    /// address and length must be multiples of `alignment()` (`Misaligned` otherwise).
     ///
     /// # Safety
     /// As [`IoEngine::submit`]: the memory stays valid (and, for reads, otherwise
@@ -867,15 +1176,8 @@ impl SwapStore {
         on_done: IoCallback,
     ) -> Result<(), IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
-        let file = self.file.clone();
-        let cb: IoCallback = Box::new(move |res| {
-            // The I/O is over; the fd may be scrubbed and closed now.
-            drop(file);
-            on_done(res);
-        });
-        // SAFETY: forwarded from our caller; the callback keeps the fd open until the
-        // batch finished.
-        unsafe { self.engine.submit(requests, cb) }
+        // SAFETY: forwarded from our caller.
+        unsafe { self.submit_requests(requests, on_done) }
     }
 
     /// Reads or writes part of a slot (see [`Slot::view`]) from/to `mem` as one batch, asynchronously; otherwise
@@ -892,13 +1194,8 @@ impl SwapStore {
     ) -> Result<(), IoError> {
         let requests =
             self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
-        let file = self.file.clone();
-        let cb: IoCallback = Box::new(move |res| {
-            drop(file);
-            on_done(res);
-        });
-        // SAFETY: forwarded from our caller; the callback keeps the fd open until the batch finished.
-        unsafe { self.engine.submit(requests, cb) }
+        // SAFETY: forwarded from our caller.
+        unsafe { self.submit_requests(requests, on_done) }
     }
 
     /// Blocking [`SwapStore::submit`].
@@ -912,9 +1209,8 @@ impl SwapStore {
         mem: &[IoVec],
     ) -> Result<IoDone, IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
-        // SAFETY: forwarded from our caller; blocking means &self (and the fd) outlive
-        // the batch.
-        unsafe { submit_wait(self.engine.as_ref(), requests) }
+        // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
+        unsafe { self.wait_requests(requests) }
     }
 
     /// Blocking transfer of part of a slot (see [`Slot::view`]); otherwise as [`SwapStore::transfer`].
@@ -930,7 +1226,7 @@ impl SwapStore {
         let requests =
             self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { submit_wait(self.engine.as_ref(), requests) }
+        unsafe { self.wait_requests(requests) }
     }
 
     /// Blocking transfer of several slot views (each with its memory) as one batch, so they run at the engine's
@@ -954,7 +1250,7 @@ impl SwapStore {
             )?);
         }
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { submit_wait(self.engine.as_ref(), requests) }
+        unsafe { self.wait_requests(requests) }
     }
 
     fn build_requests(
@@ -979,7 +1275,7 @@ impl SwapStore {
                 "slot belongs to another store".into(),
             ));
         }
-        let align = self.file.alignment as u64;
+        let align = self.alignment as u64;
         let mut total: u64 = 0;
         for v in mem {
             if self.direct {
@@ -1028,62 +1324,92 @@ impl SwapStore {
             Direction::Write => self.max_write_io_bytes,
             _ => self.max_io_bytes,
         } as u64;
-        let fd = self.fd();
         let mut requests = Vec::new();
         let mut mem_iter = mem.iter().filter(|v| v.len > 0);
         let mut cur: Option<IoVec> = None;
         for ext in extents {
-            let mut pos = 0;
-            while pos < ext.len {
-                let chunk = max.min(ext.len - pos);
-                let mut iovecs = Vec::new();
-                let mut need = chunk;
-                while need > 0 {
-                    let v = match cur.take() {
-                        Some(v) => v,
-                        None => *mem_iter.next().ok_or_else(|| {
-                            IoError::InvalidArgument("memory shorter than the slot".into())
-                        })?,
-                    };
-                    // `take <= v.len`, so it fits in usize.
-                    let take = (v.len as u64).min(need) as usize;
-                    iovecs.push(IoVec {
-                        ptr: v.ptr,
-                        len: take,
-                    });
-                    if take < v.len {
-                        cur = Some(IoVec {
-                            ptr: v.ptr.wrapping_add(take),
-                            len: v.len - take,
+            let logical = ext.offset.checked_sub(self.base).ok_or_else(|| {
+                IoError::InvalidArgument(format!(
+                    "slot range at {} lies before the data area",
+                    ext.offset
+                ))
+            })?;
+            // One piece per stripe unit on a striped store; the whole extent on a store of one member.
+            for piece in self.map.pieces(logical, ext.len) {
+                let member = &self.members[piece.member];
+                let (fd, at) = (member.fd.as_raw_fd(), member.data_offset + piece.offset);
+                let mut pos = 0;
+                while pos < piece.len {
+                    let chunk = max.min(piece.len - pos);
+                    let mut iovecs = Vec::new();
+                    let mut need = chunk;
+                    while need > 0 {
+                        let v = match cur.take() {
+                            Some(v) => v,
+                            None => *mem_iter.next().ok_or_else(|| {
+                                IoError::InvalidArgument("memory shorter than the slot".into())
+                            })?,
+                        };
+                        // `take <= v.len`, so it fits in usize.
+                        let take = (v.len as u64).min(need) as usize;
+                        iovecs.push(IoVec {
+                            ptr: v.ptr,
+                            len: take,
                         });
+                        if take < v.len {
+                            cur = Some(IoVec {
+                                ptr: v.ptr.wrapping_add(take),
+                                len: v.len - take,
+                            });
+                        }
+                        need -= take as u64;
                     }
-                    need -= take as u64;
+                    requests.push(IoRequest {
+                        fd,
+                        direction,
+                        offset: at + pos,
+                        iovecs,
+                    });
+                    pos += chunk;
                 }
-                requests.push(IoRequest {
-                    fd,
-                    direction,
-                    offset: ext.offset + pos,
-                    iovecs,
-                });
-                pos += chunk;
             }
         }
         Ok(requests)
     }
 
-    /// Drops the file's page cache (`posix_fadvise(DONTNEED)`), e.g. before timing
+    /// Drops the files' page cache (`posix_fadvise(DONTNEED)`, every member), e.g. before timing
     /// reads of a buffered store.
     pub fn drop_cache(&self) -> std::io::Result<()> {
-        // DONTNEED skips dirty pages, so write them back first.
-        // SAFETY: plain syscalls on our fd.
-        let rc = unsafe {
-            libc::fdatasync(self.fd());
-            libc::posix_fadvise(self.fd(), 0, 0, libc::POSIX_FADV_DONTNEED)
-        };
-        if rc != 0 {
-            return Err(std::io::Error::from_raw_os_error(rc));
+        for m in self.members.iter() {
+            let fd = m.fd.as_raw_fd();
+            // DONTNEED skips dirty pages, so write them back first.
+            // SAFETY: plain syscalls on our fd.
+            let rc = unsafe {
+                libc::fdatasync(fd);
+                libc::posix_fadvise(fd, 0, 0, libc::POSIX_FADV_DONTNEED)
+            };
+            if rc != 0 {
+                return Err(std::io::Error::from_raw_os_error(rc));
+            }
         }
         Ok(())
+    }
+}
+
+/// A failed request of a striped store's batch, as the member's error ([`IoError::Member`]).
+fn name_member(members: &[Backing], e: IoError) -> IoError {
+    match e {
+        IoError::Request { fd, source, .. } => {
+            let source = source.untagged();
+            match members.iter().find(|m| m.fd.as_raw_fd() == fd) {
+                Some(m) => IoError::Member {
+                    path: m.path.clone(),
+                    source: Box::new(source),
+                },
+                None => source,
+            }
+        }
+        other => other,
     }
 }
 

@@ -1,4 +1,5 @@
-//! Test doubles wrapping a real engine: [`FailingEngine`] injects failures,
+//! Test doubles wrapping a real engine: [`FailingEngine`] injects failures by request number,
+//! [`FailingFdEngine`] fails every request on one file (a failing member of a striped store),
 //! [`CountingEngine`] counts requests and batches. Public so other crates' tests can
 //! use them.
 
@@ -77,30 +78,192 @@ unsafe impl IoEngine for FailingEngine {
     }
 
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, false) }
+    }
+
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, true) }
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.inner.counters()
+    }
+}
+
+impl FailingEngine {
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn forward(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+        tagged: bool,
+    ) -> Result<(), IoError> {
         crate::engine::validate_requests(&requests)?;
         let first = self
             .next
             .fetch_add(requests.len() as u64, Ordering::Relaxed)
             + 1;
-        let mut failed_nth = None;
+        let mut failed = None;
         let mut kept = Vec::with_capacity(requests.len());
         for (i, req) in requests.into_iter().enumerate() {
             let nth = first + i as u64;
             if self.fails(nth) {
-                failed_nth.get_or_insert(nth);
+                failed.get_or_insert((nth, req.fd, req.offset));
                 self.injected.fetch_add(1, Ordering::Relaxed);
             } else {
                 kept.push(req);
             }
         }
-        let cb: IoCallback = match failed_nth {
+        let cb: IoCallback = match failed {
             None => on_done,
             // Runs after the inner engine finished the surviving requests, so the
             // memory contract of `submit` holds.
-            Some(nth) => Box::new(move |_| on_done(Err(IoError::Injected { nth }))),
+            Some((nth, fd, offset)) => Box::new(move |_| {
+                let e = IoError::Injected { nth };
+                on_done(Err(if tagged {
+                    IoError::Request {
+                        fd,
+                        offset,
+                        source: Box::new(e),
+                    }
+                } else {
+                    e
+                }))
+            }),
         };
         // SAFETY: forwarded from our caller.
-        unsafe { self.inner.submit(kept, cb) }
+        unsafe { forward_to(self.inner.as_ref(), kept, cb, tagged) }
+    }
+}
+
+/// Submits to `inner`, tagged or not.
+///
+/// # Safety
+/// As [`IoEngine::submit`].
+unsafe fn forward_to(
+    inner: &dyn IoEngine,
+    requests: Vec<IoRequest>,
+    on_done: IoCallback,
+    tagged: bool,
+) -> Result<(), IoError> {
+    // SAFETY: forwarded from our caller.
+    unsafe {
+        if tagged {
+            inner.submit_tagged(requests, on_done)
+        } else {
+            inner.submit(requests, on_done)
+        }
+    }
+}
+
+/// Fails every request on one file descriptor (a failing disk), as the OS would: with an [`IoError::Io`] whose
+/// source is `EIO`, the op named `preadv`/`pwritev`. The batch's other requests run on the inner engine; the batch
+/// then completes with the error (wrapped in [`IoError::Request`] when it came through
+/// [`IoEngine::submit_tagged`]). Nothing fails until [`fail_fd`](Self::fail_fd) names a descriptor, so a test can
+/// write first and break the file afterwards.
+#[derive(Debug)]
+pub struct FailingFdEngine {
+    inner: Arc<dyn IoEngine>,
+    fd: std::sync::atomic::AtomicI32,
+    injected: AtomicU64,
+}
+
+impl FailingFdEngine {
+    /// Wraps `inner`; fails nothing yet.
+    pub fn new(inner: Arc<dyn IoEngine>) -> Self {
+        FailingFdEngine {
+            inner,
+            fd: std::sync::atomic::AtomicI32::new(-1),
+            injected: AtomicU64::new(0),
+        }
+    }
+
+    /// From now on, fails every request on `fd`; `None` heals it.
+    pub fn fail_fd(&self, fd: Option<std::os::fd::RawFd>) {
+        self.fd.store(fd.unwrap_or(-1), Ordering::Relaxed);
+    }
+
+    /// Requests failed so far.
+    pub fn injected(&self) -> u64 {
+        self.injected.load(Ordering::Relaxed)
+    }
+
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn forward(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+        tagged: bool,
+    ) -> Result<(), IoError> {
+        crate::engine::validate_requests(&requests)?;
+        let bad = self.fd.load(Ordering::Relaxed);
+        let mut failed = None;
+        let mut kept = Vec::with_capacity(requests.len());
+        for req in requests {
+            if bad >= 0 && req.fd == bad {
+                failed.get_or_insert((req.fd, req.offset, req.direction));
+                self.injected.fetch_add(1, Ordering::Relaxed);
+            } else {
+                kept.push(req);
+            }
+        }
+        let cb: IoCallback = match failed {
+            None => on_done,
+            // Runs after the inner engine finished the surviving requests.
+            Some((fd, offset, direction)) => Box::new(move |_| {
+                let e = IoError::Io {
+                    op: match direction {
+                        Direction::Read => "preadv",
+                        Direction::Write => "pwritev",
+                    },
+                    source: std::io::Error::from_raw_os_error(libc::EIO),
+                };
+                on_done(Err(if tagged {
+                    IoError::Request {
+                        fd,
+                        offset,
+                        source: Box::new(e),
+                    }
+                } else {
+                    e
+                }))
+            }),
+        };
+        // SAFETY: forwarded from our caller.
+        unsafe { forward_to(self.inner.as_ref(), kept, cb, tagged) }
+    }
+}
+
+// SAFETY: forwards to a real engine and completes injected failures only after the inner batch finished.
+unsafe impl IoEngine for FailingFdEngine {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+
+    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, false) }
+    }
+
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, true) }
     }
 
     fn counters(&self) -> IoCountersSnapshot {
@@ -176,6 +339,33 @@ unsafe impl IoEngine for CountingEngine {
     }
 
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, false) }
+    }
+
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, true) }
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.inner.counters()
+    }
+}
+
+impl CountingEngine {
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn forward(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+        tagged: bool,
+    ) -> Result<(), IoError> {
         // Lengths are summed below; refuse overflowing batches first, as the inner engine would.
         crate::engine::validate_requests(&requests)?;
         let first_dir = requests.first().map(|r| r.direction);
@@ -196,7 +386,7 @@ unsafe impl IoEngine for CountingEngine {
             }
         }
         // SAFETY: forwarded from our caller.
-        unsafe { self.inner.submit(requests, on_done) }?;
+        unsafe { forward_to(self.inner.as_ref(), requests, on_done, tagged) }?;
         // Counted only once accepted, so rejected batches do not skew the numbers.
         self.read_requests.fetch_add(reads, Ordering::Relaxed);
         self.write_requests.fetch_add(writes, Ordering::Relaxed);
@@ -209,10 +399,6 @@ unsafe impl IoEngine for CountingEngine {
         };
         Ok(())
     }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.inner.counters()
-    }
 }
 
 /// One request as a [`RecordingEngine`] saw it.
@@ -220,6 +406,8 @@ unsafe impl IoEngine for CountingEngine {
 pub struct RecordedRequest {
     /// Read or write.
     pub direction: Direction,
+    /// File descriptor (which member, for a striped store).
+    pub fd: std::os::fd::RawFd,
     /// File offset.
     pub offset: u64,
     /// Bytes.
@@ -284,11 +472,39 @@ unsafe impl IoEngine for RecordingEngine {
     }
 
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, false) }
+    }
+
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.forward(requests, on_done, true) }
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.inner.counters()
+    }
+}
+
+impl RecordingEngine {
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn forward(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+        tagged: bool,
+    ) -> Result<(), IoError> {
         crate::engine::validate_requests(&requests)?;
         let batch = self.batches.fetch_add(1, Ordering::Relaxed);
         for r in &requests {
             let rec = RecordedRequest {
                 direction: r.direction,
+                fd: r.fd,
                 offset: r.offset,
                 len: r.total_len(),
                 batch,
@@ -299,10 +515,6 @@ unsafe impl IoEngine for RecordingEngine {
             self.log.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
         }
         // SAFETY: forwarded from our caller.
-        unsafe { self.inner.submit(requests, on_done) }
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.inner.counters()
+        unsafe { forward_to(self.inner.as_ref(), requests, on_done, tagged) }
     }
 }

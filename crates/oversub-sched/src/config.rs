@@ -11,7 +11,8 @@
 //! [platform]
 //! capacity = "4GiB"        # required: device memory of the pool; a size string ("256MiB", "1GiB", "100MB")
 //!                          # or an integer number of bytes; > 0
-//! store = "/tmp"           # optional: swap store (file, directory to create one in, or block device);
+//! store = "/tmp"           # optional: swap store (file, directory to create one in, or block device), or a
+//!                          # list of them to stripe the store over (store = ["/mnt/a", "/mnt/b"]);
 //!                          # default: the system temporary directory
 //! device = "host"          # optional: device-memory backend; only "host" for now
 //! cpus = 2                 # optional: slots may use CPUs 0..cpus; default: the available parallelism
@@ -213,10 +214,18 @@ struct RawFile {
 #[serde(deny_unknown_fields, rename = "[platform] table")]
 struct RawPlatform {
     capacity: Spanned<Size>,
-    store: Option<Spanned<String>>,
+    store: Option<Spanned<RawStore>>,
     device: Option<RawDevice>,
     cpus: Option<Spanned<usize>>,
     gpus: Option<usize>,
+}
+
+/// `store = "/path"` or `store = ["/a", "/b"]`.
+#[derive(Deserialize)]
+#[serde(untagged, expecting = "a path or a list of paths")]
+enum RawStore {
+    One(String),
+    Several(Vec<String>),
 }
 
 #[derive(Deserialize, Clone, Copy)]
@@ -474,15 +483,21 @@ impl Cx<'_> {
         if capacity_bytes == 0 {
             return Err(self.at(&p.capacity, "platform capacity must be > 0"));
         }
-        let store = match &p.store {
-            Some(s) if s.get_ref().is_empty() => {
-                return Err(self.at(
-                    s,
-                    "platform store must not be empty (leave it out for the system temporary directory)",
-                ))
+        let stores = match &p.store {
+            None => Vec::new(),
+            Some(s) => {
+                let paths: Vec<&String> = match s.get_ref() {
+                    RawStore::One(one) => vec![one],
+                    RawStore::Several(several) => several.iter().collect(),
+                };
+                if paths.is_empty() || paths.iter().any(|p| p.is_empty()) {
+                    return Err(self.at(
+                        s,
+                        "platform store must not be empty (leave it out for the system temporary directory)",
+                    ));
+                }
+                paths.into_iter().map(PathBuf::from).collect()
             }
-            Some(s) => Some(PathBuf::from(s.get_ref())),
-            None => None,
         };
         let device = match p.device {
             Some(RawDevice::Host) | None => DeviceKind::Host,
@@ -496,7 +511,7 @@ impl Cx<'_> {
         };
         Ok(Platform {
             capacity_bytes,
-            store,
+            stores,
             device,
             cpus,
             gpus: p.gpus.unwrap_or(1),

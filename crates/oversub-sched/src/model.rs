@@ -139,8 +139,9 @@ pub enum DeviceKind {
 pub struct Platform {
     /// Device memory the pool may use, bytes.
     pub capacity_bytes: u64,
-    /// Swap store: file, directory to create one in, or block device; `None` = system temp directory.
-    pub store: Option<PathBuf>,
+    /// Swap store locations: each a file, a directory to create one in, or a block device; several stripe the
+    /// store over them ([`oversub_io::StoreBuilder::build`]); empty = the system temp directory.
+    pub stores: Vec<PathBuf>,
     /// Device-memory backend.
     pub device: DeviceKind,
     /// CPUs slots may use (0..cpus).

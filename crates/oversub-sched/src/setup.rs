@@ -105,13 +105,23 @@ pub fn store_dir(store: Option<&Path>) -> PathBuf {
     }
 }
 
-/// Measures the pager's page-in and page-out speed on the store (see [`store_dir`]): the slowest of three round
-/// trips of `size` bytes, since plans need speeds the store keeps up under sustained load, not its best.
-pub fn measure_bandwidths(store: Option<&Path>, size: u64) -> Result<Bandwidths, SetupError> {
+/// The folders swap stores go in for the platform's `stores` ([`store_dir`] of each; none given, the system's
+/// temporary directory). Several stripe the store over them.
+pub fn store_dirs(stores: &[PathBuf]) -> Vec<PathBuf> {
+    if stores.is_empty() {
+        return vec![std::env::temp_dir()];
+    }
+    stores.iter().map(|s| store_dir(Some(s))).collect()
+}
+
+/// Measures the pager's page-in and page-out speed on the store (a temporary file in each of [`store_dirs`],
+/// striped when there are several): the slowest of three round trips of `size` bytes, since plans need speeds
+/// the store keeps up under sustained load, not its best.
+pub fn measure_bandwidths(stores: &[PathBuf], size: u64) -> Result<Bandwidths, SetupError> {
     let store = Arc::new(
         SwapStore::builder()
             .capacity_bytes(size)
-            .create_temp(&store_dir(store))?,
+            .build(&store_dirs(stores))?,
     );
     let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
     let pool = Pool::new(PoolConfig::new(size), device, store)?;
@@ -168,7 +178,7 @@ pub fn store_speed(
         (Some(bw), _) => (bw, BandwidthSource::Given),
         (None, Some(p)) => (bandwidths_from_profile(p)?, BandwidthSource::Profile),
         (None, None) => (
-            measure_bandwidths(system.platform.store.as_deref(), MEASURE_BYTES)?,
+            measure_bandwidths(&system.platform.stores, MEASURE_BYTES)?,
             BandwidthSource::Measured,
         ),
     };
@@ -177,16 +187,16 @@ pub fn store_speed(
 
 /// A pool (host memory as device memory) and a temporary swap store sized for `system`: the platform's capacity
 /// plus a page of slack per buffer (reservations are whole pages, so the planned capacity stays exact in bytes),
-/// and a store that holds every buffer with room to spare, in [`store_dir`] of the platform's store.
+/// and a store that holds every buffer with room to spare, in [`store_dirs`] of the platform's stores (striped
+/// over them when there are several).
 pub fn pool_for(system: &System) -> Result<Pool, SetupError> {
     let n = system.buffers().len() as u64;
     let slack = n * 4096;
     let store_bytes = system.demand_bytes() + n * (2 << 20) + (64 << 20);
-    let dir = store_dir(system.platform.store.as_deref());
     let store = Arc::new(
         SwapStore::builder()
             .capacity_bytes(store_bytes)
-            .create_temp(&dir)?,
+            .build(&store_dirs(&system.platform.stores))?,
     );
     let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
     Ok(Pool::new(
@@ -223,7 +233,15 @@ mod tests {
     #[test]
     fn measured_bandwidths_are_positive() {
         let dir = tempfile::tempdir().unwrap();
-        let bw = measure_bandwidths(Some(dir.path()), 8 << 20).unwrap();
+        let bw = measure_bandwidths(&[dir.path().to_path_buf()], 8 << 20).unwrap();
         assert!(bw.read_bytes_per_s > 0.0 && bw.write_bytes_per_s > 0.0);
+        let other = tempfile::tempdir().unwrap();
+        let striped = measure_bandwidths(
+            &[dir.path().to_path_buf(), other.path().to_path_buf()],
+            8 << 20,
+        )
+        .unwrap();
+        assert!(striped.read_bytes_per_s > 0.0 && striped.write_bytes_per_s > 0.0);
+        assert_eq!(store_dirs(&[]), [std::env::temp_dir()]);
     }
 }

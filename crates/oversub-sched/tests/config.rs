@@ -91,7 +91,7 @@ fn paper_example_derives_the_papers_table() {
     assert_eq!(s.platform.cpus, 2);
     assert_eq!(s.platform.gpus, 1);
     assert_eq!(s.platform.device, DeviceKind::Host);
-    assert_eq!(s.platform.store, None);
+    assert!(s.platform.stores.is_empty());
     assert_eq!(s.components.len(), 5);
     assert_eq!(s.demand_bytes(), 5 * GIB);
     for c in &s.components {
@@ -134,10 +134,7 @@ fn paper_example_derives_the_papers_table() {
 fn explicit_example_parses() {
     let s = ok(EXPLICIT);
     assert_eq!(s.platform.capacity_bytes, GIB);
-    assert_eq!(
-        s.platform.store.as_deref(),
-        Some(std::path::Path::new("/tmp"))
-    );
+    assert_eq!(s.platform.stores, [std::path::PathBuf::from("/tmp")]);
     assert_eq!(s.components.len(), 3);
     assert!(close(s.table.hyperperiod_s, 1.0));
     assert_eq!(s.table.slots.len(), 4);
@@ -799,6 +796,28 @@ fn wrong_types_and_values() {
         &PAPER.replacen("cpus = 2", "cpus = 2\nstore = \"\" # bad", 1),
         "platform store must not be empty",
         "# bad",
+    );
+    check(
+        &PAPER.replacen("cpus = 2", "cpus = 2\nstore = [] # bad", 1),
+        "platform store must not be empty",
+        "# bad",
+    );
+    check(
+        &PAPER.replacen("cpus = 2", "cpus = 2\nstore = 3 # bad", 1),
+        "a path or a list of paths",
+        "# bad",
+    );
+}
+
+#[test]
+fn a_list_of_stores_stripes_the_store() {
+    let s = ok(&PAPER.replacen("cpus = 2", "cpus = 2\nstore = [\"/mnt/a\", \"/mnt/b\"]", 1));
+    assert_eq!(
+        s.platform.stores,
+        [
+            std::path::PathBuf::from("/mnt/a"),
+            std::path::PathBuf::from("/mnt/b")
+        ]
     );
 }
 

@@ -95,7 +95,7 @@ fn random_system(
     System {
         platform: Platform {
             capacity_bytes: cap_units * UNIT,
-            store: None,
+            stores: Vec::new(),
             device: DeviceKind::Host,
             cpus: 2,
             gpus: 0,
@@ -344,7 +344,7 @@ fn random_sync_system(
     System {
         platform: Platform {
             capacity_bytes: capacity,
-            store: None,
+            stores: Vec::new(),
             device: DeviceKind::Host,
             cpus: 2,
             gpus: 0,

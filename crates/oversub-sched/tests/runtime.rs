@@ -31,7 +31,7 @@ fn tiny_user() -> System {
             wcet_s: c.budget_s * 0.3,
         };
     }
-    sys.platform.store = Some(std::env::temp_dir());
+    sys.platform.stores = vec![std::env::temp_dir()];
     sys
 }
 

@@ -66,8 +66,15 @@ pub struct PagingArgs {
     pub(super) samples: usize,
     /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force-store;
     /// its contents are destroyed). Default: a new file in the system's temporary directory, removed afterwards.
-    #[arg(long)]
-    pub(super) store: Option<PathBuf>,
+    /// Several, comma-separated (`--store /mnt/a,/mnt/b`), stripe the pager's store over them: then the run also
+    /// measures page-out and page-in over the first 1, 2, ..., N of them and prints the bandwidth per member count
+    /// (the `stripe_sweep` rows of --json); the direct-I/O, demand-paging and raw-limit baselines run on the first
+    /// one. With --device cuda, one location only.
+    #[arg(long, value_delimiter = ',', value_name = "PATH[,PATH...]")]
+    pub(super) store: Vec<PathBuf>,
+    /// Stripe unit of a store over several locations (default: --max-io, so each request lands on one member).
+    #[arg(long, value_parser = crate::parse_size_arg)]
+    pub(super) stripe_bytes: Option<u64>,
     /// Device-memory backend.
     #[arg(long, value_enum, default_value_t = DeviceKind::Host)]
     pub(super) device: DeviceKind,
@@ -222,6 +229,14 @@ impl CacheDrop {
         }
     }
 
+    /// [`apply`](Self::apply) to every one of `fds` (the system-wide drop only once).
+    pub(super) fn apply_all(self, fds: &[libc::c_int]) -> Result<(), BoxError> {
+        match self {
+            CacheDrop::DropCaches => self.apply(fds.first().copied().unwrap_or(-1)),
+            CacheDrop::Fadvise => fds.iter().try_for_each(|&fd| self.apply(fd)),
+        }
+    }
+
     pub(super) fn apply(self, fd: libc::c_int) -> Result<(), BoxError> {
         match self {
             CacheDrop::DropCaches => write_drop_caches()?,
@@ -274,12 +289,12 @@ impl Drop for Fd {
     }
 }
 
-/// Removes the benchmark's own store file when the run ends, however it ends.
-pub(super) struct RemoveOnDrop(pub(super) Option<PathBuf>);
+/// Removes the benchmark's own store files when the run ends, however it ends.
+pub(super) struct RemoveOnDrop(pub(super) Vec<PathBuf>);
 
 impl Drop for RemoveOnDrop {
     fn drop(&mut self) {
-        if let Some(p) = &self.0 {
+        for p in &self.0 {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -356,6 +371,27 @@ struct Report {
     raw_best_read: RawPoint,
     /// The grid point the raw-limit writes used.
     raw_best_write: RawPoint,
+    /// Files or devices the store is striped over (1: not striped).
+    members: usize,
+    /// Stripe unit of a striped store, bytes.
+    stripe_bytes: u64,
+    /// Page-out and page-in over the first 1, 2, ..., `members` members (empty with one member).
+    stripe_sweep: Vec<SweepRow>,
+}
+
+/// One row of the stripe sweep: the pager over the first `members` members.
+#[derive(Debug, Clone, Copy, Serialize)]
+struct SweepRow {
+    members: usize,
+    /// Median page-out time, seconds.
+    page_out_s: f64,
+    /// Median page-in time, seconds.
+    page_in_s: f64,
+    page_out_gib_s: f64,
+    page_in_gib_s: f64,
+    /// Bandwidth over that of one member.
+    page_out_ratio: f64,
+    page_in_ratio: f64,
 }
 
 /// Block sizes of the raw limit's grid.
@@ -428,9 +464,29 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     let max_io = usize::try_from(args.max_io).map_err(|_| "--max-io too large")?;
     let size = usize::try_from(args.size).map_err(|_| "--size too large for this machine")?;
 
-    // Resolve the store path.
-    let (path, created) = resolve_store(args.store.as_deref(), args.force)?;
-    let _cleanup = RemoveOnDrop(created.then(|| path.clone()));
+    // Resolve the store paths: the first also takes the baselines.
+    let resolved: Vec<(PathBuf, bool)> = if args.store.is_empty() {
+        vec![resolve_store(None, args.force)?]
+    } else {
+        args.store
+            .iter()
+            .map(|p| resolve_store(Some(p), args.force))
+            .collect::<Result<_, _>>()?
+    };
+    let _cleanup = RemoveOnDrop(
+        resolved
+            .iter()
+            .filter(|(_, created)| *created)
+            .map(|(p, _)| p.clone())
+            .collect(),
+    );
+    let paths: Vec<PathBuf> = resolved.iter().map(|(p, _)| p.clone()).collect();
+    let path = paths[0].clone();
+    let store_names = paths
+        .iter()
+        .map(|p| p.display().to_string())
+        .collect::<Vec<_>>()
+        .join(",");
     let capacity = args.size.next_multiple_of(2 * MIB);
     let mut builder = SwapStore::builder()
         .max_io_bytes(max_io)
@@ -465,32 +521,25 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
             write.queue_depth
         );
     }
-    let builder = builder
+    let mut builder = builder
         .engine_choice(args.engine.into())
         .keep(true)
         // --force-store already said the benchmark may overwrite an existing store's contents.
         .force(args.force);
-    let is_block_device = {
-        use std::os::unix::fs::FileTypeExt;
-        std::fs::metadata(&path).is_ok_and(|m| m.file_type().is_block_device())
-    };
-    let store = if created {
-        builder.capacity_bytes(capacity).create(&path)?
-    } else if is_block_device {
-        // Use the whole device; the size check below says when it is too small.
-        builder.open(&path)?
-    } else {
-        builder.capacity_bytes(capacity).open(&path)?
-    };
+    if let Some(stripe) = args.stripe_bytes {
+        builder = builder.stripe_bytes(stripe);
+    }
+    let store = open_striped(&builder, &paths, capacity)?;
     if store.capacity_bytes() < args.size {
         return Err(format!(
-            "store {} holds {} but the benchmark needs {}",
-            path.display(),
+            "store {store_names} holds {} but the benchmark needs {}",
             format_bytes(store.capacity_bytes()),
             format_bytes(args.size)
         )
         .into());
     }
+    let members = store.member_count();
+    let stripe_bytes = store.stripe_bytes();
     let store = Arc::new(store);
     eprintln!("pager I/O point: {io_source}");
     let direct = store.is_direct();
@@ -551,18 +600,42 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         tracing::warn!("the store refuses O_DIRECT: the direct-I/O baselines run buffered too");
     }
     let rw_fd = Fd::open(&path, libc::O_RDWR | direct_flag)?;
+    if members > 1 && is_block_device(&path) {
+        // The baselines use the first member alone, over the whole size.
+        // SAFETY: plain syscall on an open fd.
+        let end = unsafe { libc::lseek(rw_fd.0, 0, libc::SEEK_END) };
+        if end < 0 || (end as u64) < io_len as u64 {
+            return Err(format!(
+                "the baselines run on the first --store location, {}, which holds less than --size {}",
+                path.display(),
+                format_bytes(args.size)
+            )
+            .into());
+        }
+    }
     let cache = CacheDrop::choose(args.cache_drop)?;
 
     eprintln!(
         "oversub bench paging: {} on {} ({}, {}), engine {engine_name}, max I/O {}, queue depth {}, cache drop {}",
         format_bytes(args.size),
-        path.display(),
-        if store.is_block_device() { "block device" } else { "file" },
+        store_names,
+        match (store.is_block_device(), members) {
+            (true, 1) => "block device".to_string(),
+            (false, 1) => "file".to_string(),
+            (true, n) => format!("{n} block devices, striped by {}", format_bytes(stripe_bytes)),
+            (false, n) => format!("{n} members, striped by {}", format_bytes(stripe_bytes)),
+        },
         if direct { "O_DIRECT" } else { "buffered" },
         format_bytes(args.max_io),
         args.queue_depth,
         cache.name()
     );
+    if members > 1 {
+        eprintln!(
+            "the direct-I/O, demand-paging and raw-limit baselines run on the first member, {}",
+            path.display()
+        );
+    }
 
     let steps = args.samples as u64 * if unchecked.is_some() { 11 } else { 9 };
     let bar = ProgressBar::new(steps);
@@ -581,7 +654,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     };
     // CPU seconds of the whole process (I/O threads included) per synchronous page-out and page-in.
     let mut cpu: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
-    let store_fd = store.fd();
+    let store_fds = store.member_fds();
 
     // The store's limit: the best block size and queue depth of a small grid, one pass each way per point (cache
     // dropped), so "raw limit" is the best this store does rather than one fixed point.
@@ -664,14 +737,14 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         }
         for (space, buffer, [out_name, in_name]) in pairs {
             bar.set_message(format!("sample {}/{}: {out_name}", i + 1, args.samples));
-            cache.apply(store_fd)?;
+            cache.apply_all(&store_fds)?;
             let c = process_cpu_s();
             let t = Instant::now();
             space.page_out(buffer)?;
             push(out_name, t.elapsed());
             cpu.entry(out_name).or_default().push(process_cpu_s() - c);
             bar.inc(1);
-            cache.apply(store_fd)?;
+            cache.apply_all(&store_fds)?;
             let c = process_cpu_s();
             let t = Instant::now();
             space.page_in(buffer)?;
@@ -681,7 +754,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         }
 
         bar.set_message(format!("sample {}/{}: oversub async", i + 1, args.samples));
-        cache.apply(store_fd)?;
+        cache.apply_all(&store_fds)?;
         let t = Instant::now();
         let ticket = space.page_out_async(buffer)?;
         push("async_page_out_start", t.elapsed());
@@ -690,7 +763,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         ticket.finish()?;
         push("async_page_out_finish", t.elapsed());
         bar.inc(1);
-        cache.apply(store_fd)?;
+        cache.apply_all(&store_fds)?;
         let t = Instant::now();
         let ticket = space.page_in_async(buffer)?;
         push("async_page_in_start", t.elapsed());
@@ -762,6 +835,21 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         bar.inc(1);
     }
     bar.finish_and_clear();
+    let pager_io = PagerIo::from(store.engine().counters());
+    space.free(buffer)?;
+    if let Some((_, space, buffer)) = &unchecked {
+        space.free(*buffer)?;
+    }
+    // Closes the store, so the sweep can open its members again.
+    drop(unchecked);
+    drop(space);
+    drop(pool);
+    drop(store);
+    let stripe_sweep = if members > 1 {
+        stripe_sweep(&args, &builder, &paths, capacity, cache)?
+    } else {
+        Vec::new()
+    };
 
     let results: BTreeMap<&'static str, Summary> = samples
         .iter()
@@ -769,8 +857,10 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         .collect();
     let ratios = ratios(&results);
     print_tables(args.size, &results, &ratios);
-    let pager_io = PagerIo::from(store.engine().counters());
     println!("pager I/O: {pager_io}");
+    if !stripe_sweep.is_empty() {
+        println!("{}", sweep_table(&stripe_sweep));
+    }
     let gib = args.size as f64 / (1u64 << 30) as f64;
     let cpu_s_per_gib: BTreeMap<&'static str, f64> = cpu
         .iter()
@@ -793,7 +883,7 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         engine: engine_name,
         raw_engine: raw_engine.name(),
         direct_io: direct,
-        store: path.display().to_string(),
+        store: store_names,
         max_io_bytes: args.max_io,
         queue_depth: args.queue_depth,
         results,
@@ -806,6 +896,9 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
         raw_grid: grid,
         raw_best_read: best_read,
         raw_best_write: best_write,
+        members,
+        stripe_bytes,
+        stripe_sweep,
     };
     if let Some(json) = &args.json {
         std::fs::write(json, serde_json::to_string_pretty(&report)?)
@@ -815,11 +908,140 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     if let Some(plot) = &args.plot {
         write_plots(plot, args.size, &samples)?;
     }
-    space.free(buffer)?;
-    if let Some((_, space, buffer)) = unchecked {
-        space.free(buffer)?;
-    }
     Ok(())
+}
+
+fn is_block_device(path: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device())
+}
+
+/// The store over `paths` (see `StoreBuilder::build`): block devices whole, files and new files sized to hold
+/// `capacity` in all.
+fn open_striped(
+    builder: &oversub_io::StoreBuilder,
+    paths: &[PathBuf],
+    capacity: u64,
+) -> Result<SwapStore, BoxError> {
+    let builder = if paths.iter().all(|p| is_block_device(p)) {
+        // Use the whole devices; the size check says when they are too small.
+        builder.clone()
+    } else {
+        builder.clone().capacity_bytes(capacity)
+    };
+    Ok(builder.build(paths)?)
+}
+
+/// Page-out and page-in over the first 1, 2, ..., N members (each its own store and pool), median of
+/// `--samples` round trips each.
+fn stripe_sweep(
+    args: &PagingArgs,
+    builder: &oversub_io::StoreBuilder,
+    paths: &[PathBuf],
+    capacity: u64,
+    cache: CacheDrop,
+) -> Result<Vec<SweepRow>, BoxError> {
+    let size = usize::try_from(args.size).map_err(|_| "--size too large for this machine")?;
+    let bar = ProgressBar::new((paths.len() * args.samples) as u64);
+    bar.set_style(
+        ProgressStyle::with_template("{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} {msg}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let mut rows: Vec<SweepRow> = Vec::new();
+    for k in 1..=paths.len() {
+        bar.set_message(format!("stripe sweep: {k} of {} members", paths.len()));
+        // The members are this run's own files (or ones --force-store allowed), and the baselines wrote over the
+        // first one's header: open them whatever they hold.
+        let store = open_striped(&builder.clone().force(true), &paths[..k], capacity)?;
+        if store.capacity_bytes() < args.size {
+            eprintln!(
+                "stripe sweep: the first {k} members hold {}, less than --size; row left out",
+                format_bytes(store.capacity_bytes())
+            );
+            bar.inc(args.samples as u64);
+            continue;
+        }
+        let fds = store.member_fds();
+        let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(HostMemoryConfig {
+            release: args.release.into(),
+            ..HostMemoryConfig::default()
+        }));
+        let pool = Pool::new(
+            PoolConfig::new(capacity.next_multiple_of(2 * MIB))
+                .verify_checksums(!args.no_checksums),
+            device,
+            Arc::new(store),
+        )?;
+        let space = pool.address_space();
+        let buffer = space.alloc(args.size, BufferFlags::DEFAULT)?;
+        {
+            let ptr = space.host_ptr(buffer)?;
+            // SAFETY: the buffer is resident and `size` bytes long; nothing else accesses it now.
+            fill_random(
+                unsafe { std::slice::from_raw_parts_mut(ptr, size) },
+                0x5717_1BE5 + k as u64,
+            );
+        }
+        let (mut outs, mut ins) = (Vec::new(), Vec::new());
+        for _ in 0..args.samples {
+            cache.apply_all(&fds)?;
+            let t = Instant::now();
+            space.page_out(buffer)?;
+            outs.push(t.elapsed().as_secs_f64());
+            cache.apply_all(&fds)?;
+            let t = Instant::now();
+            space.page_in(buffer)?;
+            ins.push(t.elapsed().as_secs_f64());
+            bar.inc(1);
+        }
+        space.free(buffer)?;
+        let med = |v: &[f64]| Summary::from_samples(v).map_or(f64::NAN, |s| s.median_s);
+        let (out_s, in_s) = (med(&outs), med(&ins));
+        let gib = args.size as f64 / (1u64 << 30) as f64;
+        let (out_bw, in_bw) = (gib / out_s, gib / in_s);
+        let (base_out, base_in) = rows
+            .first()
+            .map_or((out_bw, in_bw), |r| (r.page_out_gib_s, r.page_in_gib_s));
+        rows.push(SweepRow {
+            members: k,
+            page_out_s: out_s,
+            page_in_s: in_s,
+            page_out_gib_s: out_bw,
+            page_in_gib_s: in_bw,
+            page_out_ratio: out_bw / base_out,
+            page_in_ratio: in_bw / base_in,
+        });
+    }
+    bar.finish_and_clear();
+    Ok(rows)
+}
+
+fn sweep_table(rows: &[SweepRow]) -> String {
+    let body: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            vec![
+                r.members.to_string(),
+                format!("{:.3}", r.page_out_gib_s),
+                format!("{:.3}", r.page_in_gib_s),
+                format!("{:.2}x", r.page_out_ratio),
+                format!("{:.2}x", r.page_in_ratio),
+            ]
+        })
+        .collect();
+    format!(
+        "bandwidth per member count (median of the samples; ratios to the first member alone):\n{}",
+        text_table(
+            &[
+                "members",
+                "page-out GiB/s",
+                "page-in GiB/s",
+                "page-out ratio",
+                "page-in ratio",
+            ],
+            &body,
+        )
+    )
 }
 
 /// Polls until the I/O side reports completion, then waits a little more so `finish` measures only its own work.

@@ -232,8 +232,16 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
     }
 
     // The store, as on the host backend.
-    let (path, created) = resolve_store(args.store.as_deref(), args.force)?;
-    let _cleanup = RemoveOnDrop(created.then(|| path.clone()));
+    let location = match args.store.as_slice() {
+        [] => None,
+        [one] => Some(one.as_path()),
+        _ => return Err(
+            "--device cuda takes one --store location (striping is measured with --device host)"
+                .into(),
+        ),
+    };
+    let (path, created) = resolve_store(location, args.force)?;
+    let _cleanup = RemoveOnDrop(created.then(|| path.clone()).into_iter().collect());
     let capacity = args.size.next_multiple_of(2 * MIB);
     let store = Arc::new(open_store(&args, &path, created, capacity, max_io)?);
     let direct = store.is_direct();

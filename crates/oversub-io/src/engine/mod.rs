@@ -101,6 +101,21 @@ pub unsafe trait IoEngine: Send + Sync + std::fmt::Debug {
     /// Every IoVec must stay valid (and, for reads, not otherwise accessed) until
     /// `on_done` has run; fds stay open until then.
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError>;
+    /// As [`submit`](Self::submit), except that the error of a failed request comes back as
+    /// [`IoError::Request`], naming the request's fd and offset, so that a caller putting several files into one
+    /// batch (a striped [`SwapStore`](crate::SwapStore)) can tell which failed. Both built-in engines and the test
+    /// doubles of [`crate::testing`] do this; the default forwards to `submit` (errors come back untagged).
+    ///
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.submit(requests, on_done) }
+    }
     /// Snapshot of the engine's I/O counters.
     fn counters(&self) -> IoCountersSnapshot;
 }
@@ -278,16 +293,19 @@ pub(crate) struct Batch {
     failed: AtomicBool,
     error: Mutex<Option<IoError>>,
     on_done: Mutex<Option<IoCallback>>,
+    /// Errors are wrapped in [`IoError::Request`] (the batch came from `submit_tagged`).
+    tagged: bool,
 }
 
 impl Batch {
-    pub(crate) fn new(requests: usize, on_done: IoCallback) -> Arc<Self> {
+    pub(crate) fn new(requests: usize, on_done: IoCallback, tagged: bool) -> Arc<Self> {
         Arc::new(Batch {
             remaining: AtomicUsize::new(requests),
             bytes: AtomicU64::new(0),
             failed: AtomicBool::new(false),
             error: Mutex::new(None),
             on_done: Mutex::new(Some(on_done)),
+            tagged,
         })
     }
 
@@ -296,8 +314,8 @@ impl Batch {
         self.failed.load(Ordering::Acquire)
     }
 
-    /// One request finished (or failed).
-    pub(crate) fn complete(&self, result: Result<u64, IoError>) {
+    /// Request `req` finished (or failed).
+    pub(crate) fn complete(&self, req: &IoRequest, result: Result<u64, IoError>) {
         match result {
             Ok(bytes) => {
                 self.bytes.fetch_add(bytes, Ordering::Relaxed);
@@ -305,7 +323,15 @@ impl Batch {
             Err(e) => {
                 let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
                 if slot.is_none() {
-                    *slot = Some(e);
+                    *slot = Some(if self.tagged {
+                        IoError::Request {
+                            fd: req.fd,
+                            offset: req.offset,
+                            source: Box::new(e),
+                        }
+                    } else {
+                        e
+                    });
                 }
                 self.failed.store(true, Ordering::Release);
             }

@@ -77,9 +77,33 @@ unsafe impl IoEngine for PsyncEngine {
     }
 
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        self.enqueue(requests, on_done, false)
+    }
+
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        self.enqueue(requests, on_done, true)
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.counters.snapshot()
+    }
+}
+
+impl PsyncEngine {
+    /// `submit` and `submit_tagged`: queues the batch's requests for the workers.
+    fn enqueue(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+        tagged: bool,
+    ) -> Result<(), IoError> {
         validate_requests(&requests)?;
         let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
-        let batch = Batch::new(requests.len(), on_done);
+        let batch = Batch::new(requests.len(), on_done, tagged);
         if requests.is_empty() {
             return sender
                 .send(Task { req: None, batch })
@@ -96,10 +120,6 @@ unsafe impl IoEngine for PsyncEngine {
                 .map_err(|_| IoError::Shutdown)?;
         }
         Ok(())
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.counters.snapshot()
     }
 }
 
@@ -130,7 +150,7 @@ fn worker(rx: Receiver<Task>, counters: Arc<IoCounters>) {
             Ok(bytes) => counters.record(req.direction, *bytes, elapsed_ns(start)),
             Err(_) => counters.record_error(elapsed_ns(start)),
         }
-        task.batch.complete(result);
+        task.batch.complete(&req, result);
     }
 }
 

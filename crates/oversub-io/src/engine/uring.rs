@@ -140,18 +140,38 @@ unsafe impl IoEngine for UringEngine {
     }
 
     unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+        self.enqueue(requests, on_done, false)
+    }
+
+    unsafe fn submit_tagged(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        self.enqueue(requests, on_done, true)
+    }
+
+    fn counters(&self) -> IoCountersSnapshot {
+        self.counters.snapshot()
+    }
+}
+
+impl UringEngine {
+    /// `submit` and `submit_tagged`: hands the batch to the worker.
+    fn enqueue(
+        &self,
+        requests: Vec<IoRequest>,
+        on_done: IoCallback,
+        tagged: bool,
+    ) -> Result<(), IoError> {
         validate_requests(&requests)?;
         let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
-        let batch = Batch::new(requests.len(), on_done);
+        let batch = Batch::new(requests.len(), on_done, tagged);
         sender
             .send(Job { requests, batch })
             .map_err(|_| IoError::Shutdown)?;
         wake(self.wake.as_raw_fd());
         Ok(())
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.counters.snapshot()
     }
 }
 
@@ -297,7 +317,7 @@ impl Worker {
             let bytes = remaining_iovecs(&op.req.iovecs, op.done, &mut op.iovs);
             if bytes == 0 {
                 self.counters.record(op.req.direction, 0, 0);
-                op.batch.complete(Ok(op.total));
+                op.batch.complete(&op.req, Ok(op.total));
                 continue;
             }
             let idx = match self.free_slots.pop() {
@@ -406,7 +426,7 @@ impl Worker {
                     Ok(bytes) => self.counters.record(op.req.direction, *bytes, latency),
                     Err(_) => self.counters.record_error(latency),
                 }
-                op.batch.complete(result);
+                op.batch.complete(&op.req, result);
                 true
             }
             None => false,

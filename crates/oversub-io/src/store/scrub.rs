@@ -47,8 +47,9 @@ pub enum Scrub {
     OnRelease,
 }
 
-/// The open file or device. Shared (in an `Arc`) by the store and its in-flight batches: whoever drops the
-/// last reference scrubs (if asked) and closes, which also drops the lock and the exclusive claim.
+/// One open file or device: the store's only one, or one member of a striped store. Shared (in an `Arc`) by the
+/// store and its in-flight batches: whoever drops the last reference scrubs (if asked) and closes, which also drops
+/// the lock and the exclusive claim.
 #[derive(Debug)]
 pub(crate) struct Backing {
     pub fd: OwnedFd,
@@ -64,6 +65,12 @@ pub(crate) struct Backing {
     /// End (file offset) of the highest range ever allocated; bounds the zero-fill fallback.
     pub high_water: AtomicU64,
     pub scrub_at_close: bool,
+    /// Whether the file stays on disk (kept created files, opened files and devices).
+    pub kept: bool,
+    /// Whether the store created the file (rather than opening one that was there).
+    pub created: bool,
+    /// Whether the fd is O_DIRECT.
+    pub direct: bool,
 }
 
 impl Backing {

@@ -801,7 +801,14 @@ pub(crate) fn execute<'w>(
 
     // Where the buffers live.
     let backing = if plan.mode == Mode::Demand {
-        let dir = crate::setup::store_dir(system.platform.store.as_deref());
+        // Demand paging maps one file: it lives with the first store location.
+        let dir = crate::setup::store_dir(
+            system
+                .platform
+                .stores
+                .first()
+                .map(std::path::PathBuf::as_path),
+        );
         let space = DemandSpace::create(Some(&dir), &sizes)
             .map_err(demand(format!("create a store in {}", dir.display())))?;
         space

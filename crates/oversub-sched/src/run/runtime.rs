@@ -235,7 +235,7 @@ impl<'w> Runtime<'w> {
         // Demand mode is planned at demand-paging speeds: measured here unless the caller gave speeds.
         if self.mode == Mode::Demand && self.bandwidths.is_none() && !speed.bw.demand_measured() {
             let d = setup::measure_demand(
-                self.system.platform.store.as_deref(),
+                self.system.platform.stores.first().map(PathBuf::as_path),
                 self.options.demand_readahead,
             )?;
             speed.bw = speed

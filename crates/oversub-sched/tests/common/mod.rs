@@ -48,7 +48,7 @@ pub fn paper(unit: u64, capacity_units: u64) -> System {
     System {
         platform: Platform {
             capacity_bytes: capacity_units * unit,
-            store: None,
+            stores: Vec::new(),
             device: DeviceKind::Host,
             cpus: 2,
             gpus: 1,

@@ -44,9 +44,10 @@ pub struct InterferenceArgs {
     /// Draw the figures (SVG) into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Directory for the swap-store files of the paging loops (default: the system's temporary directory).
-    #[arg(long)]
-    store: Option<PathBuf>,
+    /// Directory for the swap-store files of the paging loops (default: the system's temporary directory); several,
+    /// comma-separated, stripe each loop's store over them.
+    #[arg(long, value_delimiter = ',', value_name = "DIR[,DIR...]")]
+    store: Vec<PathBuf>,
     /// Length of each thrashing measurement window (default 5s, 1s with --quick).
     #[arg(long, value_parser = parse_duration_arg)]
     measure: Option<Duration>,
@@ -129,9 +130,13 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     if args.placement.is_empty() || args.interferers.is_empty() {
         return Err("--placement and --interferers need at least one value each".into());
     }
-    let store_dir = args.store.clone().unwrap_or_else(std::env::temp_dir);
-    if !store_dir.is_dir() {
-        return Err(format!("--store {} is not a directory", store_dir.display()).into());
+    let store_dirs = if args.store.is_empty() {
+        vec![std::env::temp_dir()]
+    } else {
+        args.store.clone()
+    };
+    if let Some(d) = store_dirs.iter().find(|d| !d.is_dir()) {
+        return Err(format!("--store {} is not a directory", d.display()).into());
     }
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir)?;
@@ -150,7 +155,7 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
         working_set_bytes: 4 * llc,
         measure,
         paging_buffer_bytes: args.paging_buffer,
-        store_dir: store_dir.clone(),
+        store_dirs: store_dirs.clone(),
     };
     let gc_ratios: Vec<f64> = if args.quick {
         vec![0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.5, 2.0]
@@ -172,7 +177,7 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
             .max(1),
         paging_buffer_bytes: args.paging_buffer,
         copy_bytes: if args.quick { 32 << 20 } else { 100_000_000 },
-        store_dir,
+        store_dirs,
         task_cpu: 0,
         interferer_cpu: cpus - 1,
         gc_ratios,

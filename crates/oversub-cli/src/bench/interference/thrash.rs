@@ -21,7 +21,7 @@
 //! the lowest thrasher bandwidth of each window (the paper plots the minimum of the task set).
 
 use std::hint::black_box;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
@@ -80,8 +80,8 @@ pub struct ThrashOptions {
     pub measure: Duration,
     /// Size of the buffer the paging loop pages out and in.
     pub paging_buffer_bytes: u64,
-    /// Directory for the swap store's temporary file.
-    pub store_dir: PathBuf,
+    /// Directories for the swap store's temporary files (several: one store striped over them).
+    pub store_dirs: Vec<PathBuf>,
 }
 
 /// One thrasher count of one kind.
@@ -149,7 +149,7 @@ pub fn run(opts: &ThrashOptions, progress: &ProgressBar) -> Result<Vec<ThrashRow
         opts.measure
     );
 
-    let pager = Pager::new(opts.paging_buffer_bytes, &opts.store_dir)?;
+    let pager = Pager::new(opts.paging_buffer_bytes, &opts.store_dirs)?;
     let ctx = Ctx {
         lines,
         measure: opts.measure,
@@ -487,13 +487,9 @@ struct Pager {
 }
 
 impl Pager {
-    fn new(bytes: u64, store_dir: &Path) -> Result<Pager, BoxError> {
+    fn new(bytes: u64, store_dirs: &[PathBuf]) -> Result<Pager, BoxError> {
         let cap = bytes.next_multiple_of(2 * MIB) + 2 * MIB;
-        let store = Arc::new(
-            SwapStore::builder()
-                .capacity_bytes(cap)
-                .create_temp(store_dir)?,
-        );
+        let store = Arc::new(SwapStore::builder().capacity_bytes(cap).build(store_dirs)?);
         let pool = Pool::new(PoolConfig::new(cap), Arc::new(HostMemory::default()), store)?;
         let space = pool.address_space();
         let buffer = space.alloc(bytes, BufferFlags::DEFAULT)?;
@@ -640,7 +636,7 @@ mod tests {
             working_set_bytes: MIB,
             measure: Duration::from_millis(1),
             paging_buffer_bytes: MIB,
-            store_dir: std::env::temp_dir(),
+            store_dirs: vec![std::env::temp_dir()],
         };
         assert_eq!(windows(&opts), 14);
     }
@@ -663,7 +659,7 @@ mod tests {
             working_set_bytes: MIB,
             measure: Duration::from_millis(50),
             paging_buffer_bytes: 2 * MIB,
-            store_dir: std::env::temp_dir(),
+            store_dirs: vec![std::env::temp_dir()],
         };
         let bar = ProgressBar::hidden();
         bar.set_length(windows(&opts));
@@ -693,7 +689,7 @@ mod tests {
             working_set_bytes: MIB,
             measure: Duration::from_millis(1),
             paging_buffer_bytes: MIB,
-            store_dir: std::env::temp_dir(),
+            store_dirs: vec![std::env::temp_dir()],
         };
         assert!(run(&opts, &ProgressBar::hidden()).is_err());
     }

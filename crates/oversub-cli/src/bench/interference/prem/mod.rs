@@ -101,7 +101,8 @@ pub struct PremOptions {
     pub paging_buffer_bytes: u64,
     /// Bytes the copy interferer copies per operation (the paper's TX1 H2D copy: 100 MB).
     pub copy_bytes: u64,
-    pub store_dir: PathBuf,
+    /// Directories for the paging interferer's swap store (several: one store striped over them).
+    pub store_dirs: Vec<PathBuf>,
     pub task_cpu: usize,
     pub interferer_cpu: usize,
     pub placements: Vec<Placement>,
@@ -515,7 +516,7 @@ fn run_interferer(
             let store = Arc::new(
                 SwapStore::builder()
                     .capacity_bytes(cap)
-                    .create_temp(&opts.store_dir)?,
+                    .build(&opts.store_dirs)?,
             );
             // Without checksums: hashing reads every buffer on the pool's checksum thread, which the gate does not
             // admit (yet), so it would be memory traffic outside the grants (docs/arbiter.md, "Not done here").
