@@ -33,6 +33,7 @@ class Pool:
         device_index: int = 0,
         force_store: bool = False,
         scrub_store: bool = True,
+        io: Literal["default", "auto"] = "default",
     ) -> None: ...
     def address_space(self) -> AddressSpace:
         """A new address space: a set of buffers paged together."""
@@ -45,6 +46,9 @@ class Pool:
     @property
     def store_path(self) -> pathlib.Path:
         """The store's path; the first member's when it is striped over several locations."""
+    @property
+    def io_point(self) -> dict[str, Any]:
+        """Request sizes and queue depths of the store, and their source ("default" or "auto")."""
     @property
     def store_paths(self) -> list[pathlib.Path]:
         """Every file or device the store is striped over, in stripe order (one when it is not striped)."""

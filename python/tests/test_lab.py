@@ -58,3 +58,20 @@ def test_main_json_and_bad_size(tmp_path, capsys):
     assert report["size_bytes"] == 2 << 20
     assert paging.main(["--size", "3MiB", "--store", str(tmp_path), "--quiet"]) == 2
     assert "multiple of 2 MiB" in capsys.readouterr().err
+
+
+def test_pool_io_auto_calibrates_the_store(tmp_path):
+    import oversub
+
+    pool = oversub.Pool("8MiB", store=str(tmp_path), store_capacity="96MiB", io="auto")
+    p = pool.io_point
+    assert p["source"] == "auto" and p["calibration_s"] > 0
+    assert p["read_block_bytes"] in (1 << 20, 4 << 20, 16 << 20) and p["read_queue_depth"] in (8, 32)
+    buf = pool.address_space().alloc("4MiB")
+    buf.write(b"x" * 4096)
+    buf.page_out()
+    buf.page_in()
+    assert buf.read(4096) == b"x" * 4096
+    assert oversub.Pool("8MiB", store=str(tmp_path)).io_point["source"] == "default"
+    with pytest.raises(ValueError, match="io must be"):
+        oversub.Pool("8MiB", store=str(tmp_path), io="fast")

@@ -73,6 +73,8 @@ pub struct StoreBuilder {
     queue_depth: usize,
     engine_choice: EngineChoice,
     engine: Option<Arc<dyn IoEngine>>,
+    /// Set by [`engine`](Self::engine): the store does not own its engine, so it cannot calibrate.
+    engine_given: bool,
     keep: bool,
     direct: bool,
     force: bool,
@@ -90,6 +92,7 @@ impl Default for StoreBuilder {
             queue_depth: 32,
             engine_choice: EngineChoice::Auto,
             engine: None,
+            engine_given: false,
             keep: false,
             direct: true,
             force: false,
@@ -140,6 +143,7 @@ impl StoreBuilder {
 
     /// Uses this engine (e.g. a shared one or a test double) instead of selecting one.
     pub fn engine(mut self, engine: Arc<dyn IoEngine>) -> Self {
+        self.engine_given = true;
         self.engine = Some(engine);
         self
     }
@@ -666,6 +670,15 @@ impl StoreBuilder {
             max_io_bytes: self.max_io_bytes,
             max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
             stripe_bytes: self.stripe_bytes,
+            engine_kind: if self.engine_given {
+                None
+            } else {
+                match engine.name() {
+                    "io_uring" => Some(EngineChoice::Uring),
+                    "psync" => Some(EngineChoice::Psync),
+                    _ => None,
+                }
+            },
             engine,
             scrub: self.scrub,
         })
@@ -692,6 +705,8 @@ struct Parts {
     max_write_io_bytes: usize,
     stripe_bytes: Option<u64>,
     engine: Arc<dyn IoEngine>,
+    /// The kind of engine the store selected itself; None for one it was given.
+    engine_kind: Option<EngineChoice>,
     scrub: Scrub,
 }
 
@@ -718,6 +733,8 @@ pub struct SwapStore {
     max_io_bytes: usize,
     max_write_io_bytes: usize,
     engine: Arc<dyn IoEngine>,
+    /// The kind of engine the store selected (and may replace when it calibrates); None for a given engine.
+    engine_kind: Option<EngineChoice>,
     /// Manages the logical data area as `[0, capacity)`; slots carry it plus `base`.
     alloc: Mutex<ExtentAllocator>,
     id: u64,
@@ -900,6 +917,7 @@ impl SwapStore {
             max_io_bytes,
             max_write_io_bytes,
             engine: p.engine,
+            engine_kind: p.engine_kind,
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             scrub: p.scrub,
             discard_at_release: AtomicBool::new(true),
@@ -1251,6 +1269,99 @@ impl SwapStore {
         }
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
         unsafe { self.wait_requests(requests) }
+    }
+
+    /// Measures this store's request-size × queue-depth grid ([`Calibration`](crate::tuning::Calibration)) with
+    /// engines of the store's own kind, over space allocated for the purpose and released afterwards, and adopts
+    /// the best point for reads and for writes ([`best_points`](crate::tuning::best_points)): a new engine at the
+    /// larger of the two depths, requests split at each direction's size. The stripe unit of a striped store is
+    /// kept. Call it before the store is shared (the pool's `io="auto"`, `bench paging --io-auto`). A store whose
+    /// engine is not a built-in one (a test double, a shared engine) is refused, as is a store with no free space;
+    /// on an I/O error the store keeps its settings.
+    pub fn calibrate(
+        &mut self,
+        calibration: &crate::tuning::Calibration,
+    ) -> Result<crate::tuning::Calibrated, IoError> {
+        calibration.validate()?;
+        let Some(choice) = self.engine_kind else {
+            return Err(IoError::InvalidArgument(format!(
+                "calibration builds engines of the store's kind, and this store was given its engine (`{}`), \
+                 not a built-in engine it selected",
+                self.engine.name()
+            )));
+        };
+        let start = std::time::Instant::now();
+        let align = self.alignment as u64;
+        let bytes = calibration.bytes.min(self.largest_free()) / align * align;
+        if bytes == 0 {
+            return Err(IoError::StoreFull {
+                needed: calibration.bytes,
+                free: self.free_bytes(),
+            });
+        }
+        let slot = self.allocate(bytes)?;
+        let saved = (
+            self.engine.clone(),
+            self.max_io_bytes,
+            self.max_write_io_bytes,
+        );
+        let measured = self.measure_grid(&slot, choice, calibration);
+        (self.engine, self.max_io_bytes, self.max_write_io_bytes) = saved;
+        self.release(slot);
+        let grid = measured?;
+        let (read, write) = crate::tuning::best_points(&grid)?;
+        self.engine = select_engine(choice, read.queue_depth.max(write.queue_depth))?;
+        self.max_io_bytes =
+            (read.block_bytes - read.block_bytes % self.alignment).max(self.alignment);
+        self.max_write_io_bytes =
+            (write.block_bytes - write.block_bytes % self.alignment).max(self.alignment);
+        Ok(crate::tuning::Calibrated {
+            grid,
+            read,
+            write,
+            seconds: start.elapsed().as_secs_f64(),
+        })
+    }
+
+    fn measure_grid(
+        &mut self,
+        slot: &Slot,
+        choice: EngineChoice,
+        c: &crate::tuning::Calibration,
+    ) -> Result<Vec<crate::tuning::GridPoint>, IoError> {
+        let len = usize::try_from(slot.len())
+            .map_err(|_| IoError::InvalidArgument("calibration region too large".into()))?;
+        let mut buf = AlignedBuf::new(len, self.alignment)?;
+        // Written once so the timed writes move real bytes and the reads fill faulted-in memory.
+        buf.as_mut_slice().fill(0xa5);
+        let mut grid = Vec::new();
+        for &depth in &c.depths {
+            self.engine = select_engine(choice, depth)?;
+            for &block in &c.blocks {
+                let aligned = (block - block % self.alignment).max(self.alignment);
+                (self.max_io_bytes, self.max_write_io_bytes) = (aligned, aligned);
+                let mut best = [f64::INFINITY; 2];
+                for _ in 0..c.passes {
+                    for (i, direction) in
+                        [Direction::Write, Direction::Read].into_iter().enumerate()
+                    {
+                        let t = std::time::Instant::now();
+                        // SAFETY: `buf` is borrowed mutably for the call and `transfer` blocks until the batch is
+                        // over; the slot was allocated above and is released only after this returns.
+                        unsafe { self.transfer(direction, slot, &[buf.iovec()]) }?;
+                        best[i] = best[i].min(t.elapsed().as_secs_f64());
+                    }
+                }
+                let rate = |s: f64| slot.len() as f64 / s.max(1e-9);
+                grid.push(crate::tuning::GridPoint {
+                    block_bytes: block as u64,
+                    queue_depth: u32::try_from(depth).unwrap_or(u32::MAX),
+                    write_bytes_per_s: rate(best[0]),
+                    read_bytes_per_s: rate(best[1]),
+                });
+            }
+        }
+        Ok(grid)
     }
 
     fn build_requests(

@@ -83,6 +83,68 @@ pub fn best_points(grid: &[GridPoint]) -> Result<(IoPoint, IoPoint), IoError> {
     Ok((pick(|p| p.read_bytes_per_s), pick(|p| p.write_bytes_per_s)))
 }
 
+/// A short measurement of the store itself at pool creation ([`crate::SwapStore::calibrate`]): each request size
+/// at each queue depth, written and read over one region of the store, best of `passes`. The default grid is the
+/// one `oversub bench paging` takes its raw limit from (1, 4 and 16 MiB × 8 and 32 in flight) over 64 MiB: 12
+/// transfers of 64 MiB each way, a fraction of a second on an NVMe drive.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Calibration {
+    /// Bytes moved per transfer (capped at the store's largest free run).
+    pub bytes: u64,
+    /// Request sizes tried.
+    pub blocks: Vec<usize>,
+    /// Queue depths tried.
+    pub depths: Vec<usize>,
+    /// Transfers per point and direction; the fastest counts.
+    pub passes: usize,
+}
+
+impl Default for Calibration {
+    fn default() -> Self {
+        Calibration {
+            bytes: 64 << 20,
+            blocks: vec![1 << 20, 4 << 20, 16 << 20],
+            depths: vec![8, 32],
+            passes: 2,
+        }
+    }
+}
+
+impl Calibration {
+    /// Refuses an empty grid, a zero size, depth or pass count.
+    pub fn validate(&self) -> Result<(), IoError> {
+        if self.bytes == 0 || self.passes == 0 {
+            return Err(IoError::InvalidArgument(
+                "calibration needs some bytes and at least one pass".into(),
+            ));
+        }
+        if self.blocks.is_empty() || self.depths.is_empty() {
+            return Err(IoError::InvalidArgument(
+                "calibration needs at least one request size and one queue depth".into(),
+            ));
+        }
+        if self.blocks.contains(&0) || self.depths.contains(&0) {
+            return Err(IoError::InvalidArgument(
+                "calibration request sizes and queue depths must be at least 1".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What [`crate::SwapStore::calibrate`] measured and chose.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Calibrated {
+    /// Every point measured.
+    pub grid: Vec<GridPoint>,
+    /// The point reads now use.
+    pub read: IoPoint,
+    /// The point writes now use.
+    pub write: IoPoint,
+    /// Wall time of the whole calibration.
+    pub seconds: f64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -91,6 +91,17 @@ pub struct PagingArgs {
     /// depth, one point for reads and one for writes (replaces --max-io and --queue-depth).
     #[arg(long, value_name = "FILE")]
     pub(super) io_profile: Option<PathBuf>,
+    /// Calibrate the pager's request size and queue depth on the store itself before the run (1, 4, 16 MiB x 8,
+    /// 32 in flight over 64 MiB; about a second), as a pool made with io="auto" does (replaces --max-io and
+    /// --queue-depth).
+    #[arg(long)]
+    pub(super) io_auto: bool,
+    /// Measure oversub beside the engines an ML engineer would otherwise use (plain O_DIRECT, DeepSpeed's async
+    /// I/O handle, KvikIO) in one run: hands over to `python -m oversub.lab.paging --peers` with --size, --store
+    /// (the first location) and --samples as repetitions (`pip install "oversub[peers]"`; `$OVERSUB_PYTHON`
+    /// picks the interpreter). Peers that are not installed are named and skipped.
+    #[arg(long)]
+    pub(super) peers: bool,
     /// Write the results as JSON to this file.
     #[arg(long)]
     pub(super) json: Option<PathBuf>,
@@ -455,6 +466,9 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     if args.samples == 0 {
         return Err("--samples must be at least 1".into());
     }
+    if args.peers {
+        return run_peers(&args);
+    }
     if args.size == 0 {
         return Err("--size must be at least one byte".into());
     }
@@ -529,7 +543,22 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     if let Some(stripe) = args.stripe_bytes {
         builder = builder.stripe_bytes(stripe);
     }
-    let store = open_striped(&builder, &paths, capacity)?;
+    let mut store = open_striped(&builder, &paths, capacity)?;
+    if args.io_auto {
+        if args.io_profile.is_some() {
+            return Err("give --io-auto or --io-profile, not both".into());
+        }
+        let done = store.calibrate(&oversub_io::tuning::Calibration::default())?;
+        io_source = format!(
+            "auto (calibrated in {:.2} s over {} points): reads {} x {}, writes {} x {}",
+            done.seconds,
+            done.grid.len(),
+            format_bytes(done.read.block_bytes as u64),
+            done.read.queue_depth,
+            format_bytes(done.write.block_bytes as u64),
+            done.write.queue_depth
+        );
+    }
     if store.capacity_bytes() < args.size {
         return Err(format!(
             "store {store_names} holds {} but the benchmark needs {}",
@@ -1315,4 +1344,51 @@ fn write_plots(
         .map_err(|e| format!("writing {}: {e}", async_path.display()))?;
     eprintln!("wrote {} and {}", path.display(), async_path.display());
     Ok(())
+}
+
+/// `bench paging --peers`: the Python lab puts oversub and its peers in one process (DeepSpeed and KvikIO are
+/// Python libraries), with the same cache drops and buffer.
+fn run_peers(args: &PagingArgs) -> Result<(), BoxError> {
+    use std::process::{Command, Stdio};
+    let py = std::env::var("OVERSUB_PYTHON").unwrap_or_else(|_| "python3".into());
+    let mut cmd = Command::new(&py);
+    cmd.args(["-m", "oversub.lab.paging", "--peers", "--size"])
+        .arg(args.size.to_string())
+        .arg("--repeats")
+        .arg(args.samples.to_string());
+    if let Some(first) = args.store.first() {
+        cmd.arg("--store").arg(first);
+    }
+    if let Some(json) = &args.json {
+        let out = cmd
+            .arg("--json")
+            .stderr(Stdio::inherit())
+            .output()
+            .map_err(|e| {
+                format!("--peers runs `{py} -m oversub.lab.paging`, which could not start: {e}")
+            })?;
+        if !out.status.success() {
+            return Err(peers_error(&py));
+        }
+        std::fs::write(json, &out.stdout)
+            .map_err(|e| format!("writing {}: {e}", json.display()))?;
+        eprintln!("wrote {}", json.display());
+        return Ok(());
+    }
+    let status = cmd.status().map_err(|e| {
+        format!("--peers runs `{py} -m oversub.lab.paging`, which could not start: {e}")
+    })?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(peers_error(&py))
+    }
+}
+
+fn peers_error(py: &str) -> BoxError {
+    format!(
+        "`{py} -m oversub.lab.paging --peers` failed (see above); it needs the oversub Python package with NumPy \
+         (pip install \"oversub[peers]\" adds the peers)"
+    )
+    .into()
 }
