@@ -1,15 +1,24 @@
-"""Benchmarks of the Python binding: ``python -m oversub.bench overhead --help``.
+"""Benchmarks of the Python binding: ``python -m oversub.bench overhead --help``, ``python -m oversub.bench offload``.
 
 ``overhead`` measures what a call from Python adds to a paging operation: many small buffers are paged out and in
 by a Python loop (``buf.page_out()``, ``buf.page_in()``) and by the same loop in Rust calling the pager directly, in
 the same run, alternating, on the same buffers. The difference per operation is the binding's overhead (argument
 conversion, the GIL released and taken back around the wait, the view-count check, the exception machinery).
+
+``offload`` runs one model whose weights do not fit the memory it is given (24 x 64 MiB ``nn.Linear`` blocks, and a
+randomly initialised transformer from a ``transformers`` config when that is installed) with oversub.torch (on
+demand, and with the order learned from the first pass) and with its peers (DeepSpeed ZeRO-3 NVMe parameter offload,
+accelerate's disk offload and its safetensors offload index, diffusers' group offloading to disk, an mmap'd
+safetensors file) beside all weights resident, each in its own process, the page cache dropped before every pass.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import gc
 import json
+import os
 import platform
 import statistics
 import sys
@@ -146,6 +155,568 @@ def _table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
+# --- offload: oversub.torch beside its peers ---------------------------------------------------------------------------
+
+_OFFLOAD_METHODS = {
+    "resident": "all weights resident (the floor)",
+    "oversub-demand": "oversub.torch, lookahead=0 (on demand)",
+    "oversub-learned": "oversub.torch, order learned from the first pass",
+    "deepspeed-zero3-nvme": "DeepSpeed ZeRO-3, offload_param nvme (CPU accelerator, one gloo process)",
+    "accelerate-disk": "accelerate disk_offload (np.memmap per weight)",
+    "accelerate-safetensors": "accelerate device_map='disk' with the safetensors file as offload index",
+    "diffusers-group-disk": "diffusers group offloading, block level, offload_to_disk_path",
+    "mmap-safetensors": "the safetensors file mmap'd, tensors viewing the mapping",
+}
+_MIB = 1 << 20
+
+
+def _offload_parser(sub) -> None:
+    op = sub.add_parser(
+        "offload",
+        help="oversub.torch against DeepSpeed, accelerate, diffusers and mmap on a model that does not fit",
+        description=__doc__.split("\n\n")[2],
+    )
+    op.add_argument("--models", default="linear,transformer",
+                    help="comma list of linear, transformer (default both; transformer needs `transformers`)")
+    op.add_argument("--layers", type=int, default=24, help="linear: blocks (default 24)")
+    op.add_argument("--layer-size", default="64MiB", help="linear: bytes of one block's weight (default 64MiB)")
+    op.add_argument("--batch", type=int, default=64, help="linear: rows of the input (default 64)")
+    op.add_argument("--tf-layers", type=int, default=24, help="transformer: decoder layers (default 24)")
+    op.add_argument("--tf-hidden", type=int, default=1024, help="transformer: hidden size (default 1024)")
+    op.add_argument("--tf-intermediate", type=int, default=4096, help="transformer: MLP size (default 4096)")
+    op.add_argument("--tf-vocab", type=int, default=32000, help="transformer: vocabulary (default 32000)")
+    op.add_argument("--tf-tokens", type=int, default=256, help="transformer: tokens of the input (default 256)")
+    op.add_argument("--capacity-layers", type=float, default=4.0,
+                    help="memory given to the offloading methods, in layers (default 4)")
+    op.add_argument("--passes", type=int, default=5, help="timed passes after a first, untimed one (default 5)")
+    op.add_argument("--store", default="/var/tmp" if os.path.isdir("/var/tmp") else None,
+                    help="directory for the checkpoint, the stores and the offload folders (default /var/tmp)")
+    op.add_argument("--methods", default=",".join(_OFFLOAD_METHODS),
+                    help="comma list of methods (default all): " + ", ".join(_OFFLOAD_METHODS))
+    op.add_argument("--lookahead", default="auto", help="oversub-learned's lookahead (default auto)")
+    op.add_argument("--no-checksums", action="store_true",
+                    help="oversub without checksum verification on page-in (default: on, as oversub's default)")
+    op.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every method (default 1)")
+    op.add_argument("--no-drop-caches", action="store_true", help="keep the page cache between passes")
+    op.add_argument("--timeout", type=float, default=900, help="seconds a method may take (default 900)")
+    op.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout)")
+    op.add_argument("--keep-files", action="store_true", help="keep the checkpoint and offload folders")
+    op.add_argument("--worker", help=argparse.SUPPRESS)
+    op.add_argument("--work", help=argparse.SUPPRESS)
+    op.add_argument("--model", help=argparse.SUPPRESS)
+
+
+def _parse_size(text) -> int:
+    from .torch import _parse_size as p  # noqa: PLC0415 (needs torch; only the offload bench does)
+
+    return p(text)
+
+
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+# -- the models (in the workers) --
+
+@contextlib.contextmanager
+def _params_on_meta():
+    """Parameters made on the meta device (no memory, no initialisation), buffers as usual (a rotary embedding's
+    frequencies are not in a checkpoint): accelerate's ``init_empty_weights()``, without accelerate."""
+    import torch
+    from torch import nn
+
+    register = nn.Module.register_parameter
+
+    def on_meta(module, name, param):
+        register(module, name, param)
+        if param is not None:
+            p = module._parameters[name]
+            module._parameters[name] = type(p)(p.to("meta"), requires_grad=p.requires_grad)
+
+    nn.Module.register_parameter = on_meta
+    try:
+        with torch.device("cpu"):
+            yield
+    finally:
+        nn.Module.register_parameter = register
+
+
+def _build_model(spec: dict, on_meta: bool = False):
+    import torch
+    from torch import nn
+
+    ctx = _params_on_meta() if on_meta else contextlib.nullcontext()
+    if spec["kind"] == "linear":
+
+        class Block(nn.Module):
+            def __init__(self, d):
+                super().__init__()
+                self.lin = nn.Linear(d, d)
+
+            def forward(self, x):
+                return torch.tanh(self.lin(x))
+
+        class LinearStack(nn.Module):
+            def __init__(self, n, d):
+                super().__init__()
+                self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+
+            def forward(self, x):
+                for b in self.blocks:
+                    x = b(x)
+                return x
+
+        with ctx:
+            return LinearStack(spec["layers"], spec["dim"])
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = LlamaConfig(hidden_size=spec["hidden"], intermediate_size=spec["intermediate"],
+                      num_hidden_layers=spec["layers"], num_attention_heads=spec["hidden"] // 64,
+                      num_key_value_heads=spec["hidden"] // 64, vocab_size=spec["vocab"],
+                      max_position_embeddings=max(2048, spec["tokens"]), tie_word_embeddings=False, use_cache=False)
+    with ctx:
+        return LlamaForCausalLM(cfg).eval()
+
+
+def _forward(spec: dict, model, inp):
+    if spec["kind"] == "linear":
+        return model(inp)
+    return model(input_ids=inp, use_cache=False).logits
+
+
+def _prepare(spec: dict, work: str) -> None:
+    """Builds the model with its seed, writes its checkpoint (parameters and buffers) and the input."""
+    import torch
+    from safetensors.torch import save_file
+
+    torch.manual_seed(spec["seed"])
+    model = _build_model(spec)
+    tensors = {n: t.detach().contiguous() for n, t in model.named_parameters()}
+    tensors.update({n: t.detach().contiguous() for n, t in model.named_buffers()})
+    save_file(tensors, os.path.join(work, "model.safetensors"))
+    g = torch.Generator().manual_seed(spec["seed"] + 1)
+    if spec["kind"] == "linear":
+        inp = torch.randn(spec["batch"], spec["dim"], generator=g)
+    else:
+        inp = torch.randint(0, spec["vocab"], (1, spec["tokens"]), generator=g)
+    torch.save(inp, os.path.join(work, "input.pt"))
+
+
+def _drop_caches(files: list[str]) -> str:
+    try:
+        os.sync()
+        with open("/proc/sys/vm/drop_caches", "w") as f:
+            f.write("1\n")
+        return "drop_caches"
+    except OSError:
+        for path in files:
+            for root, _, names in os.walk(path) if os.path.isdir(path) else [("", None, [path])]:
+                for name in names:
+                    try:
+                        fd = os.open(os.path.join(root, name), os.O_RDONLY)
+                    except OSError:
+                        continue
+                    try:
+                        os.fdatasync(fd)
+                        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+                    except OSError:
+                        pass
+                    finally:
+                        os.close(fd)
+        return "posix_fadvise"
+
+
+def _read_bytes() -> int:
+    with open("/proc/self/io") as f:
+        for line in f:
+            if line.startswith("read_bytes:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _vm_hwm() -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    return 0
+
+
+def _load_from_checkpoint(model, path: str) -> None:
+    """Fills a model built on meta from the checkpoint (the whole model in memory: for the resident methods)."""
+    from safetensors.torch import load_file
+    from torch import nn
+
+    sd = load_file(path)
+    for qual, mod in model.named_modules():
+        for d, is_param in ((mod._parameters, True), (mod._buffers, False)):
+            for name, t in list(d.items()):
+                key = f"{qual}.{name}" if qual else name
+                if t is not None and key in sd:
+                    d[name] = nn.Parameter(sd.pop(key), requires_grad=False) if is_param else sd.pop(key)
+
+
+def _setup(method: str, spec: dict, work: str, ckpt: str):
+    """Returns (module to call, files to drop from the page cache, hooks before each pass, info)."""
+    import torch
+
+    capacity = int(spec["capacity"])
+    info: dict = {"t0": time.perf_counter()}  # reset where loading the weights starts
+    before_pass: list = []
+    if method == "resident":
+        model = _build_model(spec, on_meta=True)
+        info["t0"] = time.perf_counter()
+        _load_from_checkpoint(model, ckpt)
+        return model, [ckpt], before_pass, info
+    if method.startswith("oversub"):
+        import oversub.torch as ot
+
+        model = _build_model(spec, on_meta=True)
+        store = os.path.join(work, f"store-{method}")
+        os.makedirs(store, exist_ok=True)
+        info["t0"] = time.perf_counter()
+        la = spec["lookahead"]
+        h = ot.offload(model, capacity=capacity, store=store, checkpoint=ckpt,
+                       lookahead=0 if method == "oversub-demand" else (la if la == "auto" else int(la)),
+                       verify_checksums=spec["checksums"])
+        info["groups"] = len(h.groups)
+        info["kept_bytes"] = h.kept_bytes
+        info["transfer_path"] = h.pool.transfer_path
+        info["stats"] = lambda: {k: v for k, v in ot.stats(model).items()
+                                 if k not in ("wait_s_per_group", "page_ins_per_group", "trace")}
+        return model, [ckpt], before_pass, info
+    if method == "deepspeed-zero3-nvme":
+        os.environ.setdefault("DS_ACCELERATOR", "cpu")
+        os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(29500 + os.getpid() % 1000), RANK="0",
+                          WORLD_SIZE="1", LOCAL_RANK="0")
+        import deepspeed
+        from safetensors import safe_open
+
+        nvme = os.path.join(work, "deepspeed-nvme")
+        os.makedirs(nvme, exist_ok=True)
+        probe = _build_model(spec, on_meta=True)
+        largest = max(p.numel() for p in probe.parameters())
+        layer = spec["layer_params"]
+        del probe
+        cfg = {
+            "train_micro_batch_size_per_gpu": 1,
+            "zero_optimization": {
+                "stage": 3,
+                "offload_param": {"device": "nvme", "nvme_path": nvme, "pin_memory": False,
+                                  "buffer_count": max(2, int(spec["capacity_layers"]) + 1),
+                                  "buffer_size": largest, "max_in_cpu": 0},
+                "stage3_max_live_parameters": int(spec["capacity_layers"] * layer),
+                "stage3_prefetch_bucket_size": int(2 * layer),
+                "stage3_max_reuse_distance": 0,
+            },
+            "aio": {"block_size": 1 << 20, "queue_depth": 8, "thread_count": 1, "single_submit": False,
+                    "overlap_events": True},
+        }
+        info["config"] = "buffer_count {}, max_live {} layers, prefetch 2 layers, aio 1 MiB x 8".format(
+            cfg["zero_optimization"]["offload_param"]["buffer_count"], spec["capacity_layers"])
+        import logging
+
+        logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
+        deepspeed.init_distributed(dist_backend="gloo")
+        info["t0"] = time.perf_counter()  # zero.Init's partitioning to NVMe is its loading
+        with deepspeed.zero.Init(config_dict_or_path=cfg, remote_device="nvme"):  # no dtype: it would be bf16
+            torch.manual_seed(0)
+            model = _build_model(spec)
+        with safe_open(ckpt, framework="pt") as f, torch.no_grad():
+            keys = set(f.keys())
+            for name, p in model.named_parameters():
+                with deepspeed.zero.GatheredParameters([p], modifier_rank=0):
+                    p.data.copy_(f.get_tensor(name))
+            for name, b in model.named_buffers():
+                if name in keys:
+                    b.data.copy_(f.get_tensor(name))
+        engine, *_ = deepspeed.initialize(model=model, config=cfg)
+        engine.eval()
+        return engine, [ckpt, nvme], before_pass, info
+    if method == "accelerate-disk":
+        from accelerate import disk_offload
+
+        model = _build_model(spec, on_meta=True)
+        info["t0"] = time.perf_counter()
+        _load_from_checkpoint(model, ckpt)
+        folder = os.path.join(work, "accelerate-disk")
+        disk_offload(model, folder, execution_device=torch.device("cpu"))
+        gc.collect()
+        return model, [ckpt, folder], before_pass, info
+    if method == "accelerate-safetensors":
+        from accelerate import dispatch_model, init_empty_weights
+
+        with init_empty_weights():
+            model = _build_model(spec)
+        info["t0"] = time.perf_counter()
+        # The offload index transformers writes for a safetensors checkpoint: every weight read from the file
+        # itself (safe_open + get_tensor in each module's pre-forward hook), nothing copied.
+        index = {name: {"safetensors_file": ckpt, "weight_name": name, "dtype": str(p.dtype).replace("torch.", "")}
+                 for name, p in model.named_parameters()}
+        model = dispatch_model(model, device_map={"": "disk"}, main_device="cpu", offload_index=index)
+        return model, [ckpt], before_pass, info
+    if method == "diffusers-group-disk":
+        from diffusers.hooks import apply_group_offloading
+
+        model = _build_model(spec, on_meta=True)
+        info["t0"] = time.perf_counter()
+        _load_from_checkpoint(model, ckpt)
+        folder = os.path.join(work, "diffusers-groups")
+        apply_group_offloading(model, onload_device=torch.device("cpu"), offload_device=torch.device("cpu"),
+                               offload_type="block_level", num_blocks_per_group=1, offload_to_disk_path=folder)
+        gc.collect()
+        return model, [ckpt, folder], before_pass, info
+    if method == "mmap-safetensors":
+        import mmap
+
+        from torch import nn
+
+        from .torch import _read_safetensors_index
+
+        model = _build_model(spec, on_meta=True)
+        info["t0"] = time.perf_counter()
+        index = _read_safetensors_index([ckpt])
+        fd = os.open(ckpt, os.O_RDONLY)
+        mm = mmap.mmap(fd, 0, access=mmap.ACCESS_COPY)  # private: torch wants a writable buffer; nothing is written
+        os.close(fd)
+        quals = {id(m): n for n, m in model.named_modules()}
+        for mod in model.modules():
+            for d, is_param in ((mod._parameters, True), (mod._buffers, False)):
+                for name, t in list(d.items()):
+                    if t is None:
+                        continue
+                    qual = quals[id(mod)]
+                    e = index[f"{qual}.{name}" if qual else name]
+                    v = torch.frombuffer(mm, dtype=e.dtype, count=max(1, e.nbytes // e.dtype.itemsize),
+                                         offset=e.start).view(e.shape) if e.nbytes else torch.empty(e.shape)
+                    d[name] = nn.Parameter(v, requires_grad=False) if is_param else v
+
+        def forget():  # the pages of the last pass leave the mapping, as under memory pressure, then the cache
+            mm.madvise(mmap.MADV_DONTNEED)
+
+        before_pass.append(forget)
+        info["note"] = "mapping's pages dropped (MADV_DONTNEED) before each pass, as under memory pressure"
+        return model, [ckpt], before_pass, info
+    raise ValueError(f"unknown method {method}")
+
+
+def _worker(args) -> int:
+    work, method = args.work, args.worker
+    with open(os.path.join(work, "spec.json")) as f:
+        spec = json.load(f)
+    if method == "prepare":
+        _prepare(spec, work)
+        return 0
+    out_path = os.path.join(work, f"result-{method}.json")
+    result: dict = {"method": method}
+    try:
+        import torch
+
+        torch.set_num_threads(spec["threads"])
+        ckpt = os.path.join(work, "model.safetensors")
+        inp = torch.load(os.path.join(work, "input.pt"))
+        if spec["drop_caches"]:
+            _drop_caches([ckpt])  # also writes back what the last method left dirty
+        t0 = time.perf_counter()
+        try:
+            model, files, before_pass, info = _setup(method, spec, work, ckpt)
+        except ImportError as e:
+            result["skipped"] = f"not installed ({e}); pip install 'oversub[torch-bench]'"
+            raise SystemExit(0) from None
+        t1 = time.perf_counter()
+        result["setup_s"] = t1 - info.pop("t0")  # loading the weights until the first pass can run
+        result["build_s"] = t1 - t0  # with the imports and building the model's skeleton
+        # VmHWM, not ru_maxrss: Linux keeps ru_maxrss across exec, so a child shows its parent's peak
+        result["peak_rss_setup_bytes"] = _vm_hwm()
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5\n")  # reset VmHWM: the peak of the passes alone
+        times, reads, waits = [], [], []
+        out = None
+        for i in range(spec["passes"] + 1):
+            for fn in before_pass:
+                fn()
+            if spec["drop_caches"]:
+                result["cache_drop"] = _drop_caches(files)
+            r0 = _read_bytes()
+            t = time.perf_counter()
+            with torch.no_grad():
+                out = _forward(spec, model, inp)
+            times.append(time.perf_counter() - t)
+            reads.append(_read_bytes() - r0)
+            if "stats" in info:
+                waits.append(info["stats"]()["last_pass"])
+            _log(f"  {method} pass {i}: {times[-1]:.3f} s, {reads[-1] / _MIB:.0f} MiB read")
+        torch.save(out.detach().clone(), os.path.join(work, f"out-{method}.pt"))
+        result.update(
+            first_pass_s=times[0],
+            pass_s=times[1:],
+            median_s=statistics.median(times[1:]),
+            read_bytes=reads[1:],
+            median_read_bytes=statistics.median(reads[1:]),
+            peak_rss_passes_bytes=_vm_hwm(),
+        )
+        result["peak_rss_bytes"] = max(result["peak_rss_setup_bytes"], result["peak_rss_passes_bytes"])
+        ref_path = os.path.join(work, "out-resident.pt")
+        if os.path.exists(ref_path):
+            ref = torch.load(ref_path)
+            result["output"] = "equal" if torch.equal(out, ref) else (
+                f"differs (max {float((out.float() - ref.float()).abs().max()):.2g})")
+        if "stats" in info:
+            st = info.pop("stats")()
+            result["oversub"] = {k: st[k] for k in ("paging_hidden", "lookahead", "hits", "page_ins_on_demand",
+                                                    "page_ins_prefetched", "bytes_paged_in", "load_s")}
+            result["oversub"]["passes"] = waits
+        result["info"] = info
+    except SystemExit:
+        pass
+    except BaseException as e:  # noqa: BLE001 (the parent reports it as skipped with the reason)
+        import traceback
+
+        traceback.print_exc()
+        result["skipped"] = f"failed: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"[:300]
+    with open(out_path, "w") as f:
+        json.dump(result, f)
+    return 0
+
+
+def _offload_spec(args, kind: str) -> dict:
+    if kind == "linear":
+        dim = int((_parse_size(args.layer_size) // 4) ** 0.5)
+        layer_bytes = dim * dim * 4 + dim * 4
+        spec = dict(kind="linear", layers=args.layers, dim=dim, batch=args.batch, layer_params=dim * dim + dim)
+    else:
+        h, i = args.tf_hidden, args.tf_intermediate
+        params = 4 * h * h + 3 * h * i + 2 * h
+        layer_bytes = 4 * params
+        spec = dict(kind="transformer", layers=args.tf_layers, hidden=h, intermediate=i, vocab=args.tf_vocab,
+                    tokens=args.tf_tokens, layer_params=params)
+    spec.update(seed=1, threads=args.threads, lookahead=args.lookahead, checksums=not args.no_checksums, passes=args.passes, drop_caches=not args.no_drop_caches,
+                capacity_layers=args.capacity_layers, layer_bytes=layer_bytes,
+                capacity=int(args.capacity_layers * (layer_bytes + (1 << 16))))
+    return spec
+
+
+def _offload_table(rows: list[dict]) -> str:
+    head = ["method", "start-up", "first pass", "per pass (median)", "x oversub", "peak RSS passes",
+            "peak RSS all", "read/pass", "output"]
+    lines = [head]
+    base = next((r for r in rows if r["method"] == "oversub-learned" and "median_s" in r), None)
+    for r in rows:
+        if "median_s" not in r:
+            continue
+        ratio = f"{r['median_s'] / base['median_s']:.2f}" if base else "-"
+        lines.append([
+            r["method"], f"{r['setup_s']:.2f} s", f"{r['first_pass_s']:.2f} s",
+            f"{r['median_s']:.3f} s ({min(r['pass_s']):.3f}-{max(r['pass_s']):.3f})", ratio,
+            f"{r['peak_rss_passes_bytes'] / _MIB:.0f} MiB", f"{r['peak_rss_bytes'] / _MIB:.0f} MiB",
+            f"{r['median_read_bytes'] / _MIB:.0f} MiB", r.get("output", "?"),
+        ])
+    widths = [max(len(row[i]) for row in lines) for i in range(len(head))]
+    out = []
+    for i, row in enumerate(lines):
+        out.append("  ".join(cell.ljust(widths[j]) for j, cell in enumerate(row)).rstrip())
+        if i == 0:
+            out.append("  ".join("-" * w for w in widths))
+    skipped = [r for r in rows if "median_s" not in r]
+    for r in skipped:
+        out.append(f"skipped {r['method']}: {r.get('skipped', 'no result')}")
+    return "\n".join(out)
+
+
+def _offload_main(args) -> int:
+    if args.worker:
+        return _worker(args)
+    import shutil
+    import subprocess
+
+    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    for m in methods:
+        if m not in _OFFLOAD_METHODS:
+            raise SystemExit(f"unknown method {m!r} (known: {', '.join(_OFFLOAD_METHODS)})")
+    if "resident" in methods:
+        methods = ["resident"] + [m for m in methods if m != "resident"]
+    # This process imports neither torch nor the model: each method's process starts from a small parent (Linux
+    # keeps a parent's peak RSS in a child's ru_maxrss across exec; VmHWM is the child's own).
+    report: dict = {"models": {}, "methods": _OFFLOAD_METHODS, "threads": args.threads,
+                    "python": platform.python_version()}
+    code = 0
+    for kind in [k.strip() for k in args.models.split(",") if k.strip()]:
+        if kind == "transformer":
+            try:
+                import transformers  # noqa: F401
+            except ImportError as e:
+                report["models"][kind] = {"skipped": f"transformers not installed ({e})"}
+                _log(f"skipping the transformer: transformers not installed")
+                continue
+        elif kind != "linear":
+            raise SystemExit(f"unknown model {kind!r} (linear, transformer)")
+        spec = _offload_spec(args, kind)
+        work = tempfile.mkdtemp(prefix=f"oversub-bench-offload-{kind}-", dir=args.store)
+        try:
+            with open(os.path.join(work, "spec.json"), "w") as f:
+                json.dump(spec, f)
+            _log(f"{kind}: {spec['layers']} layers of {spec['layer_bytes'] / _MIB:.1f} MiB, capacity "
+                 f"{spec['capacity'] / _MIB:.0f} MiB; writing the checkpoint to {work}")
+            env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), PYTHONWARNINGS="ignore")
+            subprocess.run([sys.executable, "-m", "oversub.bench", "offload", "--worker", "prepare", "--work", work],
+                           env=env, check=True)
+            spec["checkpoint_bytes"] = os.path.getsize(os.path.join(work, "model.safetensors"))
+            rows = []
+            for method in methods:
+                _log(f"{kind}: {method} ({_OFFLOAD_METHODS[method]})")
+                cmd = [sys.executable, "-m", "oversub.bench", "offload", "--worker", method, "--work", work]
+                try:
+                    proc = subprocess.run(cmd, env=env, timeout=args.timeout, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE, text=True)
+                    err = proc.stderr
+                except subprocess.TimeoutExpired as e:
+                    rows.append({"method": method, "skipped": f"timed out after {args.timeout:.0f} s"})
+                    continue
+                for line in err.splitlines():
+                    if line.startswith(f"  {method} pass"):
+                        _log(line)
+                try:
+                    with open(os.path.join(work, f"result-{method}.json")) as f:
+                        r = json.load(f)
+                except (OSError, ValueError):
+                    r = {"method": method, "skipped": f"exited {proc.returncode}: {err.strip()[-300:]}"}
+                if "skipped" in r:
+                    _log(f"  skipped: {r['skipped']}")
+                    if r["skipped"].startswith("failed"):
+                        _log("\n".join(err.splitlines()[-15:]))
+                rows.append(r)
+            for r in rows:
+                if r["method"].startswith("oversub") and r.get("output", "equal") != "equal":
+                    code = 1
+            report["models"][kind] = {"spec": spec, "rows": rows}
+            print(f"\n{kind}: {spec['layers']} layers x {spec['layer_bytes'] / _MIB:.1f} MiB "
+                  f"({spec['checkpoint_bytes'] / _MIB:.0f} MiB checkpoint), capacity {spec['capacity'] / _MIB:.0f} MiB "
+                  f"({spec['capacity_layers']:g} layers), {args.threads} torch thread(s), page cache dropped "
+                  f"before each pass: {not args.no_drop_caches}")
+            print(_offload_table(rows))
+            for r in rows:
+                if "oversub" in r:
+                    o = r["oversub"]
+                    hid = f"{o['paging_hidden']:.0%}" if o["paging_hidden"] is not None else "-"
+                    print(f"  {r['method']}: lookahead {o['lookahead']}, paging hidden {hid}, "
+                          f"{o['page_ins_prefetched']} prefetched / {o['page_ins_on_demand']} on demand page-ins")
+                if r.get("info", {}).get("note"):
+                    print(f"  {r['method']}: {r['info']['note']}")
+        finally:
+            if not args.keep_files:
+                shutil.rmtree(work, ignore_errors=True)
+    print(f"\n{platform.python_implementation()} {platform.python_version()}, {os.cpu_count()} CPUs; x oversub: "
+          "median time per pass over oversub-learned's; start-up: loading the weights until the first pass can run")
+    if args.json:
+        text = json.dumps(report, indent=2, default=str)
+        if args.json == "-":
+            print(text)
+        else:
+            with open(args.json, "w") as f:
+                f.write(text + "\n")
+    return code
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m oversub.bench", description=__doc__.split("\n\n")[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -169,7 +740,10 @@ def main(argv: list[str] | None = None) -> int:
         help="page to the store (O_DIRECT file), to a host-memory tier, or both (default)",
     )
     ov.add_argument("--json", metavar="FILE", help="also write the results as JSON ('-' for stdout)")
+    _offload_parser(sub)
     args = parser.parse_args(argv)
+    if args.command != "overhead":
+        return _offload_main(args)
     tiers = {"store": [False], "host": [True], "both": [False, True]}[args.tier]
     rows = []
     for host_tier in tiers:

@@ -1,0 +1,1153 @@
+"""Run a PyTorch model whose weights do not fit: ``import oversub.torch as ot; ot.offload(model, capacity="2GiB")``.
+
+The model's parameters and buffers are split into groups (by default its repeated blocks). Each group is packed
+into one oversub buffer, written to the swap store once (read-only for inference), and paged in when the group's
+``forward`` is about to run. The first forward pass records the order in which the groups ran; later passes start
+the page-ins of the next groups ahead of need (``lookahead``), and when the pool is full the group evicted is the
+resident one whose next use in the recorded order is furthest away (Belady), so the part of a model that fits stays
+resident across passes. A pass that departs from the recorded order continues on demand and is recorded instead::
+
+    import oversub.torch as ot
+    model = build_model()                                   # weights on "cpu", or on "meta" + a checkpoint
+    ot.offload(model, capacity="2GiB", store="/mnt/nvme")   # checkpoint="model.safetensors" for a meta model
+    with torch.no_grad():
+        for batch in loader:
+            out = model(batch)                              # the next blocks' weights paged in ahead of use
+    print(ot.stats(model))                                  # bytes paged, waits, share of paging hidden, trace
+    ot.restore(model)                                       # an ordinary resident model again
+
+Inference only: the weights are read-only buffers; ``trainable=True`` raises NotImplementedError. See
+docs/torch.md.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import json
+import math
+import os
+import struct
+import threading
+import time
+import warnings
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch import nn
+
+from . import errors as _errors
+from ._oversub import Pool
+
+__all__ = [
+    "offload",
+    "stats",
+    "restore",
+    "is_offloaded",
+    "Offloaded",
+    "OffloadError",
+    "GroupTooLargeError",
+    "StoreTooSmallError",
+    "ConcurrentUseError",
+    "TensorReplacedError",
+    "WeightsInUseError",
+    "CheckpointError",
+    "NotOffloadedError",
+]
+
+_ATTR = "_oversub_offload"
+_ALIGN = 64
+_MIB = 1 << 20
+
+
+# --- errors -----------------------------------------------------------------------------------------------------------
+
+
+class OffloadError(_errors.Error):
+    """Base class of the errors of :mod:`oversub.torch`; each names the module concerned."""
+
+
+class GroupTooLargeError(OffloadError, MemoryError):
+    """A group's weights are larger than the pool's capacity (raised by :func:`offload`, before anything moves)."""
+
+
+class StoreTooSmallError(OffloadError, OSError):
+    """The swap store cannot hold the weights of every group (raised by :func:`offload`; the model is unchanged)."""
+
+
+class ConcurrentUseError(OffloadError, RuntimeError):
+    """An offloaded model (or one of its groups) was called from a second thread while a first was running it."""
+
+
+class TensorReplacedError(OffloadError, RuntimeError):
+    """A parameter or buffer oversub manages was replaced (``module.weight = ...`` or ``param.data = ...``) behind
+    its back; restore the model first (:func:`restore`), change it, and offload it again."""
+
+
+class WeightsInUseError(OffloadError, BufferError):
+    """A group's weights cannot be released: a tensor made from them is still alive (an autograd graph kept by a
+    pass run without ``torch.no_grad()``, or a tensor you kept)."""
+
+
+class CheckpointError(OffloadError, ValueError):
+    """The checkpoint does not match the model (a missing tensor, a wrong shape, an unreadable file)."""
+
+
+class NotOffloadedError(OffloadError, ValueError):
+    """:func:`stats` or :func:`restore` on a model that :func:`offload` did not offload."""
+
+
+# --- sizes ------------------------------------------------------------------------------------------------------------
+
+_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": _MIB, "mb": 10**6, "mib": _MIB,
+          "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
+
+
+def _parse_size(size: int | str) -> int:
+    if isinstance(size, int):
+        return size
+    import re
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(size))
+    if not m or m.group(2).lower() not in _UNITS:
+        raise ValueError(f"not a size: {size!r} (try '2GiB', '512MiB', '4096')")
+    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+
+
+def _round_up(n: int, align: int) -> int:
+    return (n + align - 1) // align * align
+
+
+def _fmt(n: int | float) -> str:
+    for unit, div in (("GiB", 1 << 30), ("MiB", _MIB), ("KiB", 1 << 10)):
+        if abs(n) >= div:
+            return f"{n / div:.1f} {unit}"
+    return f"{int(n)} B"
+
+
+# --- safetensors, read without loading a whole file -------------------------------------------------------------------
+
+_ST_DTYPES = {
+    "F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
+    "I64": torch.int64, "I32": torch.int32, "I16": torch.int16, "I8": torch.int8, "U8": torch.uint8,
+    "BOOL": torch.bool,
+}
+for _name, _attr in (("U16", "uint16"), ("U32", "uint32"), ("U64", "uint64"), ("F8_E4M3", "float8_e4m3fn"),
+                     ("F8_E5M2", "float8_e5m2"), ("C64", "complex64")):
+    if hasattr(torch, _attr):
+        _ST_DTYPES[_name] = getattr(torch, _attr)
+
+
+@dataclass
+class _StEntry:
+    path: str
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    start: int  # absolute offset of the tensor's bytes in the file
+    nbytes: int
+
+
+def _read_safetensors_index(paths: Sequence[str]) -> dict[str, _StEntry]:
+    """Tensor name -> where its bytes are, from the headers of safetensors files (nothing else is read)."""
+    index: dict[str, _StEntry] = {}
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                (hlen,) = struct.unpack("<Q", f.read(8))
+                if hlen > 100 * _MIB:
+                    raise ValueError(f"header of {hlen} bytes")
+                header = json.loads(f.read(hlen))
+        except (OSError, ValueError, struct.error) as e:
+            raise CheckpointError(f"{path} is not a readable safetensors file: {e}") from e
+        base = 8 + hlen
+        for name, meta in header.items():
+            if name == "__metadata__":
+                continue
+            if meta["dtype"] not in _ST_DTYPES:
+                raise CheckpointError(f"{path}: tensor {name} has dtype {meta['dtype']}, which oversub cannot read")
+            begin, end = meta["data_offsets"]
+            index[name] = _StEntry(path, _ST_DTYPES[meta["dtype"]], tuple(meta["shape"]), base + begin, end - begin)
+    return index
+
+
+def _checkpoint_files(checkpoint: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
+    if isinstance(checkpoint, (str, os.PathLike)):
+        path = os.fspath(checkpoint)
+        if os.path.isdir(path):
+            files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
+            if not files:
+                raise CheckpointError(f"no .safetensors file in {path}")
+            return files
+        if not os.path.exists(path):
+            raise CheckpointError(f"checkpoint {path} does not exist")
+        return [path]
+    return [os.fspath(p) for p in checkpoint]
+
+
+class _CheckpointReader:
+    """Reads one tensor at a time straight into the memory it belongs in (``preadv`` into the buffer's view), so
+    neither the whole checkpoint nor a mapping of it is ever in this process's memory."""
+
+    def __init__(self, files: list[str]):
+        self.index = _read_safetensors_index(files)
+        self._fds: dict[str, int] = {}
+
+    def _fd(self, path: str) -> int:
+        fd = self._fds.get(path)
+        if fd is None:
+            fd = self._fds[path] = os.open(path, os.O_RDONLY)
+        return fd
+
+    def check(self, name: str, shape: tuple[int, ...], what: str) -> _StEntry:
+        e = self.index.get(name)
+        if e is None:
+            raise CheckpointError(f"{what} {name} is not in the checkpoint")
+        if tuple(e.shape) != tuple(shape):
+            raise CheckpointError(f"{what} {name}: the checkpoint has shape {list(e.shape)}, the model {list(shape)}")
+        return e
+
+    def read_into(self, name: str, dst: torch.Tensor) -> None:
+        """Fills ``dst`` (contiguous, of the model's dtype and shape) with the checkpoint's tensor ``name``."""
+        e = self.index[name]
+        fd = self._fd(e.path)
+        if e.dtype == dst.dtype and dst.device.type == "cpu" and dst.is_contiguous():
+            target = dst
+        else:
+            target = torch.empty(e.shape, dtype=e.dtype)
+        if e.nbytes:
+            view = memoryview(target.view(-1).view(torch.uint8).numpy()) if target.numel() else memoryview(b"")
+            done = 0
+            while done < e.nbytes:
+                n = os.preadv(fd, [view[done:]], e.start + done)
+                if n <= 0:
+                    raise CheckpointError(f"{e.path}: short read of {name} ({done} of {e.nbytes} bytes)")
+                done += n
+        if target is not dst:
+            dst.copy_(target)
+
+    def load(self, name: str, dtype: torch.dtype) -> torch.Tensor:
+        e = self.index[name]
+        t = torch.empty(e.shape, dtype=dtype)
+        self.read_into(name, t)
+        return t
+
+    def close(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()
+
+
+# --- groups -----------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class _Slot:
+    """One tensor of a group: its place in the group's buffer and every (module, attribute) that holds it."""
+
+    tensor: torch.Tensor  # the Parameter or buffer object oversub swaps the ``.data`` of
+    qualname: str
+    refs: list[tuple[nn.Module, str, bool]]  # (module, attribute name, is a parameter)
+    dtype: torch.dtype
+    shape: tuple[int, ...]
+    offset: int = 0
+    nbytes: int = 0
+    requires_grad: bool = False
+    placeholder: torch.Tensor | None = None
+
+
+_OUT, _IN_FLIGHT, _RESIDENT = "paged_out", "paging_in", "resident"
+
+
+@dataclass
+class _Group:
+    index: int
+    name: str
+    module: nn.Module
+    recurse: bool
+    slots: list[_Slot] = field(default_factory=list)
+    nbytes: int = 0
+    reserved: int = 0
+    buf: Any = None
+    state: str = _OUT
+    handle: Any = None
+    views: bool = False  # the slots' .data are views into the buffer
+    in_use: int = 0
+    last_used: int = 0
+    prefetched: bool = False  # resident through a prefetch not yet used
+    inflight_since: float = 0.0
+    # counters
+    page_ins: int = 0
+    wait_s: float = 0.0
+    calls: int = 0
+    loaded: bool = False  # the slots' tensors were moved into the buffer
+
+
+def _module_tensors(module: nn.Module, recurse: bool):
+    """(submodule, attribute, tensor, is_param) for the tensors of ``module`` (its subtree when ``recurse``)."""
+    mods = module.modules() if recurse else [module]
+    for m in mods:
+        for name, p in m._parameters.items():
+            if p is not None:
+                yield m, name, p, True
+        for name, b in m._buffers.items():
+            if b is not None:
+                yield m, name, b, False
+
+
+def _tensor_bytes(module: nn.Module, recurse: bool = True) -> int:
+    seen, total = set(), 0
+    for _, _, t, _ in _module_tensors(module, recurse):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def _containers(model: nn.Module) -> list[nn.Module]:
+    """ModuleLists and Sequentials with at least two children that hold tensors."""
+    out = []
+    for m in model.modules():
+        if isinstance(m, (nn.ModuleList, nn.Sequential)):
+            if sum(1 for c in m.children() if _tensor_bytes(c) > 0) >= 2:
+                out.append(m)
+    return out
+
+
+def _select_groups(model: nn.Module, group, kept: set[int]) -> list[tuple[nn.Module, bool]]:
+    """The group modules (and whether each group takes its whole subtree) for ``group``."""
+    if callable(group) and not isinstance(group, str):
+        mods = list(group(model))
+        for m in mods:
+            if not isinstance(m, nn.Module):
+                raise TypeError(f"group callable returned {type(m).__name__}, not an nn.Module")
+        return [(m, True) for m in mods]
+    if group == "leaf":
+        return [(m, False) for m in model.modules() if _tensor_bytes(m, recurse=False) > 0]
+    if group not in ("auto", "block"):
+        raise ValueError(f"group must be 'auto', 'block', 'leaf' or a callable, not {group!r}")
+    containers = [c for c in _containers(model) if id(c) not in kept]
+    if group == "block":
+        chosen, inside = [], set()
+        for c in containers:  # model.modules() is preorder: an outer container comes before those inside it
+            if id(c) in inside:
+                continue
+            chosen.append(c)
+            inside.update(id(m) for m in c.modules())
+    else:
+        chosen = [max(containers, key=_tensor_bytes)] if containers else []
+    blocks = [b for c in chosen for b in c.children() if _tensor_bytes(b) > 0]
+    if group == "block" or not blocks:
+        if not blocks and group == "auto":
+            # No repeated blocks: every module with at least 1 MiB of its own tensors is a group.
+            return [(m, False) for m in model.modules() if _tensor_bytes(m, recurse=False) >= _MIB]
+        return [(b, True) for b in blocks]
+    # "auto": the blocks, and every other module whose own tensors are at least half a median block (an embedding,
+    # a language-model head); smaller ones stay resident.
+    sizes = sorted(_tensor_bytes(b) for b in blocks)
+    threshold = max(sizes[len(sizes) // 2] // 2, 1)
+    inside = {id(m) for b in blocks for m in b.modules()}
+    extra = [m for m in model.modules()
+             if id(m) not in inside and _tensor_bytes(m, recurse=False) >= threshold]
+    return [(b, True) for b in blocks] + [(m, False) for m in extra]
+
+
+# --- the offloaded model ----------------------------------------------------------------------------------------------
+
+
+class Offloaded:
+    """What :func:`offload` returns (and attaches to the model): the pool, the groups, the hooks, the trace."""
+
+    def __init__(self, model: nn.Module, *, capacity: int, store, device: str, lookahead, order, trainable: bool,
+                 store_capacity: int | None, verify_checksums: bool):
+        self.model = model
+        self.capacity = capacity
+        self.store = store
+        self.device = torch.device(device)
+        if self.device.type not in ("cpu", "cuda"):
+            raise ValueError(f"device must be 'cpu' or 'cuda[:N]', not {device!r}")
+        if self.device.type == "cuda" and self.device.index is None:
+            self.device = torch.device("cuda", 0)
+        if lookahead != "auto" and (not isinstance(lookahead, int) or lookahead < 0):
+            raise ValueError(f"lookahead must be 'auto' or an int >= 0, not {lookahead!r}")
+        self.lookahead = lookahead
+        self.trainable = trainable
+        self.store_capacity = store_capacity
+        self.verify_checksums = verify_checksums
+        self.groups: list[_Group] = []
+        self.kept_bytes = 0
+        self.pool = None
+        self.space = None
+        self._hooks: list[Any] = []
+        self._lock = threading.Lock()
+        self._pass_thread: int | None = None
+        self._pass_depth = 0
+        self._implicit: _Group | None = None  # a group called outside a pass of the root
+        self._tick = 0
+        self._explicit_order = order
+        # the trace and where this pass is in it
+        self.trace: list[int] | None = None
+        self._uses: dict[int, list[int]] = {}
+        self._pass_seq: list[int] = []
+        self._following = False
+        self._pos = 0
+        self._pass_t0 = 0.0
+        self._pass_snap: dict[str, float] = {}
+        self._closed = False
+        self._warned_grad = False
+        self.c: dict[str, float] = dict(
+            passes=0, traces_recorded=0, divergences=0, bytes_paged_in=0, bytes_paged_out=0, bytes_written=0,
+            page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
+            evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
+        )
+        self.per_pass: list[dict[str, Any]] = []
+
+    # -- set-up ----------------------------------------------------------------------------------------------------
+
+    def _build(self, group, keep, checkpoint) -> None:
+        model = self.model
+        names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
+        kept_mods = set()
+        for k in keep or ():
+            m = model.get_submodule(k) if isinstance(k, str) else k
+            if not isinstance(m, nn.Module):
+                raise TypeError(f"keep: {k!r} is not a module or a module name")
+            kept_mods.update(id(x) for x in m.modules())
+        chosen, seen_mod = [], set()
+        for m, recurse in _select_groups(model, group, kept_mods):
+            if id(m) in kept_mods or id(m) in seen_mod:
+                continue
+            if id(m) not in names:
+                raise ValueError(f"group module {type(m).__name__} is not part of the model")
+            seen_mod.add(id(m))
+            chosen.append((m, recurse))
+        # Which groups hold each tensor; a tensor also held outside its group (tied weights) stays resident.
+        holders: dict[int, set[int]] = {}
+        for gi, (m, recurse) in enumerate(chosen):
+            for _, _, t, _ in _module_tensors(m, recurse):
+                holders.setdefault(id(t), set()).add(gi)
+        for gi, (m, recurse) in enumerate(chosen):
+            for gj, (m2, r2) in enumerate(chosen):
+                if gi < gj and recurse and r2 and (any(x is m2 for x in m.modules()) or
+                                                   any(x is m for x in m2.modules())):
+                    raise ValueError(f"groups overlap: {names[id(m)] or '(root)'} and {names[id(m2)] or '(root)'}")
+        outside: set[int] = set()
+        grouped_mods: set[int] = set()
+        for m, recurse in chosen:
+            grouped_mods.update(id(x) for x in (m.modules() if recurse else [m]))
+        for m in model.modules():
+            if id(m) in grouped_mods:
+                continue
+            for _, _, t, _ in _module_tensors(m, False):
+                outside.add(id(t))
+        qual: dict[int, str] = {}
+        for n, t in model.named_parameters(remove_duplicate=False):
+            qual.setdefault(id(t), n)
+        for n, t in model.named_buffers(remove_duplicate=False):
+            qual.setdefault(id(t), n)
+        for gi, (m, recurse) in enumerate(chosen):
+            g = _Group(index=len(self.groups), name=names[id(m)] or "(root)", module=m, recurse=recurse)
+            by_id: dict[int, _Slot] = {}
+            for sub, attr, t, is_param in _module_tensors(m, recurse):
+                if len(holders[id(t)]) > 1 or id(t) in outside:
+                    continue
+                s = by_id.get(id(t))
+                if s is None:
+                    s = by_id[id(t)] = _Slot(t, qual.get(id(t), f"{g.name}.{attr}"), [], t.dtype, tuple(t.shape))
+                    g.slots.append(s)
+                s.refs.append((sub, attr, is_param))
+            if not g.slots:
+                continue
+            off = 0
+            for s in g.slots:
+                align = max(_ALIGN, torch.empty((), dtype=s.dtype).element_size())
+                off = _round_up(off, align)
+                s.offset = off
+                s.nbytes = math.prod(s.shape) * torch.empty((), dtype=s.dtype).element_size()
+                off += s.nbytes
+            g.nbytes = max(off, 1)
+            self.groups.append(g)
+        grouped = {id(s.tensor) for g in self.groups for s in g.slots}
+        kept_tensors = {}
+        for m in model.modules():
+            for sub, attr, t, is_param in _module_tensors(m, False):
+                if id(t) not in grouped:
+                    kept_tensors.setdefault(id(t), (sub, attr, t, is_param))
+        self.kept_bytes = sum(t.numel() * t.element_size() for _, _, t, _ in kept_tensors.values())
+        if not self.groups:
+            raise ValueError("no group to offload: the model has no parameters or buffers outside `keep`")
+        gran = 4096 if self.device.type == "cpu" else 2 * _MIB
+        largest = max(self.groups, key=lambda g: g.nbytes)
+        if _round_up(largest.nbytes, gran) > self.capacity:
+            raise GroupTooLargeError(
+                f"group {largest.name} ({type(largest.module).__name__}) needs {_fmt(largest.nbytes)}, more than the "
+                f"capacity of {_fmt(self.capacity)}: give a larger capacity or smaller groups (group='leaf' or a "
+                "callable)")
+        total_store = sum(_round_up(g.nbytes, 2 * _MIB) for g in self.groups)
+        if self.store_capacity is not None and self.store_capacity < sum(_round_up(g.nbytes, 4096) for g in self.groups):
+            acc, first = 0, None
+            for g in self.groups:
+                acc += _round_up(g.nbytes, 4096)
+                if acc > self.store_capacity and first is None:
+                    first = g
+            raise StoreTooSmallError(
+                f"the store ({_fmt(self.store_capacity)}) cannot hold the weights of the {len(self.groups)} groups "
+                f"({_fmt(acc)}); group {first.name} is the first that does not fit")
+        # Read the checkpoint's headers and check every tensor the model needs before anything moves.
+        reader = None
+        meta_kept = [(sub, attr, t, p) for sub, attr, t, p in kept_tensors.values() if t.device.type == "meta"]
+        if checkpoint is not None:
+            reader = _CheckpointReader(_checkpoint_files(checkpoint))
+            for g in self.groups:
+                for s in g.slots:
+                    reader.check(s.qualname, s.shape, f"{g.name}:")
+            for sub, attr, t, _ in meta_kept:
+                reader.check(qual.get(id(t), attr), tuple(t.shape), "resident tensor")
+        else:
+            missing = [s.qualname for g in self.groups for s in g.slots if s.tensor.device.type == "meta"]
+            missing += [qual.get(id(t), attr) for sub, attr, t, _ in meta_kept]
+            if missing:
+                raise CheckpointError(
+                    f"{len(missing)} tensors are on the meta device and no checkpoint was given (first: "
+                    f"{missing[0]}): pass checkpoint='model.safetensors'")
+        try:
+            self._create_pool(total_store)
+            self._load(reader, kept_tensors, qual)
+        except BaseException:
+            self._undo()
+            raise
+        finally:
+            if reader is not None:
+                reader.close()
+        if self.lookahead == "auto":
+            # Two groups ahead of the running one when the pool holds less than half the groups (slack for jitter
+            # in the reads), one when it holds more (so the part that fits stays resident: a deeper window makes
+            # groups just used the victims of groups further ahead, which are then read again; unlimited, it reads
+            # every group every pass), none when it holds one group. Measured in docs/torch.md.
+            fits = self.capacity // max(g.reserved for g in self.groups)
+            self._lookahead = max(0, min(1 if 2 * fits >= len(self.groups) else 2, fits - 1))
+        else:
+            self._lookahead = self.lookahead
+        if self._explicit_order is not None:
+            self._set_trace(self._resolve_order(self._explicit_order, names))
+        self._install_hooks()
+
+    def _create_pool(self, store_bytes: int) -> None:
+        kwargs: dict[str, Any] = dict(
+            store=self.store, device="host" if self.device.type == "cpu" else "cuda",
+            store_capacity=self.store_capacity or store_bytes + 2 * _MIB, verify_checksums=self.verify_checksums)
+        if self.device.type == "cuda":
+            kwargs["device_index"] = self.device.index or 0
+        try:
+            self.pool = Pool(self.capacity, **kwargs)
+        except _errors.IoError as e:
+            if "os error 28" in str(e) or "No space" in str(e):
+                raise StoreTooSmallError(
+                    f"the store at {self.store or '$TMPDIR'} cannot hold the weights ({_fmt(store_bytes)}) of "
+                    f"{type(self.model).__name__}: {e}") from e
+            raise
+        self.space = self.pool.address_space()
+
+    def _placeholder(self, dtype: torch.dtype, shape) -> torch.Tensor:
+        """What a paged-out tensor holds: one element (NaN for floats, so a use outside its group's forward
+        shows), broadcast to the tensor's shape."""
+        try:
+            fill = float("nan") if (dtype.is_floating_point or dtype.is_complex) else 0
+            one = torch.full((), fill, dtype=dtype, device=self.device)
+        except (RuntimeError, TypeError):
+            one = torch.zeros((), dtype=dtype, device=self.device)
+        return one.expand(shape)
+
+    def _load(self, reader: _CheckpointReader | None, kept_tensors, qual) -> None:
+        t0 = time.perf_counter()
+        pending: list[tuple[_Group, Any]] = []  # page-outs in flight, oldest first
+        try:
+            self._load_groups(reader, pending)
+        finally:
+            for _, h in pending:  # on success they are done already; on failure let them end before undoing
+                with contextlib.suppress(_errors.Error):
+                    h.wait()
+        self._load_kept(reader, kept_tensors, qual)
+        self.c["load_s"] = time.perf_counter() - t0
+
+    def _load_groups(self, reader: _CheckpointReader | None, pending: list) -> None:
+        used = 0
+        for g in self.groups:
+            for s in g.slots:
+                s.requires_grad = s.tensor.requires_grad
+                s.placeholder = self._placeholder(s.dtype, s.shape)
+            while pending and used + _round_up(g.nbytes, 4096) > self.capacity:
+                og, h = pending[0]
+                try:
+                    h.wait()
+                except _errors.StoreFullError as e:
+                    raise StoreTooSmallError(f"the store is full at group {og.name}: {e}") from e
+                pending.pop(0)
+                used -= og.reserved
+            try:
+                g.buf = self.space.alloc(g.nbytes, read_only=not self.trainable)
+            except _errors.OutOfMemoryError:
+                while pending:
+                    pending[0][1].wait()
+                    pending.pop(0)
+                used = 0
+                g.buf = self.space.alloc(g.nbytes, read_only=not self.trainable)
+            g.reserved = g.buf.info()["reserved_bytes"]
+            used += g.reserved
+            with torch.no_grad(), torch.inference_mode(False):
+                base = torch.from_dlpack(g.buf)
+                for s in g.slots:
+                    dst = base[s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                    if reader is not None:
+                        if self.device.type == "cpu":
+                            reader.read_into(s.qualname, dst)
+                        else:
+                            dst.copy_(reader.load(s.qualname, s.dtype))
+                    else:
+                        dst.copy_(s.tensor.data)
+                    del dst
+                del base
+                for s in g.slots:
+                    if s.tensor.device != self.device:
+                        # A meta tensor cannot take CPU data (nor a CPU one CUDA data): a new Parameter (or buffer
+                        # tensor) takes its place in every module that holds it.
+                        if isinstance(s.tensor, nn.Parameter):
+                            new = nn.Parameter(s.placeholder, requires_grad=False)
+                        else:
+                            new = s.placeholder.detach()
+                        for sub, attr, is_param in s.refs:
+                            (sub._parameters if is_param else sub._buffers)[attr] = new
+                        s.tensor = new
+                    else:
+                        s.tensor.data = s.placeholder
+                    if not self.trainable and isinstance(s.tensor, nn.Parameter):
+                        s.tensor.requires_grad_(False)
+                g.loaded = True
+            try:
+                pending.append((g, g.buf.page_out_async()))
+            except _errors.StoreFullError as e:
+                raise StoreTooSmallError(f"the store is full at group {g.name}: {e}") from e
+            g.state = _OUT
+            self.c["bytes_written"] += g.nbytes
+        while pending:
+            g, h = pending[0]
+            try:
+                h.wait()
+            except _errors.StoreFullError as e:
+                raise StoreTooSmallError(f"the store is full at group {g.name}: {e}") from e
+            pending.pop(0)
+
+    def _load_kept(self, reader: _CheckpointReader | None, kept_tensors, qual) -> None:
+        # Resident tensors outside the groups: loaded from the checkpoint when they are on meta, moved to a CUDA
+        # device when that is where the model runs.
+        for sub, attr, t, is_param in kept_tensors.values():
+            name = qual.get(id(t), attr)
+            if reader is not None and name in reader.index:
+                data = reader.load(name, t.dtype).to(self.device)
+            elif t.device != self.device:
+                data = t.data.to(self.device)
+            else:
+                continue
+            new = nn.Parameter(data, requires_grad=t.requires_grad) if is_param else data
+            if t.device.type != "meta":
+                with torch.no_grad():
+                    t.data = data  # the same object keeps its identity
+                continue
+            for m in self.model.modules():
+                for d in (m._parameters, m._buffers):
+                    for k, v in list(d.items()):
+                        if v is t:
+                            d[k] = new
+
+    def _resolve_order(self, order, names) -> list[int]:
+        by_mod = {id(g.module): g.index for g in self.groups}
+        by_name = {g.name: g.index for g in self.groups}
+        out = []
+        for o in order:
+            if isinstance(o, nn.Module) and id(o) in by_mod:
+                out.append(by_mod[id(o)])
+            elif isinstance(o, str) and o in by_name:
+                out.append(by_name[o])
+            elif isinstance(o, int) and 0 <= o < len(self.groups):
+                out.append(o)
+            else:
+                raise ValueError(f"order: {o!r} is not a group (groups: {', '.join(list(by_name)[:8])}...)")
+        return out
+
+    def _install_hooks(self) -> None:
+        m = self.model
+        self._hooks.append(m.register_forward_pre_hook(self._root_pre))
+        for g in self.groups:
+            self._hooks.append(g.module.register_forward_pre_hook(lambda mod, args, g=g: self._group_pre(g, args)))
+            self._hooks.append(g.module.register_forward_hook(lambda mod, args, out, g=g: self._group_post(g),
+                                                              always_call=True))
+        self._hooks.append(m.register_forward_hook(self._root_post, always_call=True))
+
+    # -- passes and the trace --------------------------------------------------------------------------------------
+
+    def _set_trace(self, trace: list[int]) -> None:
+        self.trace = list(trace)
+        self._uses = {}
+        for pos, gi in enumerate(self.trace):
+            self._uses.setdefault(gi, []).append(pos)
+
+    def _next_use(self, gi: int, pos: int) -> float:
+        """Position of the next use of group ``gi`` at or after ``pos`` in the cyclic trace (inf: never)."""
+        uses = self._uses.get(gi)
+        if not uses:
+            return math.inf
+        k = bisect.bisect_left(uses, pos)
+        return uses[k] if k < len(uses) else uses[0] + len(self.trace)
+
+    def _claim(self, who: str) -> None:
+        me = threading.get_ident()
+        with self._lock:
+            if self._pass_thread is not None and self._pass_thread != me:
+                raise ConcurrentUseError(
+                    f"{who} was called from thread {me} while thread {self._pass_thread} is running "
+                    f"{type(self.model).__name__}: an offloaded model runs one pass at a time (use one model per "
+                    "thread, or a lock)")
+            self._pass_thread = me
+
+    def _root_pre(self, module, args) -> None:
+        self._check_open()
+        self._claim(f"{type(module).__name__} (the offloaded model)")
+        if self._pass_depth == 0 and self._implicit is None:
+            self._start_pass()
+        self._pass_depth += 1
+
+    def _root_post(self, module, args, output) -> None:
+        if self._pass_thread != threading.get_ident() or self._pass_depth == 0:
+            return  # a call refused by _claim: not this thread's pass
+        self._pass_depth -= 1
+        if self._pass_depth == 0:
+            try:
+                self._end_pass()
+            finally:
+                if self._implicit is None:
+                    self._pass_thread = None
+
+    def _start_pass(self) -> None:
+        self._pass_seq = []
+        self._following = self.trace is not None
+        self._pos = 0
+        self._pass_t0 = time.perf_counter()
+        self._pass_snap = dict(self.c)
+
+    def _end_pass(self) -> None:
+        c = self.c
+        c["passes"] += 1
+        if self._following and self._pos != len(self.trace):
+            c["divergences"] += 1  # ended early: an early exit
+            self._following = False
+        if not self._following and self._pass_seq:
+            self._set_trace(self._pass_seq)
+            c["traces_recorded"] += 1
+        snap = self._pass_snap
+        self.per_pass.append({
+            "pass": int(c["passes"]),
+            "time_s": time.perf_counter() - self._pass_t0,
+            "bytes_paged_in": int(c["bytes_paged_in"] - snap.get("bytes_paged_in", 0)),
+            "page_ins_on_demand": int(c["page_ins_on_demand"] - snap.get("page_ins_on_demand", 0)),
+            "page_ins_prefetched": int(c["page_ins_prefetched"] - snap.get("page_ins_prefetched", 0)),
+            "wait_s": c["wait_s"] - snap.get("wait_s", 0.0),
+            "followed_trace": self._following,
+        })
+        del self.per_pass[:-100]
+        # The next pass starts at the top of the trace: prefetch its first groups now.
+        self._following = self.trace is not None
+        self._pos = 0
+        self._prefetch()
+        self._following = False
+
+    def _group_pre(self, g: _Group, args: tuple = ()) -> None:
+        self._check_open()
+        self._claim(f"{g.name} ({type(g.module).__name__})")
+        implicit = self._pass_depth == 0 and self._implicit is None
+        if implicit:  # the group's module called on its own, outside a pass of the model: on demand
+            self._implicit = g
+            self._following = False
+        try:
+            g.calls += 1
+            if not self._warned_grad and torch.is_grad_enabled() and self._needs_grad(g, args):
+                self._warned_grad = True
+                warnings.warn(
+                    f"{g.name} ({type(g.module).__name__}) runs with autograd recording: oversub.torch is for "
+                    "inference, and gradients through offloaded weights would be wrong (their memory is released "
+                    "after use); run the model under torch.no_grad() or torch.inference_mode()", stacklevel=3)
+            if self._pass_depth:
+                self._pass_seq.append(g.index)
+                if self._following:
+                    if self._pos < len(self.trace) and self.trace[self._pos] == g.index:
+                        self._pos += 1
+                    else:
+                        self._following = False  # diverged: on demand for the rest of the pass, which is recorded
+                        self.c["divergences"] += 1
+            self._check_tensors(g)
+            self._ensure_resident(g)
+        except BaseException:
+            if implicit:
+                self._implicit = None
+                self._pass_thread = None
+            raise
+        g.in_use += 1
+        self._prefetch()
+
+    @staticmethod
+    def _needs_grad(g: _Group, args: tuple) -> bool:
+        return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args) or any(
+            p.requires_grad for p in g.module.parameters())
+
+    def _group_post(self, g: _Group) -> None:
+        if self._pass_thread != threading.get_ident() or g.in_use == 0:
+            return
+        g.in_use -= 1
+        self._tick += 1
+        g.last_used = self._tick
+        if self._implicit is g and g.in_use == 0:
+            self._implicit = None
+            self._pass_thread = None
+            return
+        self._prefetch()
+
+    # -- residency -------------------------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise OffloadError("this model was restored; its offload handle is closed")
+
+    def _check_tensors(self, g: _Group) -> None:
+        for s in g.slots:
+            for sub, attr, is_param in s.refs:
+                cur = (sub._parameters if is_param else sub._buffers).get(attr)
+                if cur is not s.tensor:
+                    raise TensorReplacedError(
+                        f"{s.qualname} of group {g.name} was replaced behind oversub's back (a new "
+                        f"{'Parameter' if is_param else 'buffer'} object): ot.restore(model) first, change it, then "
+                        "offload again")
+            if s.nbytes == 0:
+                continue
+            expected = (g.buf.address + s.offset) if g.views else s.placeholder.data_ptr()
+            if s.tensor.data_ptr() != expected:
+                raise TensorReplacedError(
+                    f"{s.qualname} of group {g.name} had its data replaced behind oversub's back "
+                    "(`.data = ...` or a storage swap): ot.restore(model) first, change it, then offload again")
+
+    def _used(self) -> int:
+        return sum(g.reserved for g in self.groups if g.state != _OUT)
+
+    def _install_views(self, g: _Group) -> None:
+        with torch.no_grad(), torch.inference_mode(False):
+            base = torch.from_dlpack(g.buf)
+            for s in g.slots:
+                s.tensor.data = base[s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+            del base
+        g.views = True
+
+    def _drop_views(self, g: _Group) -> None:
+        if not g.views:
+            return
+        for s in g.slots:
+            s.tensor.data = s.placeholder
+        g.views = False
+        if g.buf.views:
+            gc.collect()
+        if g.buf.views:
+            n = g.buf.views
+            self._install_views(g)  # the group stays usable
+            raise WeightsInUseError(
+                f"the weights of group {g.name} ({type(g.module).__name__}) cannot be released: {n} tensors made from "
+                "them are still alive (run inference under torch.no_grad() or torch.inference_mode() so autograd "
+                "keeps no graph, and keep no reference to a weight)")
+
+    def _evict(self, g: _Group) -> None:
+        self._drop_views(g)
+        g.buf.page_out()
+        g.state = _OUT
+        g.prefetched = False
+        self.c["evictions"] += 1
+        self.c["bytes_paged_out"] += g.nbytes
+
+    def _victims(self, pos: int | None):
+        """Resident groups not in use, best victim first: furthest next use (Belady) when a trace is being
+        followed, least recently used otherwise."""
+        cands = [g for g in self.groups if g.state == _RESIDENT and g.in_use == 0]
+        if pos is not None and self.trace is not None:
+            cands.sort(key=lambda g: (-self._next_use(g.index, pos), g.last_used))
+        else:
+            cands.sort(key=lambda g: g.last_used)
+        return cands
+
+    def _poll(self) -> None:
+        for g in self.groups:
+            if g.state == _IN_FLIGHT:
+                try:
+                    done = g.handle.done()
+                except _errors.Error:
+                    g.state, g.handle = _OUT, None  # the page-in failed; the group is paged in on demand instead
+                    self.c["prefetch_errors"] += 1
+                    continue
+                if done:
+                    g.state, g.handle = _RESIDENT, None
+
+    def _ensure_resident(self, g: _Group) -> None:
+        c = self.c
+        if g.state == _RESIDENT:
+            if g.prefetched:
+                g.prefetched = False
+            else:
+                c["hits"] += 1
+        elif g.state == _IN_FLIGHT:
+            t0 = time.perf_counter()
+            try:
+                g.handle.wait()
+            except _errors.Error:
+                g.state, g.handle = _OUT, None
+                c["prefetch_errors"] += 1
+            else:
+                dt = time.perf_counter() - t0
+                g.state, g.handle, g.prefetched = _RESIDENT, None, False
+                g.wait_s += dt
+                c["wait_s"] += dt
+                c["prefetch_wait_s"] += dt
+        if g.state == _OUT:
+            pos = self._pos if self._following else None
+            self._make_room(g, pos, need_it=True)
+            t0 = time.perf_counter()
+            g.buf.page_in()
+            dt = time.perf_counter() - t0
+            g.state = _RESIDENT
+            g.page_ins += 1
+            g.wait_s += dt
+            c["wait_s"] += dt
+            c["on_demand_s"] += dt
+            c["page_ins_on_demand"] += 1
+            c["bytes_on_demand"] += g.nbytes
+            c["bytes_paged_in"] += g.nbytes
+        if not g.views:
+            self._install_views(g)
+
+    def _make_room(self, g: _Group, pos: int | None, need_it: bool, before: float = math.inf) -> bool:
+        """Evicts until ``g`` fits. For a prefetch (``need_it`` False) only groups used later than ``before`` go."""
+        while self.capacity - self._used() < g.reserved:
+            victims = self._victims(pos)
+            if victims and (need_it or pos is None or self._next_use(victims[0].index, pos) > before):
+                self._evict(victims[0])
+                continue
+            if not need_it:
+                return False
+            inflight = [x for x in self.groups if x.state == _IN_FLIGHT]
+            if inflight:  # room is held by prefetches: let the first one land, then it can go
+                x = inflight[0]
+                t0 = time.perf_counter()
+                try:
+                    x.handle.wait()
+                    x.state, x.handle = _RESIDENT, None
+                except _errors.Error:
+                    x.state, x.handle = _OUT, None
+                    self.c["prefetch_errors"] += 1
+                self.c["wait_s"] += time.perf_counter() - t0
+                continue
+            in_use = [x.name for x in self.groups if x.in_use]
+            raise OffloadError(
+                f"group {g.name} ({_fmt(g.reserved)}) does not fit beside the groups in use at once "
+                f"({', '.join(in_use)}) in a capacity of {_fmt(self.capacity)}: nested groups must fit together")
+        return True
+
+    def _prefetch(self) -> None:
+        if not self._following or not self.trace or self._lookahead == 0:
+            return
+        self._poll()
+        trace, pos, T = self.trace, self._pos, len(self.trace)
+        limit = self._lookahead
+        seen: set[int] = set()
+        for k in range(T):
+            gi = trace[(pos + k) % T]
+            if gi in seen:
+                continue
+            seen.add(gi)
+            if len(seen) > limit:
+                break
+            g = self.groups[gi]
+            if g.state != _OUT:
+                continue
+            if not self._make_room(g, pos, need_it=False, before=pos + k):
+                break
+            try:
+                g.handle = g.buf.page_in_async()
+            except _errors.Error:
+                self.c["prefetch_errors"] += 1
+                break
+            g.state, g.prefetched, g.inflight_since = _IN_FLIGHT, True, time.perf_counter()
+            g.page_ins += 1
+            self.c["page_ins_prefetched"] += 1
+            self.c["bytes_prefetched"] += g.nbytes
+            self.c["bytes_paged_in"] += g.nbytes
+
+    # -- stats and restore -----------------------------------------------------------------------------------------
+
+    def stats(self) -> dict[str, Any]:
+        c = self.c
+        bw = c["bytes_on_demand"] / c["on_demand_s"] if c["on_demand_s"] > 0 else None
+        hidden = None
+        if bw:
+            paging = c["on_demand_s"] + c["bytes_prefetched"] / bw
+            hidden = max(0.0, 1.0 - (c["on_demand_s"] + c["prefetch_wait_s"]) / paging) if paging > 0 else None
+        out: dict[str, Any] = {k: (int(v) if k not in ("wait_s", "on_demand_s", "prefetch_wait_s", "load_s") else v)
+                               for k, v in c.items()}
+        out.update(
+            groups=len(self.groups),
+            capacity_bytes=self.capacity,
+            offloaded_bytes=sum(g.nbytes for g in self.groups),
+            kept_bytes=self.kept_bytes,
+            resident_groups=[g.name for g in self.groups if g.state == _RESIDENT],
+            lookahead=self._lookahead,
+            paging_hidden=hidden,
+            page_in_bandwidth=bw,
+            wait_s_per_group={g.name: g.wait_s for g in self.groups},
+            page_ins_per_group={g.name: g.page_ins for g in self.groups},
+            trace=[self.groups[i].name for i in self.trace] if self.trace is not None else None,
+            last_pass=self.per_pass[-1] if self.per_pass else None,
+            store_path=str(self.pool.store_path) if self.pool is not None else None,
+            transfer_path=self.pool.transfer_path if self.pool is not None else None,
+        )
+        return out
+
+    def _undo(self) -> None:
+        """Gives every tensor of every group back as an ordinary tensor and frees the pool (restore, or a failed
+        offload)."""
+        for g in self.groups:
+            if g.state == _IN_FLIGHT:
+                try:
+                    g.handle.wait()
+                    g.state = _RESIDENT
+                except _errors.Error:
+                    g.state = _OUT
+                g.handle = None
+        for g in sorted(self.groups, key=lambda g: g.state != _RESIDENT):
+            if g.buf is None:
+                continue
+            if not g.loaded:  # failed while being filled: its tensors still hold their own data
+                with contextlib.suppress(_errors.Error):
+                    g.buf.free()
+                g.buf, g.state = None, _OUT
+                continue
+            if g.state == _OUT:
+                with contextlib.suppress(_errors.AlreadyResidentError):
+                    while self.capacity - self._used() < g.reserved:
+                        victims = self._victims(None)
+                        if not victims:
+                            break
+                        self._evict(victims[0])
+                    g.buf.page_in()
+                g.state = _RESIDENT
+            if not g.views:
+                self._install_views(g)
+            with torch.no_grad(), torch.inference_mode(False):
+                for s in g.slots:
+                    s.tensor.data = s.tensor.data.clone()
+                    if isinstance(s.tensor, nn.Parameter):
+                        s.tensor.requires_grad_(s.requires_grad)
+            g.views = False
+            gc.collect()
+            g.buf.free()
+            g.buf, g.state = None, _OUT
+        self.groups = []
+        self.space = None
+        self.pool = None
+
+    def restore(self) -> nn.Module:
+        if self._pass_depth or self._implicit is not None:
+            raise ConcurrentUseError(f"{type(self.model).__name__} is running; restore it after the pass")
+        for h in self._hooks:
+            h.remove()
+        self._hooks.clear()
+        self._undo()
+        self._closed = True
+        self.model.__dict__.pop(_ATTR, None)
+        return self.model
+
+
+# --- the API ----------------------------------------------------------------------------------------------------------
+
+
+def offload(
+    model: nn.Module,
+    capacity: int | str = "2GiB",
+    store: str | os.PathLike | None = None,
+    device: str | torch.device = "cpu",
+    group: str | Callable[[nn.Module], Iterable[nn.Module]] = "auto",
+    lookahead: int | str = "auto",
+    keep: Iterable[nn.Module | str] | None = None,
+    checkpoint: str | os.PathLike | Sequence[str | os.PathLike] | None = None,
+    order: Sequence[nn.Module | str | int] | None = None,
+    *,
+    trainable: bool = False,
+    store_capacity: int | str | None = None,
+    verify_checksums: bool = True,
+) -> Offloaded:
+    """Offloads ``model``'s weights to an oversub pool of ``capacity`` bytes with a swap store in ``store``.
+
+    - ``group``: ``"auto"`` (the children of the largest ``ModuleList``/``Sequential``, plus any other module whose
+      own tensors are at least half a block, such as an embedding or a head), ``"block"`` (the children of every
+      outermost ``ModuleList``/``Sequential``), ``"leaf"`` (every module with tensors of its own), or a callable
+      ``model -> [modules]``. Tensors in no group, and tensors shared between groups, stay resident; so do the
+      modules in ``keep``.
+    - ``lookahead``: how many groups ahead of the running one page-ins start, once the order is known (``"auto"``:
+      as many as the capacity holds beside the running group; ``0``: on demand only).
+    - ``checkpoint``: a safetensors file (or a list, or a directory of them) to load the weights from, one tensor
+      at a time, for a model built on the ``meta`` device. Names are the model's ``named_parameters()``/
+      ``named_buffers()`` names.
+    - ``order``: the order the groups run in (modules, names or indices), instead of learning it from the first pass.
+
+    Raises :class:`GroupTooLargeError`, :class:`StoreTooSmallError` or :class:`CheckpointError` before anything
+    moves; on any error the model is left as it was. Returns the :class:`Offloaded` handle (also kept on the model).
+    """
+    if not isinstance(model, nn.Module):
+        raise TypeError(f"offload() needs an nn.Module, not {type(model).__name__}")
+    if trainable:
+        raise NotImplementedError(
+            "oversub.torch offloads weights for inference only: training needs the weights paged in again for the "
+            "backward pass and written back after the optimizer step, which is not built yet (docs/torch.md)")
+    if getattr(model, _ATTR, None) is not None:
+        raise OffloadError(f"{type(model).__name__} is already offloaded (ot.restore(model) first)")
+    h = Offloaded(
+        model,
+        capacity=_parse_size(capacity),
+        store=os.fspath(store) if store is not None else None,
+        device=str(device),
+        lookahead=lookahead,
+        order=order,
+        trainable=trainable,
+        store_capacity=_parse_size(store_capacity) if store_capacity is not None else None,
+        verify_checksums=verify_checksums,
+    )
+    h._build(group, keep, checkpoint)
+    model.__dict__[_ATTR] = h
+    return h
+
+
+def _handle(model: nn.Module) -> Offloaded:
+    h = getattr(model, _ATTR, None) if isinstance(model, nn.Module) else None
+    if h is None:
+        raise NotOffloadedError(f"{type(model).__name__} is not offloaded by oversub.torch.offload")
+    return h
+
+
+def is_offloaded(model: nn.Module) -> bool:
+    return isinstance(model, nn.Module) and getattr(model, _ATTR, None) is not None
+
+
+def stats(model: nn.Module) -> dict[str, Any]:
+    """Paging of an offloaded model so far: bytes paged in and out, page-ins on demand and prefetched, hits (groups
+    found resident), time waited (in all and per group), the share of paging hidden behind compute, passes,
+    divergences, and the trace (group names in the order recorded)."""
+    return _handle(model).stats()
+
+
+def restore(model: nn.Module) -> nn.Module:
+    """Undoes :func:`offload`: every weight is copied into an ordinary tensor, the hooks are removed and the pool
+    and its store are freed. Returns the model."""
+    return _handle(model).restore()

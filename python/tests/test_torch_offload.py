@@ -1,0 +1,399 @@
+"""oversub.torch: models whose weights do not fit, paged in group by group in an order learned from the first pass
+(skipped without torch)."""
+
+from __future__ import annotations
+
+import gc
+import threading
+
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("numpy")
+
+from torch import nn  # noqa: E402
+
+import oversub  # noqa: E402
+import oversub.torch as ot  # noqa: E402
+
+D = 64
+LIN = D * D * 4 + D * 4  # bytes of one Linear(D, D): weight + bias (bias at a 64-byte aligned offset)
+BLOCK = 4096 * ((LIN + 4095) // 4096)  # what one block's buffer reserves in the pool
+
+
+class Block(nn.Module):
+    def __init__(self, d: int = D):
+        super().__init__()
+        self.lin = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.tanh(self.lin(x))
+
+
+class Stack(nn.Module):
+    """Blocks in a ModuleList, a small resident head; ``exit_after`` makes an early exit (a divergent pass)."""
+
+    def __init__(self, n: int = 6, d: int = D):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+        self.norm = nn.LayerNorm(d)
+        self.exit_after: int | None = None
+
+    def forward(self, x):
+        for i, b in enumerate(self.blocks):
+            x = b(x)
+            if self.exit_after is not None and i == self.exit_after:
+                break
+        return self.norm(x)
+
+
+def _model(n=6, seed=0):
+    torch.manual_seed(seed)
+    return Stack(n)
+
+
+def _ref(model, x):
+    with torch.no_grad():
+        return model(x).clone()
+
+
+@pytest.fixture
+def x():
+    return torch.randn(3, D, generator=torch.Generator().manual_seed(1))
+
+
+def test_linear_stack_bit_identical_and_trace_learned(tmp_path, x):
+    m = _model()
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=3 * BLOCK, store=tmp_path)
+    assert [g.name for g in h.groups] == [f"blocks.{i}" for i in range(6)]
+    assert all(p.requires_grad is False for p in m.blocks.parameters())
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    assert s["passes"] == 3 and s["traces_recorded"] == 1 and s["divergences"] == 0
+    assert s["trace"] == [f"blocks.{i}" for i in range(6)]
+    assert s["page_ins_on_demand"] == 6  # the first pass, which records the order
+    assert s["page_ins_prefetched"] > 0 and s["last_pass"]["page_ins_on_demand"] == 0
+    assert s["last_pass"]["followed_trace"] is True
+    assert s["bytes_written"] == s["offloaded_bytes"]
+    assert set(s["wait_s_per_group"]) == {f"blocks.{i}" for i in range(6)}
+    assert 0.0 <= s["paging_hidden"] <= 1.0
+    assert h.pool.used_bytes <= 3 * BLOCK
+
+
+def test_paged_out_weights_hold_no_memory_and_views_are_zero_copy(tmp_path, x):
+    m = _model(4)
+    h = ot.offload(m, capacity=2 * BLOCK, store=tmp_path, lookahead=0)
+    w = m.blocks[0].lin.weight
+    assert w.shape == (D, D) and w.dtype == torch.float32
+    assert w.stride() == (0, 0) and torch.isnan(w).all()  # a NaN broadcast: no memory, and a use shows
+    with torch.no_grad():
+        m(x)
+    g = h.groups[3]  # the last block ran last and is resident: its tensors are views into its buffer
+    assert g.state == "resident" and g.buf.state == "resident"
+    assert m.blocks[3].lin.weight.data_ptr() == g.buf.address
+    assert m.blocks[3].lin.bias.data_ptr() == g.buf.address + D * D * 4
+    assert m.blocks[3].lin.bias.data_ptr() % 64 == 0
+
+
+def test_divergent_pass_falls_back_and_rerecords(tmp_path, x):
+    m = _model()
+    ref_full = _ref(m, x)
+    m.exit_after = 2
+    ref_short = _ref(m, x)
+    m.exit_after = None
+    ot.offload(m, capacity=3 * BLOCK, store=tmp_path)
+    with torch.no_grad():
+        assert torch.equal(m(x), ref_full)  # records
+        assert torch.equal(m(x), ref_full)  # follows
+        assert ot.stats(m)["last_pass"]["followed_trace"]
+        m.exit_after = 2  # early exit: the trace is not followed to its end
+        assert torch.equal(m(x), ref_short)
+        s = ot.stats(m)
+        assert s["divergences"] == 1 and s["traces_recorded"] == 2
+        assert s["trace"] == ["blocks.0", "blocks.1", "blocks.2"]
+        assert torch.equal(m(x), ref_short)  # follows the new trace
+        assert ot.stats(m)["last_pass"]["followed_trace"]
+        m.exit_after = None  # runs past the trace's end: diverges, on demand for the rest, re-recorded
+        assert torch.equal(m(x), ref_full)
+        s = ot.stats(m)
+        assert s["divergences"] == 2 and s["traces_recorded"] == 3 and len(s["trace"]) == 6
+        assert s["last_pass"]["page_ins_on_demand"] >= 3
+
+
+def test_belady_keeps_the_part_that_fits(tmp_path, x):
+    """4 blocks, room for 3, the order given, no prefetch: the victim is the block used furthest in the future, so
+    a pass pages in one or two blocks where LRU would page in all four."""
+    m = _model(4)
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=3 * BLOCK, store=tmp_path, lookahead=0, order=[f"blocks.{i}" for i in range(4)])
+    nbytes = h.groups[0].nbytes
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+        # pass 1: 0, 1, 2 fill the pool; 3 evicts 2 (next uses at 4, 5, 6: 2 is furthest)
+        assert sorted(ot.stats(m)["resident_groups"]) == ["blocks.0", "blocks.1", "blocks.3"]
+        # pass 2: 2 evicts 1 (0 is next used at 4, 1 at 5, 3 at 3); pass 3: 1 evicts 0; pass 4: 0 evicts 3, then 3
+        # evicts 2, back to the state after pass 1: 4 page-ins in 3 passes, the optimum for a cycle of 4 in room for 3
+        expected = [(1, ["blocks.0", "blocks.2", "blocks.3"]), (1, ["blocks.1", "blocks.2", "blocks.3"]),
+                    (2, ["blocks.0", "blocks.1", "blocks.3"])]
+        for misses, want in expected:
+            assert torch.equal(m(x), ref)
+            s = ot.stats(m)
+            assert s["last_pass"]["page_ins_on_demand"] == misses
+            assert s["last_pass"]["bytes_paged_in"] == misses * nbytes
+            assert sorted(s["resident_groups"]) == want
+    # With prefetching (lookahead auto) the same model reads at most 2 blocks a pass once the order is known.
+    ot.restore(m)
+    ot.offload(m, capacity=3 * BLOCK, store=tmp_path)
+    with torch.no_grad():
+        for _ in range(4):
+            assert torch.equal(m(x), ref)
+            last = ot.stats(m)["last_pass"]
+    assert last["bytes_paged_in"] <= 2 * nbytes and last["page_ins_on_demand"] == 0
+
+
+def test_leaf_and_callable_groups(tmp_path, x):
+    m = _model(3)
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=2 * BLOCK, store=tmp_path, group="leaf")
+    assert [g.name for g in h.groups] == ["blocks.0.lin", "blocks.1.lin", "blocks.2.lin", "norm"]
+    with torch.no_grad():
+        assert torch.equal(m(x), ref) and torch.equal(m(x), ref)
+    ot.restore(m)
+    h = ot.offload(m, capacity=4 * BLOCK, store=tmp_path, group=lambda mod: [mod.blocks[0], mod.blocks[2]],
+                   keep=["blocks.2"])
+    assert [g.name for g in h.groups] == ["blocks.0"]
+    assert h.kept_bytes > 0
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+
+
+def test_transformer_bit_identical(tmp_path):
+    try:
+        from transformers import LlamaConfig, LlamaForCausalLM
+    except Exception:  # noqa: BLE001 (not installed, or an incompatible version)
+        LlamaForCausalLM = None
+    torch.manual_seed(0)
+    if LlamaForCausalLM is not None:
+        cfg = LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=4, num_attention_heads=4,
+                          num_key_value_heads=4, vocab_size=256, max_position_embeddings=64)
+        m = LlamaForCausalLM(cfg).eval()
+        inp = torch.randint(0, 256, (2, 16), generator=torch.Generator().manual_seed(3))
+
+        def run():
+            return m(inp).logits
+    else:
+        layer = nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=True)
+        m = nn.TransformerEncoder(layer, 4, enable_nested_tensor=False).eval()
+        inp = torch.randn(2, 16, 64, generator=torch.Generator().manual_seed(3))
+
+        def run():
+            return m(inp)
+    with torch.no_grad():
+        ref = run().clone()
+    layer_bytes = max(sum(p.numel() * 4 for p in blk.parameters()) for blk in _largest_list(m))
+    h = ot.offload(m, capacity=2 * layer_bytes + (1 << 20), store=tmp_path)
+    assert len(h.groups) >= 4
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(run(), ref)
+    s = ot.stats(m)
+    assert s["traces_recorded"] == 1 and s["last_pass"]["followed_trace"]
+    ot.restore(m)
+    with torch.no_grad():
+        assert torch.equal(run(), ref)
+
+
+def _largest_list(m):
+    lists = [c for c in m.modules() if isinstance(c, (nn.ModuleList, nn.Sequential))]
+    return max(lists, key=lambda c: sum(p.numel() for p in c.parameters()))
+
+
+def test_group_larger_than_capacity_is_refused_before_anything_moves(tmp_path, x):
+    m = _model(3)
+    ref = _ref(m, x)
+    w = m.blocks[1].lin.weight
+    with pytest.raises(ot.GroupTooLargeError, match="group blocks.0 \\(Block\\)") as e:
+        ot.offload(m, capacity=BLOCK // 2, store=tmp_path)
+    assert isinstance(e.value, MemoryError) and isinstance(e.value, oversub.Error)
+    assert not ot.is_offloaded(m) and m.blocks[1].lin.weight is w and w.requires_grad
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+
+
+def test_store_too_small(tmp_path, x):
+    m = _model(4)
+    ref = _ref(m, x)
+    with pytest.raises(ot.StoreTooSmallError, match="blocks.2 is the first that does not fit"):
+        ot.offload(m, capacity=2 * BLOCK, store=tmp_path, store_capacity=2 * BLOCK)
+    assert not ot.is_offloaded(m)
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+
+
+def test_store_full_midway_loses_nothing(tmp_path, x, monkeypatch):
+    """The up-front check passed but the store filled up while the weights were written: the model is put back."""
+    m = _model(4)
+    ref = _ref(m, x)
+    real_round = ot._round_up
+    monkeypatch.setattr(ot, "_round_up", lambda n, a: real_round(n, a) // 4 if a == 4096 else real_round(n, a))
+    with pytest.raises(ot.StoreTooSmallError, match="the store is full at group"):
+        ot.offload(m, capacity=2 * BLOCK, store=tmp_path, store_capacity=2 * BLOCK)
+    monkeypatch.undo()
+    assert not ot.is_offloaded(m)
+    assert all(p.stride() != (0, 0) for p in m.parameters())
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+
+
+def test_restore_gives_back_an_ordinary_model(tmp_path, x):
+    m = _model(4)
+    ref = _ref(m, x)
+    w = m.blocks[2].lin.weight
+    h = ot.offload(m, capacity=2 * BLOCK, store=tmp_path)
+    with torch.no_grad():
+        m(x)
+        m(x)  # some groups resident, some paged out, maybe a prefetch in flight
+    pool = h.pool
+    assert ot.restore(m) is m
+    assert not ot.is_offloaded(m) and pool.used_bytes == 0
+    assert m.blocks[2].lin.weight is w and w.requires_grad and w.is_contiguous()
+    assert all(len(b._forward_pre_hooks) == 0 and len(b._forward_hooks) == 0 for b in m.blocks)
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+    with pytest.raises(ot.NotOffloadedError):
+        ot.stats(m)
+
+
+def test_parameter_replaced_behind_oversubs_back(tmp_path, x):
+    m = _model(3)
+    ot.offload(m, capacity=2 * BLOCK, store=tmp_path)
+    with torch.no_grad():
+        m(x)
+        m.blocks[1].lin.weight = nn.Parameter(torch.zeros(D, D))
+        with pytest.raises(ot.TensorReplacedError, match="blocks.1.lin.weight of group blocks.1"):
+            m(x)
+        del m.blocks[1].lin._parameters["weight"]
+        m.blocks[1].lin.weight = ot._handle(m).groups[1].slots[0].tensor  # put oversub's back: runs again
+        m(x)
+        m.blocks[0].lin.bias.data = torch.ones(D)
+        with pytest.raises(ot.TensorReplacedError, match="had its data replaced"):
+            m(x)
+
+
+def test_called_from_two_threads_at_once(tmp_path, x):
+    m = _model(3)
+    ot.offload(m, capacity=2 * BLOCK, store=tmp_path)
+    inside, release = threading.Event(), threading.Event()
+
+    def slow(mod, args):
+        inside.set()
+        release.wait(10)
+
+    hook = m.blocks[1].register_forward_pre_hook(slow)
+    errors: list[BaseException] = []
+
+    def first():
+        try:
+            with torch.no_grad():
+                m(x)
+        except BaseException as e:  # noqa: BLE001
+            errors.append(e)
+
+    t = threading.Thread(target=first)
+    t.start()
+    assert inside.wait(10)
+    with pytest.raises(ot.ConcurrentUseError, match="Stack"):
+        with torch.no_grad():
+            m(x)
+    with pytest.raises(ot.ConcurrentUseError, match="blocks.2"):
+        with torch.no_grad():
+            m.blocks[2](x)
+    release.set()
+    t.join(10)
+    hook.remove()
+    assert not errors
+    with torch.no_grad():
+        m(x)  # the model is usable again from this thread
+
+
+def test_a_kept_view_blocks_release_with_a_clear_error(tmp_path, x):
+    m = _model(3)
+    ot.offload(m, capacity=2 * BLOCK, store=tmp_path, lookahead=0)
+    with torch.no_grad():
+        m.blocks[0](x)
+        kept = m.blocks[0].lin.weight[0]  # a view of block 0's buffer
+        m.blocks[1](x)
+        with pytest.raises(ot.WeightsInUseError, match="group blocks.0"):
+            m.blocks[2](x)  # needs block 0's room
+        del kept
+        gc.collect()
+        m.blocks[2](x)
+
+
+def test_inference_only(tmp_path):
+    with pytest.raises(NotImplementedError, match="inference"):
+        ot.offload(_model(2), capacity=4 * BLOCK, store=tmp_path, trainable=True)
+
+
+def test_grad_mode_warns(tmp_path, x):
+    m = _model(2)
+    ot.offload(m, capacity=2 * BLOCK, store=tmp_path)
+    with pytest.warns(UserWarning, match="no_grad"):
+        m(x.requires_grad_())
+
+
+def test_checkpoint_into_a_meta_model(tmp_path, x):
+    st = pytest.importorskip("safetensors.torch")
+    m = _model(5, seed=7)
+    ref = _ref(m, x)
+    path = tmp_path / "model.safetensors"
+    st.save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(path))
+    with torch.device("meta"):
+        empty = Stack(5)
+    h = ot.offload(empty, capacity=2 * BLOCK, store=tmp_path, checkpoint=path)
+    assert all(p.device.type == "cpu" for p in empty.parameters())
+    assert empty.norm.weight.device.type == "cpu"  # resident, loaded from the checkpoint
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(empty(x), ref)
+    assert h.stats()["load_s"] > 0
+    ot.restore(empty)
+    with torch.no_grad():
+        assert torch.equal(empty(x), ref)
+    # a checkpoint that lacks a tensor: a clear error, nothing offloaded
+    st.save_file({k: v for k, v in m.state_dict().items() if k != "blocks.3.lin.bias"}, str(path))
+    with torch.device("meta"):
+        empty = Stack(5)
+    with pytest.raises(ot.CheckpointError, match="blocks.3.lin.bias is not in the checkpoint"):
+        ot.offload(empty, capacity=2 * BLOCK, store=tmp_path, checkpoint=path)
+    with torch.device("meta"):
+        empty = Stack(5)
+    with pytest.raises(ot.CheckpointError, match="meta device and no checkpoint"):
+        ot.offload(empty, capacity=2 * BLOCK, store=tmp_path)
+
+
+def test_offload_benchmark_runs_end_to_end(tmp_path):
+    """`python -m oversub.bench offload` at a tiny size: oversub beside the floor and the mmap'd file, outputs equal
+    (no timing is asserted)."""
+    pytest.importorskip("safetensors")
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "oversub.bench", "offload", "--models", "linear", "--layers", "4", "--layer-size",
+           "256KiB", "--batch", "4", "--capacity-layers", "2", "--passes", "2", "--no-drop-caches",
+           "--methods", "resident,oversub-demand,oversub-learned,mmap-safetensors", "--store", str(tmp_path),
+           "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "oversub-learned" in p.stdout and "x oversub" in p.stdout
+    rows = {r["method"]: r for r in json.loads(out.read_text())["models"]["linear"]["rows"]}
+    assert set(rows) == {"resident", "oversub-demand", "oversub-learned", "mmap-safetensors"}
+    for name in ("oversub-demand", "oversub-learned", "mmap-safetensors"):
+        assert rows[name]["output"] == "equal", rows[name]
+        assert len(rows[name]["pass_s"]) == 2
+    assert rows["oversub-learned"]["oversub"]["page_ins_prefetched"] > 0
