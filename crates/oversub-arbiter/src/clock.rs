@@ -66,6 +66,10 @@ impl Clock for MonotonicClock {
 /// A clock for tests: time stands still until someone advances it, and `sleep_until` jumps to the deadline.
 /// Events scheduled with [`FakeClock::at`] run when time reaches them, in time order, before the advancing call
 /// returns, so a test can script CPU phases that happen "while" a transfer side sleeps.
+///
+/// Time is one for all threads: a thread's wait jumps it for every other thread too, so work another thread was
+/// admitted for and has not finished appears to run through the whole wait (an overrun, to a gate). Tests that
+/// check fake times exactly keep one gated thread busy at a time.
 #[derive(Debug, Default)]
 pub struct FakeClock {
     now: AtomicU64,

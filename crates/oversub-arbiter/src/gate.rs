@@ -166,7 +166,9 @@ impl Gate {
     /// grant (rounded up to a power of two nanoseconds). The first overrun is thus covered at once, and an
     /// overrun rarer than the quantile (a host stall of 35 ms once in 30 000 admissions, in this project's
     /// benchmark) stops counting once enough work has ended in time: covering it would leave no room in a 36 ms
-    /// window. Work admitted while memory was unrestricted promised nothing and is not counted.
+    /// window. Work admitted while memory was unrestricted promised nothing and is not counted. Admissions ask
+    /// the server for the work's time plus the guard, so work that does not fit what the guard leaves of a window
+    /// waits for the next one (and, while the guard leaves no window room for it, until memory is unrestricted).
     pub fn finished(&self, admission: &Admission, end_ns: u64) {
         if admission.grant_until_ns.is_none() {
             return;
@@ -245,8 +247,8 @@ impl Gate {
     fn admit_need(&self, need: Need) -> Admission {
         let clock = self.arbiter.clock();
         let chunk_ns = self.chunk_time_ns.load(Ordering::Relaxed);
-        // What the server is asked to fit: one chunk, or the whole operation.
-        let ask_ns = match need {
+        // What has to fit: one chunk, or the whole operation.
+        let need_ns = match need {
             Need::Chunks(_) => chunk_ns,
             Need::Cost(cost_ns) => cost_ns,
         };
@@ -255,9 +257,10 @@ impl Gate {
         loop {
             let now = clock.now_ns();
             let generation = self.arbiter.generation();
+            // The learned overrun guard is kept free at the end of every grant (see `finished`). Read once per
+            // round, for both the check of the held grant and the question to the server below.
+            let guard = self.overrun_guard_ns.load(Ordering::Relaxed);
             if let Some(h) = *held {
-                // The learned overrun guard is kept free at the end of every grant (see `finished`).
-                let guard = self.overrun_guard_ns.load(Ordering::Relaxed);
                 let left = h
                     .until_ns
                     .map(|until| until.saturating_sub(now).saturating_sub(guard));
@@ -298,6 +301,11 @@ impl Gate {
                     h.generation != generation && h.until_ns.is_none_or(|until| until > now);
                 *held = None;
             }
+            // The server is asked to fit the work and the guard: asked for the work alone, it grants a window
+            // that the guard leaves too short, and the gate would ask again and again without waiting (spinning
+            // until the window closed on a real clock; for ever on a fake one that only the waiting side moves).
+            // Asked for both, it answers "wait until the window ends" (`WindowTooShort`) instead.
+            let ask_ns = need_ns.saturating_add(guard);
             let decision = self.arbiter.request(Duration::from_nanos(ask_ns));
             if cut_short && matches!(decision, Decision::Wait { .. }) {
                 // An announcement ended the grant early (a re-announced compute phase that extends it is not).

@@ -352,3 +352,51 @@ fn an_overrun_rarer_than_the_quantile_stops_counting() {
     gate.finished(&a, a.promised_end_ns);
     assert!(gate.overrun_guard() >= Duration::from_millis(35));
 }
+
+/// A window with room for the work but not for the work and the learned overrun guard is waited out: the gate
+/// asks the server to fit both, so the answer is "wait until the window ends" and not a grant the gate then
+/// refuses and asks for again at the same instant (a livelock on a fake clock, which only the waiting side moves;
+/// a busy loop until the window closes on a real one).
+#[test]
+fn a_window_too_short_for_the_work_and_the_guard_is_waited_out() {
+    let (clock, arbiter) = setup(100);
+    let gate = Arc::new(Gate::new(arbiter.clone()));
+    let mem = script(
+        &clock,
+        &arbiter,
+        T0,
+        &[
+            (false, 1_000 * US),
+            (true, 300 * US),
+            (false, 1_000 * US),
+            (true, 300 * US),
+            (false, 1_000 * US),
+        ],
+    );
+    let a = gate.admit();
+    // An overrun of 250 us: the guard is 2^18 ns (262 us).
+    gate.finished(&a, a.promised_end_ns + 250 * US);
+    assert_eq!(gate.overrun_guard(), Duration::from_nanos(1 << 18));
+    let (tx, rx) = std::sync::mpsc::channel();
+    {
+        let (clock, gate) = (Arc::clone(&clock), Arc::clone(&gate));
+        std::thread::spawn(move || {
+            // 200 us of the first window left: room for 100 us of work, not for it and the guard.
+            clock.advance(800 * US);
+            let op = gate.admit_for(Duration::from_micros(100));
+            // The same in the second window, for chunks.
+            clock.advance(800 * US);
+            let chunk = gate.admit();
+            tx.send((op, chunk)).unwrap();
+        });
+    }
+    let (op, chunk) = rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("the gate kept asking at a fixed time instead of waiting");
+    // Each waited for the window's end, then the memory phase, and started with the next window.
+    assert_eq!(op.start_ns, mem[0].1);
+    assert_eq!(op.grant_until_ns, Some(mem[0].1 + MS));
+    assert_eq!(chunk.start_ns, mem[1].1);
+    assert_eq!(chunk.chunks, 1);
+    assert!(gate.stats().waits >= 4, "{:?}", gate.stats());
+}
