@@ -191,6 +191,15 @@ def _deepspeed_engines(size: int, store: str, source, skipped: dict[str, str]) -
         skipped["DeepSpeed aio"] = f"not installed ({type(e).__name__}: {e}); pip install 'oversub[peers]'"
         return []
     try:
+        # DeepSpeed's logger writes to stdout, where --json puts the report.
+        from deepspeed.utils import logger as ds_logger
+
+        for h in ds_logger.handlers:
+            if hasattr(h, "setStream"):
+                h.setStream(sys.stderr)
+    except Exception:  # noqa: BLE001  (only where its log lines go)
+        pass
+    try:
         builder = AsyncIOBuilder()
         if not builder.is_compatible(verbose=False):
             skipped["DeepSpeed aio"] = "its async I/O op cannot build here (needs libaio: apt-get install libaio-dev)"
