@@ -311,7 +311,7 @@ fn ray_sweeps_name_what_is_missing() {
         .unwrap();
     assert!(!out.status.success());
     assert!(
-        stderr(&out).contains("--out is not available with --ray"),
+        stderr(&out).contains("--csv is not available with --ray"),
         "{}",
         stderr(&out)
     );

@@ -12,13 +12,15 @@ fn python() -> String {
     std::env::var("OVERSUB_PYTHON").unwrap_or_else(|_| "python3".into())
 }
 
-/// Runs `python -m oversub.sweep SIM ARGS --ray [ADDRESS]`; with `json`, its JSON result is written there.
+/// Runs `python -m oversub.sweep SIM ARGS --ray [ADDRESS]`. With `capture`, the sweep's JSON result is read back
+/// and returned (and written to `json` if given); otherwise Python prints its table.
 pub fn delegate(
     sim: &str,
     mut args: Vec<String>,
     address: &str,
     json: Option<&Path>,
-) -> Result<(), BoxError> {
+    capture: bool,
+) -> Result<Option<serde_json::Value>, BoxError> {
     let py = python();
     let check = Command::new(&py)
         .args(["-c", "import oversub.sweep, ray"])
@@ -42,25 +44,28 @@ pub fn delegate(
     if !address.is_empty() {
         args.push(address.into());
     }
-    if json.is_some() {
+    let capture = capture || json.is_some();
+    if capture {
         args.push("--json".into());
     }
     let mut cmd = Command::new(&py);
     cmd.args(&args)
         .stdin(Stdio::null())
         .stderr(Stdio::inherit());
-    let status = match json {
-        None => cmd.status()?,
-        Some(path) => {
-            let out = cmd.stdout(Stdio::piped()).output()?;
+    let (status, value) = if capture {
+        let out = cmd.stdout(Stdio::piped()).output()?;
+        if let Some(path) = json {
             std::fs::write(path, &out.stdout)
                 .map_err(|e| format!("writing {}: {e}", path.display()))?;
             eprintln!("wrote {}", path.display());
-            out.status
         }
+        let value = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
+        (out.status, value)
+    } else {
+        (cmd.status()?, None)
     };
     match status.code() {
-        Some(0) => Ok(()),
+        Some(0) => Ok(value),
         Some(1) => Err("some runs of the sweep failed (listed above)".into()),
         _ => Err(format!("the Ray sweep failed ({status})").into()),
     }

@@ -159,7 +159,7 @@ fn run_on_ray(args: &SwapArgs, address: &str) -> Result<(), BoxError> {
     if args.no_progress {
         py.push("--no-progress".into());
     }
-    super::ray::delegate("swap", py, address, args.json.as_deref())
+    super::ray::delegate("swap", py, address, args.json.as_deref(), false).map(|_| ())
 }
 
 fn parse_rules(args: &SwapArgs) -> Result<Vec<AlphaRule>, BoxError> {

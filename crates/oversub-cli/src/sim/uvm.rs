@@ -176,7 +176,8 @@ pub struct UvmArgs {
     no_progress: bool,
     /// Run the sweep as Ray tasks (one per trace) on the cluster at ADDRESS, or on a local one without it, through
     /// the Python package (`pip install "oversub[ray]"`; `$OVERSUB_PYTHON` picks the interpreter). Same rows and
-    /// speedup table as a local run; --json works, --out, --csv, --threads and the --no-* switches do not.
+    /// speedup table as a local run; --json and --out (results, the speed-up figures 8, 11, 12 and a report) work,
+    /// --csv, --threads and the --no-* switches do not.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "ADDRESS")]
     ray: Option<String>,
 }
@@ -189,7 +190,6 @@ fn value_name(v: impl ValueEnum) -> String {
 /// `oversub sim uvm --ray`: the same sweep through `oversub.sweep` (crate::sim::ray).
 fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
     let unsupported = [
-        (args.out.is_some(), "--out"),
         (args.csv.is_some(), "--csv"),
         (args.threads != 0, "--threads"),
         (args.no_overlap, "--no-overlap"),
@@ -275,7 +275,55 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
     if args.no_progress {
         py.push("--no-progress".into());
     }
-    super::ray::delegate("uvm", py, address, args.json.as_deref())
+    let Some(dir) = &args.out else {
+        return super::ray::delegate("uvm", py, address, args.json.as_deref(), false).map(|_| ());
+    };
+    let value = super::ray::delegate("uvm", py, address, args.json.as_deref(), true)?
+        .ok_or("the Ray sweep's JSON could not be read back")?;
+    std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    write_file(
+        &dir.join("results.json"),
+        &serde_json::to_string_pretty(&value)?,
+    )?;
+    let rows: Vec<SpeedupRow> = value["speedups"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|r| {
+                    Some(SpeedupRow {
+                        workload: r["workload"].as_str()?.to_string(),
+                        ratio_percent: u32::try_from(r["ratio_percent"].as_u64()?).ok()?,
+                        label: r["label"].as_str()?.to_string(),
+                        est_time_s: r["est_time_s"].as_f64()?,
+                        speedup: r["speedup"].as_f64()?,
+                    })
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let tables = figure_tables(&rows, &ratios);
+    print!("{tables}");
+    let mut report =
+        HtmlReport::new("oversub sim uvm on Ray: page migration under oversubscription");
+    report.push(HtmlBlock::Paragraph(format!(
+        "{} rows from a sweep run as Ray tasks (oversub.sweep); the per-run analysis figures need a local run.",
+        value["rows"].as_array().map_or(0, Vec::len)
+    )));
+    report.push(HtmlBlock::Pre(tables));
+    for (file, title, chart) in figures(&rows, &ratios) {
+        let svg = chart.to_svg();
+        write_file(&dir.join(file), &svg)?;
+        report.push(HtmlBlock::Heading(title));
+        report.push(HtmlBlock::Svg(svg));
+    }
+    report
+        .write(&dir.join("report.html"))
+        .map_err(|e| format!("{}: {e}", dir.join("report.html").display()))?;
+    println!(
+        "wrote {}/{{results.json,report.html,fig*.svg}}",
+        dir.display()
+    );
+    Ok(())
 }
 
 fn parse_ratio(text: &str) -> Result<f64, BoxError> {
@@ -421,7 +469,7 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
         accesses as f64 / sim_s.max(1e-9) / 1e6,
         format_seconds(wall_s)
     );
-    let figure = figure_tables(rows, &spec);
+    let figure = figure_tables(rows, &spec.ratios);
     if !figure.is_empty() {
         println!("\n{figure}");
     }
@@ -475,7 +523,7 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
             report.push(HtmlBlock::Heading(title));
             report.push(HtmlBlock::Svg(svg));
         }
-        for (file, title, chart) in figures(rows, &spec) {
+        for (file, title, chart) in figures(rows, &spec.ratios) {
             let svg = chart.to_svg();
             write_file(&dir.join(file), &svg)?;
             report.push(HtmlBlock::Heading(title));
@@ -643,7 +691,11 @@ fn decomposition_table(results: &[SimResult], spec: &SuiteSpec) -> String {
 }
 
 fn main_ratio(spec: &SuiteSpec) -> u32 {
-    let ratios: Vec<u32> = spec.ratios.iter().map(|r| ratio_percent(*r)).collect();
+    main_ratio_of(&spec.ratios)
+}
+
+fn main_ratio_of(ratios: &[f64]) -> u32 {
+    let ratios: Vec<u32> = ratios.iter().map(|r| ratio_percent(*r)).collect();
     if ratios.contains(&200) {
         200
     } else {
@@ -926,13 +978,13 @@ fn lookup(rows: &[SpeedupRow], workload: &str, ratio: u32, label: &str) -> Optio
 }
 
 /// Figure tables on stdout: speed-up per workload and policy at each ratio, with the geometric mean.
-fn figure_tables(rows: &[SpeedupRow], spec: &SuiteSpec) -> String {
+fn figure_tables(rows: &[SpeedupRow], ratios: &[f64]) -> String {
     let workloads = workloads_in(rows);
     if workloads.is_empty() {
         return String::new();
     }
     let mut out = String::new();
-    for &ratio in &spec.ratios {
+    for &ratio in ratios {
         let ratio = ratio_percent(ratio);
         let labels: Vec<&str> = FIG8
             .iter()
@@ -978,7 +1030,7 @@ fn format_speedup(s: f64) -> String {
 }
 
 /// The paper's Figs. 8, 11 and 12 as bar charts (those the runs allow).
-fn figures(rows: &[SpeedupRow], spec: &SuiteSpec) -> Vec<(String, String, BarChart)> {
+fn figures(rows: &[SpeedupRow], ratios_f: &[f64]) -> Vec<(String, String, BarChart)> {
     let workloads = workloads_in(rows);
     let mut categories = workloads.clone();
     categories.push("geomean".into());
@@ -1003,8 +1055,8 @@ fn figures(rows: &[SpeedupRow], spec: &SuiteSpec) -> Vec<(String, String, BarCha
         c
     };
     let mut out = Vec::new();
-    let ratios: Vec<u32> = spec.ratios.iter().map(|r| ratio_percent(*r)).collect();
-    let main_ratio = main_ratio(spec);
+    let ratios: Vec<u32> = ratios_f.iter().map(|r| ratio_percent(*r)).collect();
+    let main_ratio = main_ratio_of(ratios_f);
     let fig8: Vec<BarSeries> = FIG8
         .iter()
         .filter_map(|l| series_for(main_ratio, l))
