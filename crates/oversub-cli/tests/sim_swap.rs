@@ -304,7 +304,7 @@ fn ray_sweeps_name_what_is_missing() {
             "bfs",
             "--quick",
             "--ray",
-            "--out",
+            "--csv",
             "/tmp/x",
         ])
         .output()
