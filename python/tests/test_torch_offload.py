@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import gc
+import os
 import threading
 
 import pytest
@@ -397,3 +398,63 @@ def test_offload_benchmark_runs_end_to_end(tmp_path):
         assert rows[name]["output"] == "equal", rows[name]
         assert len(rows[name]["pass_s"]) == 2
     assert rows["oversub-learned"]["oversub"]["page_ins_prefetched"] > 0
+
+
+def test_offload_benchmark_refuses_a_bad_device(tmp_path):
+    import subprocess
+    import sys
+
+    p = subprocess.run([sys.executable, "-m", "oversub.bench", "offload", "--device", "tpu", "--store", str(tmp_path)],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode != 0 and "--device must be cpu or cuda[:N], not 'tpu'" in p.stderr
+
+
+# --- on a GPU (opt-in: OVERSUB_TEST_CUDA=1) ----------------------------------------------------------------------------
+
+gpu = pytest.mark.skipif(os.environ.get("OVERSUB_TEST_CUDA") != "1", reason="GPU tests are opt-in: OVERSUB_TEST_CUDA=1")
+
+
+@gpu
+def test_cuda_offload_matches_the_resident_model(tmp_path, x):
+    """Weights paged into the CUDA backend's device buffers, computed on as zero-copy CUDA tensors; the same
+    results as the model resident on the GPU, the order learned and prefetched on later passes."""
+    import copy
+
+    m = _model(8)
+    resident = copy.deepcopy(m).to("cuda")
+    xc = x.to("cuda")
+    ref = _ref(resident, xc)
+    gran = 2 * 1024 * 1024  # the VMM granularity: each group's buffer takes at least this much
+    h = ot.offload(m, capacity=3 * gran, store=tmp_path, device="cuda:0")
+    assert h.pool.device.startswith("cuda")
+    with torch.no_grad():
+        for _ in range(3):
+            out = m(xc)
+            assert out.device.type == "cuda"
+            torch.testing.assert_close(out, ref, rtol=1e-6, atol=1e-6)
+    w = m.blocks[0].lin.weight
+    s = ot.stats(m)
+    assert s["traces_recorded"] == 1 and s["last_pass"]["page_ins_on_demand"] == 0
+    assert s["page_ins_prefetched"] > 0
+    assert w.device.type == "cuda"
+    ot.restore(m)
+    with torch.no_grad():
+        torch.testing.assert_close(m.to("cuda")(xc), ref, rtol=1e-6, atol=1e-6)
+
+
+@gpu
+def test_cuda_offload_benchmark_runs(tmp_path):
+    pytest.importorskip("safetensors")
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "oversub.bench", "offload", "--device", "cuda", "--models", "linear", "--layers", "4",
+           "--layer-size", "4MiB", "--batch", "4", "--capacity-layers", "2", "--passes", "2", "--no-drop-caches",
+           "--methods", "resident,oversub-learned,mmap-safetensors", "--store", str(tmp_path), "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["method"]: r for r in json.loads(out.read_text())["models"]["linear"]["rows"]}
+    assert rows["mmap-safetensors"]["skipped"].startswith("not on cuda")
+    assert "device_used_bytes" in rows["oversub-learned"]

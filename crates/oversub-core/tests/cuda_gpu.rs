@@ -143,7 +143,8 @@ fn gpu_buffers_past_the_pool_cycle_without_loss() {
     for round in 0..2 {
         for (i, b) in bufs.iter().enumerate() {
             if space.info(*b).unwrap().state == BufferState::PagedOut {
-                let victim = bufs[(i + 4) % 16];
+                // The buffer paged in four steps ago (four fit): the one whose next use is furthest away.
+                let victim = bufs[(i + 12) % 16];
                 if space.info(victim).unwrap().state == BufferState::Resident {
                     space.page_out(victim).unwrap();
                 }

@@ -691,8 +691,9 @@ mod tests {
             d.mem_set_access(addr, len).unwrap();
             std::ptr::write_bytes(host, 0xa5, len);
             d.memcpy_htod_async(addr, host, len, stream).unwrap();
-            std::ptr::write_bytes(host, 0, len);
+            // A copy from pinned memory is still reading it until the stream is synchronised.
             d.stream_synchronize(stream).unwrap();
+            std::ptr::write_bytes(host, 0, len);
             d.memcpy_dtoh_async(host, addr, len, stream).unwrap();
             d.event_record(event, stream).unwrap();
             d.event_synchronize(event).unwrap();

@@ -1135,6 +1135,12 @@ fn ratios(
             1.0,
             "> 1",
         ));
+        // Like for like: the managed buffer's data starts in host memory, as the host tier's does; the store
+        // path above also pays the store, which unified memory never reads.
+        out.push(info(
+            "oversub_host_tier_page_in / unified_memory (rate)",
+            tier_in / rate("unified_memory"),
+        ));
     }
     out.extend([
         info(
