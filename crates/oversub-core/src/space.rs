@@ -607,6 +607,57 @@ impl AddressSpace {
         Ok(buffer)
     }
 
+    /// Allocates a read-only buffer of `len` bytes whose stored copy is `file`'s bytes from `offset` (a model
+    /// checkpoint), so nothing is written to the store: the buffer starts paged out, its first page-in reads the
+    /// file (one direct read of the range, split as the store splits its own), and page-out only gives the memory
+    /// back. `offset` and `len` must be multiples of the store's alignment when the store is direct, and lie inside
+    /// the file ([`SwapStore::external_slot`](oversub_io::SwapStore::external_slot)). `flags` must be read-only.
+    /// The pager takes no checksum of such a buffer (that would read the whole file at start-up); a file modified
+    /// after it was opened fails the next page-in with `ExternalChanged`.
+    pub fn alloc_external(
+        &self,
+        file: &Arc<oversub_io::ExternalFile>,
+        offset: u64,
+        len: u64,
+        flags: BufferFlags,
+    ) -> Result<Buffer, PagerError> {
+        let pool = &self.shared.pool;
+        pool.check_fork()?;
+        if !flags.read_only {
+            return Err(PagerError::Unsupported(
+                "a buffer backed by an external file must be read-only: oversub never writes to the file".into(),
+            ));
+        }
+        if flags.unpageable {
+            return Err(PagerError::Unsupported(
+                "a buffer backed by an external file starts paged out, so it cannot be unpageable"
+                    .into(),
+            ));
+        }
+        let slot = pool.store.external_slot(file, offset, len)?;
+        let reserve_len = usize::try_from(len)
+            .map_err(|_| PagerError::InvalidSize(format!("{len} bytes overflows")))?;
+        let reservation = pool.device.reserve(reserve_len)?;
+        let buffer = self.shared.insert(Entry {
+            reservation,
+            size_bytes: len,
+            io_bytes: len,
+            flags,
+            state: BufferState::PagedOut,
+            slot: Some(slot),
+            host: None,
+            stored: true,
+            checksum: None,
+            op: None,
+            busy: false,
+            free_pending: false,
+            charged: false,
+            last_use: 0,
+        });
+        tracing::debug!(%buffer, offset, len, file = %file.path().display(), addr = %reservation.addr, "alloc on an external file");
+        Ok(buffer)
+    }
+
     /// Allocates a buffer that starts paged out: an address, and a zero-filled store slot instead of memory.
     fn alloc_on_store(
         &self,

@@ -245,7 +245,8 @@ impl Drop for Staging {
 
 impl Worker {
     fn run(&self, job: &Job) -> Result<(), TransferError> {
-        if self.direct {
+        // GPUDirect is set up for the store's own file; an external file (a checkpoint) is staged.
+        if self.direct && job.views.iter().all(|v| v.external().is_none()) {
             return self.run_direct(job);
         }
         if self.gate.is_some() {

@@ -98,6 +98,15 @@ pub enum IoError {
         #[source]
         source: Box<IoError>,
     },
+    /// A file read through [`SwapStore::external_slot`](crate::SwapStore::external_slot) (a model checkpoint) was
+    /// modified after it was opened, so its bytes may no longer be the ones its buffers were made from.
+    #[error("{} changed after oversub opened it ({what}); reopen it to use the new contents", .path.display())]
+    ExternalChanged {
+        /// The file.
+        path: PathBuf,
+        /// What changed.
+        what: String,
+    },
     /// A failure injected by [`crate::testing::FailingEngine`].
     #[error("injected failure on request #{nth}")]
     Injected {

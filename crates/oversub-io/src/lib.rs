@@ -11,6 +11,7 @@
 pub mod alloc;
 pub mod engine;
 pub mod error;
+pub mod external;
 mod mem;
 pub mod store;
 pub mod testing;
@@ -22,5 +23,6 @@ pub use engine::{
     IoCountersSnapshot, IoDone, IoEngine, IoRequest, IoVec, PsyncEngine, UringEngine,
 };
 pub use error::IoError;
+pub use external::ExternalFile;
 pub use mem::AlignedBuf;
 pub use store::{Scrub, Slot, SlotView, StoreBuilder, SwapStore};

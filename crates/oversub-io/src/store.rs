@@ -50,6 +50,7 @@ use crate::engine::{
     IoVec,
 };
 use crate::error::IoError;
+use crate::external::ExternalFile;
 use crate::mem::AlignedBuf;
 use header::Header;
 use inspect::Verdict;
@@ -751,6 +752,9 @@ pub struct Slot {
     extents: Vec<Extent>,
     len: u64,
     store_id: u64,
+    /// Set for a slot over a file the store does not own ([`SwapStore::external_slot`]): its extents are offsets
+    /// in that file, it is read-only and releasing it frees nothing.
+    external: Option<Arc<ExternalFile>>,
 }
 
 impl Slot {
@@ -800,17 +804,41 @@ impl Slot {
             extents,
             len,
             store_id: self.store_id,
+            external: self.external.clone(),
         })
+    }
+
+    /// The file this slot reads, when it is not the store's own space ([`SwapStore::external_slot`]).
+    pub fn external(&self) -> Option<&Arc<ExternalFile>> {
+        self.external.as_ref()
     }
 }
 
 /// Part of a [`Slot`], from [`Slot::view`]. Cloneable and never released.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct SlotView {
     extents: Vec<Extent>,
     len: u64,
     store_id: u64,
+    external: Option<Arc<ExternalFile>>,
 }
+
+impl PartialEq for SlotView {
+    fn eq(&self, other: &Self) -> bool {
+        // Views of one external file are the same file: compare the handle, not its contents.
+        let same_file = match (&self.external, &other.external) {
+            (None, None) => true,
+            (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+            _ => false,
+        };
+        self.extents == other.extents
+            && self.len == other.len
+            && self.store_id == other.store_id
+            && same_file
+    }
+}
+
+impl Eq for SlotView {}
 
 impl SlotView {
     /// Length in bytes.
@@ -821,6 +849,11 @@ impl SlotView {
     /// Always false (views are never empty).
     pub fn is_empty(&self) -> bool {
         self.len == 0
+    }
+
+    /// The file this view reads, when its slot is external ([`SwapStore::external_slot`]).
+    pub fn external(&self) -> Option<&Arc<ExternalFile>> {
+        self.external.as_ref()
     }
 
     /// The ranges, in data order: file offsets for a store of one file or device, logical offsets of the data
@@ -1069,12 +1102,65 @@ impl SwapStore {
             extents,
             len,
             store_id: self.id,
+            external: None,
+        })
+    }
+
+    /// A read-only slot over `len` bytes of `file` from `offset`, which the store does not own: a buffer made with
+    /// it is stored from birth and reads its bytes from that file (a model checkpoint) instead of the store's
+    /// space, so nothing is copied. Both numbers must be multiples of the store's alignment when the store is
+    /// direct, and the range must lie inside the file (`InvalidArgument` otherwise; round a range out to the
+    /// alignment before asking, and copy what ends in the file's last partial block). Writes to it are refused;
+    /// [`release`](Self::release) frees nothing. Before each transfer the file is checked unchanged
+    /// ([`IoError::ExternalChanged`]).
+    pub fn external_slot(
+        &self,
+        file: &Arc<ExternalFile>,
+        offset: u64,
+        len: u64,
+    ) -> Result<Slot, IoError> {
+        let align = self.alignment as u64;
+        if len == 0 {
+            return Err(IoError::InvalidArgument(
+                "an external slot needs at least one byte".into(),
+            ));
+        }
+        if self.direct && (offset % align != 0 || len % align != 0) {
+            return Err(IoError::Misaligned {
+                what: if offset % align != 0 {
+                    "external file offset"
+                } else {
+                    "external range length"
+                },
+                value: if offset % align != 0 { offset } else { len },
+                alignment: align,
+            });
+        }
+        match offset.checked_add(len) {
+            Some(end) if end <= file.len() => {}
+            _ => {
+                return Err(IoError::InvalidArgument(format!(
+                    "{offset}+{len} lies past the end of {} ({} bytes)",
+                    file.path().display(),
+                    file.len()
+                )))
+            }
+        }
+        Ok(Slot {
+            extents: vec![Extent { offset, len }],
+            len,
+            store_id: self.id,
+            external: Some(Arc::clone(file)),
         })
     }
 
     /// Returns a slot's space. A slot of another store is ignored (logged). With [`Scrub::OnRelease`] the
     /// ranges are discarded first, before they can be handed out again.
     pub fn release(&self, slot: Slot) {
+        if slot.external.is_some() {
+            // Not the store's space: nothing to give back (the file closes with its last slot).
+            return;
+        }
         if slot.store_id != self.id {
             tracing::error!("ignoring release of a slot that belongs to another store");
             return;
@@ -1138,13 +1224,16 @@ impl SwapStore {
     unsafe fn submit_requests(
         &self,
         requests: Vec<IoRequest>,
+        external: Option<Arc<ExternalFile>>,
         on_done: IoCallback,
     ) -> Result<(), IoError> {
         let members = self.members.clone();
-        if members.len() == 1 {
+        if members.len() == 1 || external.is_some() {
             let cb: IoCallback = Box::new(move |res| {
-                // The I/O is over; the fd may be scrubbed and closed now.
+                // The I/O is over; the fd may be scrubbed and closed now (an external file's, when its last slot
+                // goes).
                 drop(members);
+                drop(external);
                 on_done(res);
             });
             // SAFETY: forwarded from our caller; the callback keeps the fd open until the batch finished.
@@ -1164,7 +1253,11 @@ impl SwapStore {
     /// # Safety
     /// As [`IoEngine::submit`].
     unsafe fn wait_requests(&self, requests: Vec<IoRequest>) -> Result<IoDone, IoError> {
-        if self.members.len() == 1 {
+        // Requests on an external file carry its fd, which no member names; the caller's slot keeps it open.
+        let external = requests
+            .iter()
+            .any(|r| !self.members.iter().any(|m| m.fd.as_raw_fd() == r.fd));
+        if self.members.len() == 1 || external {
             // SAFETY: forwarded from our caller; blocking means &self (and the fd) outlive the batch.
             return unsafe { submit_wait(self.engine.as_ref(), requests) };
         }
@@ -1174,7 +1267,7 @@ impl SwapStore {
             let _ = tx.send(res);
         });
         // SAFETY: forwarded from our caller; we block until the callback ran.
-        unsafe { self.submit_requests(requests, cb) }?;
+        unsafe { self.submit_requests(requests, None, cb) }?;
         rx.recv().unwrap_or(Err(IoError::Shutdown))
     }
 
@@ -1195,7 +1288,7 @@ impl SwapStore {
     ) -> Result<(), IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
         // SAFETY: forwarded from our caller.
-        unsafe { self.submit_requests(requests, on_done) }
+        unsafe { self.submit_requests(requests, slot.external.clone(), on_done) }
     }
 
     /// Reads or writes part of a slot (see [`Slot::view`]) from/to `mem` as one batch, asynchronously; otherwise
@@ -1210,10 +1303,9 @@ impl SwapStore {
         mem: &[IoVec],
         on_done: IoCallback,
     ) -> Result<(), IoError> {
-        let requests =
-            self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
+        let requests = self.build_requests_for(direction, view_parts(view), mem)?;
         // SAFETY: forwarded from our caller.
-        unsafe { self.submit_requests(requests, on_done) }
+        unsafe { self.submit_requests(requests, view.external.clone(), on_done) }
     }
 
     /// Blocking [`SwapStore::submit`].
@@ -1241,8 +1333,7 @@ impl SwapStore {
         view: &SlotView,
         mem: &[IoVec],
     ) -> Result<IoDone, IoError> {
-        let requests =
-            self.build_requests_for(direction, &view.extents, view.len, view.store_id, mem)?;
+        let requests = self.build_requests_for(direction, view_parts(view), mem)?;
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
         unsafe { self.wait_requests(requests) }
     }
@@ -1261,9 +1352,7 @@ impl SwapStore {
         for (view, mem) in parts {
             requests.extend(self.build_requests_for(
                 direction,
-                &view.extents,
-                view.len,
-                view.store_id,
+                view_parts(view),
                 std::slice::from_ref(mem),
             )?);
         }
@@ -1370,21 +1459,40 @@ impl SwapStore {
         slot: &Slot,
         mem: &[IoVec],
     ) -> Result<Vec<IoRequest>, IoError> {
-        self.build_requests_for(direction, &slot.extents, slot.len, slot.store_id, mem)
+        let parts = SlotParts {
+            extents: &slot.extents,
+            len: slot.len,
+            store_id: slot.store_id,
+            external: slot.external.as_deref(),
+        };
+        self.build_requests_for(direction, parts, mem)
     }
 
     fn build_requests_for(
         &self,
         direction: Direction,
-        extents: &[Extent],
-        slot_len: u64,
-        store_id: u64,
+        parts: SlotParts<'_>,
         mem: &[IoVec],
     ) -> Result<Vec<IoRequest>, IoError> {
+        let SlotParts {
+            extents,
+            len: slot_len,
+            store_id,
+            external,
+        } = parts;
         if store_id != self.id {
             return Err(IoError::InvalidArgument(
                 "slot belongs to another store".into(),
             ));
+        }
+        if let Some(file) = external {
+            if direction == Direction::Write {
+                return Err(IoError::InvalidArgument(format!(
+                    "{} is read-only to oversub (an external slot)",
+                    file.path().display()
+                )));
+            }
+            file.check_unchanged()?;
         }
         let align = self.alignment as u64;
         let mut total: u64 = 0;
@@ -1439,19 +1547,34 @@ impl SwapStore {
         let mut mem_iter = mem.iter().filter(|v| v.len > 0);
         let mut cur: Option<IoVec> = None;
         for ext in extents {
-            let logical = ext.offset.checked_sub(self.base).ok_or_else(|| {
-                IoError::InvalidArgument(format!(
-                    "slot range at {} lies before the data area",
-                    ext.offset
-                ))
-            })?;
-            // One piece per stripe unit on a striped store; the whole extent on a store of one member.
-            for piece in self.map.pieces(logical, ext.len) {
-                let member = &self.members[piece.member];
-                let (fd, at) = (member.fd.as_raw_fd(), member.data_offset + piece.offset);
+            // (fd, file offset, length) of each piece: one per stripe unit on a striped store, the whole extent on
+            // a store of one member or an external file.
+            let pieces: Vec<(RawFd, u64, u64)> = match external {
+                Some(file) => vec![(file.fd(), ext.offset, ext.len)],
+                None => {
+                    let logical = ext.offset.checked_sub(self.base).ok_or_else(|| {
+                        IoError::InvalidArgument(format!(
+                            "slot range at {} lies before the data area",
+                            ext.offset
+                        ))
+                    })?;
+                    self.map
+                        .pieces(logical, ext.len)
+                        .map(|piece| {
+                            let member = &self.members[piece.member];
+                            (
+                                member.fd.as_raw_fd(),
+                                member.data_offset + piece.offset,
+                                piece.len,
+                            )
+                        })
+                        .collect()
+                }
+            };
+            for (fd, at, piece_len) in pieces {
                 let mut pos = 0;
-                while pos < piece.len {
-                    let chunk = max.min(piece.len - pos);
+                while pos < piece_len {
+                    let chunk = max.min(piece_len - pos);
                     let mut iovecs = Vec::new();
                     let mut need = chunk;
                     while need > 0 {
@@ -1508,6 +1631,24 @@ impl SwapStore {
 }
 
 /// A failed request of a striped store's batch, as the member's error ([`IoError::Member`]).
+/// What request building needs of a slot or a view.
+#[derive(Clone, Copy)]
+struct SlotParts<'a> {
+    extents: &'a [Extent],
+    len: u64,
+    store_id: u64,
+    external: Option<&'a ExternalFile>,
+}
+
+fn view_parts(view: &SlotView) -> SlotParts<'_> {
+    SlotParts {
+        extents: &view.extents,
+        len: view.len,
+        store_id: view.store_id,
+        external: view.external.as_deref(),
+    }
+}
+
 fn name_member(members: &[Backing], e: IoError) -> IoError {
     match e {
         IoError::Request { fd, source, .. } => {
