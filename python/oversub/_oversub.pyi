@@ -44,6 +44,8 @@ class Pool:
     @property
     def device(self) -> Literal["host", "cuda"]: ...
     @property
+    def store_alignment(self) -> int: ...
+    @property
     def store_path(self) -> pathlib.Path:
         """The store's path; the first member's when it is striped over several locations."""
     @property
@@ -57,9 +59,23 @@ class Pool:
     def stats(self) -> dict[str, int]:
         """capacity_bytes, used_bytes, store_capacity_bytes, store_free_bytes (and the host tier's, if any)."""
 
+class ExternalFile:
+    """A file oversub reads but never writes (a model checkpoint), for ``AddressSpace.alloc_external``."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def direct(self) -> bool: ...
+
 class AddressSpace:
     """A set of buffers paged together; made by ``Pool.address_space()``."""
 
+    def alloc_external(self, file: ExternalFile | str | os.PathLike[str], offset: int, nbytes: _Size) -> Buffer:
+        """A read-only buffer whose stored copy is ``file``'s bytes from ``offset`` (a checkpoint as the store)."""
+        ...
     def alloc(self, nbytes: _Size, read_only: bool = False, *, unpageable: bool = False) -> Buffer:
         """A resident, zero-filled buffer. Raises OutOfMemoryError when the pool has no room."""
     def page_out_all(self) -> None:

@@ -33,6 +33,7 @@ __all__ = [
     "StoreFullError",
     "StoreBusyError",
     "StoreRefusedError",
+    "ExternalChangedError",
     "AccelError",
     "NoDriverError",
     "DeviceOutOfMemoryError",
@@ -153,6 +154,12 @@ class StoreRefusedError(IoError):
     """The store holds something oversub will not overwrite without being told: a file system or partition
     signature, data it did not write, another user's store, or permissions it cannot narrow to 0600
     (``IoError::StoreRefused``). Pass ``force_store=True`` if its contents may be destroyed."""
+
+
+class ExternalChangedError(IoError):
+    """A file read by buffers from ``AddressSpace.alloc_external`` (a checkpoint) was modified after oversub opened it
+    (``IoError::ExternalChanged``): its bytes may no longer be the ones the buffers were made from. Open it again
+    (and offload again) to use the new contents."""
 
 
 class AccelError(Error):

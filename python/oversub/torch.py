@@ -40,7 +40,7 @@ import torch
 from torch import nn
 
 from . import errors as _errors
-from ._oversub import Pool
+from ._oversub import ExternalFile, Pool
 
 __all__ = [
     "offload",
@@ -259,6 +259,9 @@ class _Slot:
 
 
 _OUT, _IN_FLIGHT, _RESIDENT = "paged_out", "paging_in", "resident"
+# Checkpoint ranges are rounded out to this when the file is a group's store: the direct-I/O alignment of every
+# store oversub makes on common disks (checked against the pool's own at load).
+_EXTERNAL_ALIGN = 4096
 
 
 @dataclass
@@ -283,6 +286,7 @@ class _Group:
     wait_s: float = 0.0
     calls: int = 0
     loaded: bool = False  # the slots' tensors were moved into the buffer
+    external: tuple[str, int] | None = None  # (checkpoint file, aligned offset): the file is this group's store
 
 
 def _module_tensors(module: nn.Module, recurse: bool):
@@ -361,7 +365,7 @@ class Offloaded:
     """What :func:`offload` returns (and attaches to the model): the pool, the groups, the hooks, the trace."""
 
     def __init__(self, model: nn.Module, *, capacity: int, store, device: str, lookahead, order, trainable: bool,
-                 store_capacity: int | None, verify_checksums: bool):
+                 store_capacity: int | None, verify_checksums: bool, copy_checkpoint: bool = False):
         self.model = model
         self.capacity = capacity
         self.store = store
@@ -376,6 +380,7 @@ class Offloaded:
         self.trainable = trainable
         self.store_capacity = store_capacity
         self.verify_checksums = verify_checksums
+        self.copy_checkpoint = copy_checkpoint
         self.groups: list[_Group] = []
         self.kept_bytes = 0
         self.pool = None
@@ -401,6 +406,7 @@ class Offloaded:
             passes=0, traces_recorded=0, divergences=0, bytes_paged_in=0, bytes_paged_out=0, bytes_written=0,
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
             evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
+            groups_in_checkpoint=0,
         )
         self.per_pass: list[dict[str, Any]] = []
 
@@ -512,6 +518,10 @@ class Offloaded:
                 raise CheckpointError(
                     f"{len(missing)} tensors are on the meta device and no checkpoint was given (first: "
                     f"{missing[0]}): pass checkpoint='model.safetensors'")
+        if reader is not None and not self.copy_checkpoint and not self.trainable:
+            self._place_in_checkpoint(reader)
+        copied = [g for g in self.groups if g.external is None]
+        total_store = sum(_round_up(g.nbytes, 2 * _MIB) for g in copied) if copied else _MIB
         try:
             self._create_pool(total_store)
             self._load(reader, kept_tensors, qual)
@@ -533,6 +543,32 @@ class Offloaded:
         if self._explicit_order is not None:
             self._set_trace(self._resolve_order(self._explicit_order, names))
         self._install_hooks()
+
+    def _place_in_checkpoint(self, reader: _CheckpointReader) -> None:
+        """Marks the groups whose checkpoint bytes can be their buffer: every tensor in one file with the model's
+        dtype, together (the span holds at most 1/8 of other bytes), at offsets torch can view with that dtype, and
+        the aligned range inside the file and the capacity. Their slots get the offsets of the file's layout."""
+        gran = 4096 if self.device.type == "cpu" else 2 * _MIB
+        sizes: dict[str, int] = {}
+        for g in self.groups:
+            entries = [reader.index[s.qualname] for s in g.slots]
+            path = entries[0].path
+            if any(e.path != path or e.dtype != s.dtype for e, s in zip(entries, g.slots)):
+                continue
+            lo = min(e.start for e in entries)
+            hi = max(e.start + e.nbytes for e in entries)
+            lo_a, hi_a = lo - lo % _EXTERNAL_ALIGN, _round_up(hi, _EXTERNAL_ALIGN)
+            size = sizes.setdefault(path, os.path.getsize(path))
+            if hi_a > size or hi - lo > g.nbytes + g.nbytes // 8 + _EXTERNAL_ALIGN:
+                continue
+            if any((e.start - lo_a) % torch.empty((), dtype=e.dtype).element_size() for e in entries):
+                continue
+            if _round_up(hi_a - lo_a, gran) > self.capacity:
+                continue
+            for s, e in zip(g.slots, entries):
+                s.offset = e.start - lo_a
+            g.nbytes = hi_a - lo_a
+            g.external = (path, lo_a)
 
     def _create_pool(self, store_bytes: int) -> None:
         kwargs: dict[str, Any] = dict(
@@ -574,10 +610,28 @@ class Offloaded:
 
     def _load_groups(self, reader: _CheckpointReader | None, pending: list) -> None:
         used = 0
+        files: dict[str, Any] = {}
+        if _EXTERNAL_ALIGN % self.pool.store_alignment:
+            for g in self.groups:  # a store with a larger alignment than the ranges were rounded to: copy them
+                if g.external is not None:
+                    raise CheckpointError(
+                        f"the store's alignment ({self.pool.store_alignment} bytes) does not divide "
+                        f"{_EXTERNAL_ALIGN}: pass copy_checkpoint=True")
         for g in self.groups:
             for s in g.slots:
                 s.requires_grad = s.tensor.requires_grad
                 s.placeholder = self._placeholder(s.dtype, s.shape)
+            if g.external is not None:
+                path, at = g.external
+                if path not in files:
+                    files[path] = ExternalFile(path)
+                g.buf = self.space.alloc_external(files[path], at, g.nbytes)
+                g.reserved = g.buf.info()["reserved_bytes"]
+                self._take_placeholders(g)
+                g.loaded = True
+                g.state = _OUT
+                self.c["groups_in_checkpoint"] += 1
+                continue
             while pending and used + _round_up(g.nbytes, 4096) > self.capacity:
                 og, h = pending[0]
                 try:
@@ -609,21 +663,7 @@ class Offloaded:
                         dst.copy_(s.tensor.data)
                     del dst
                 del base
-                for s in g.slots:
-                    if s.tensor.device != self.device:
-                        # A meta tensor cannot take CPU data (nor a CPU one CUDA data): a new Parameter (or buffer
-                        # tensor) takes its place in every module that holds it.
-                        if isinstance(s.tensor, nn.Parameter):
-                            new = nn.Parameter(s.placeholder, requires_grad=False)
-                        else:
-                            new = s.placeholder.detach()
-                        for sub, attr, is_param in s.refs:
-                            (sub._parameters if is_param else sub._buffers)[attr] = new
-                        s.tensor = new
-                    else:
-                        s.tensor.data = s.placeholder
-                    if not self.trainable and isinstance(s.tensor, nn.Parameter):
-                        s.tensor.requires_grad_(False)
+                self._take_placeholders(g)
                 g.loaded = True
             try:
                 pending.append((g, g.buf.page_out_async()))
@@ -638,6 +678,26 @@ class Offloaded:
             except _errors.StoreFullError as e:
                 raise StoreTooSmallError(f"the store is full at group {g.name}: {e}") from e
             pending.pop(0)
+
+    def _take_placeholders(self, g: _Group) -> None:
+        """The group's tensors hold placeholders from now on (its buffer is paged out); a meta tensor is replaced by
+        a new Parameter (or buffer tensor) in every module that holds it."""
+        with torch.no_grad(), torch.inference_mode(False):
+            for s in g.slots:
+                if s.tensor.device != self.device:
+                    # A meta tensor cannot take CPU data (nor a CPU one CUDA data): a new Parameter (or buffer
+                    # tensor) takes its place in every module that holds it.
+                    if isinstance(s.tensor, nn.Parameter):
+                        new = nn.Parameter(s.placeholder, requires_grad=False)
+                    else:
+                        new = s.placeholder.detach()
+                    for sub, attr, is_param in s.refs:
+                        (sub._parameters if is_param else sub._buffers)[attr] = new
+                    s.tensor = new
+                else:
+                    s.tensor.data = s.placeholder
+                if not self.trainable and isinstance(s.tensor, nn.Parameter):
+                    s.tensor.requires_grad_(False)
 
     def _load_kept(self, reader: _CheckpointReader | None, kept_tensors, qual) -> None:
         # Resident tensors outside the groups: loaded from the checkpoint when they are on meta, moved to a CUDA
@@ -1087,6 +1147,7 @@ def offload(
     trainable: bool = False,
     store_capacity: int | str | None = None,
     verify_checksums: bool = True,
+    copy_checkpoint: bool = False,
 ) -> Offloaded:
     """Offloads ``model``'s weights to an oversub pool of ``capacity`` bytes with a swap store in ``store``.
 
@@ -1099,7 +1160,12 @@ def offload(
       as many as the capacity holds beside the running group; ``0``: on demand only).
     - ``checkpoint``: a safetensors file (or a list, or a directory of them) to load the weights from, one tensor
       at a time, for a model built on the ``meta`` device. Names are the model's ``named_parameters()``/
-      ``named_buffers()`` names.
+      ``named_buffers()`` names. The file itself is the store of every group whose tensors lie together in it with
+      the model's dtypes: such a group's buffer is the group's byte range of the file (rounded out to the direct-I/O
+      alignment), its tensors are views at their offsets, and nothing is copied at start-up (``copy_checkpoint=True``
+      copies every group into oversub's store instead, as for a group that does not qualify). oversub's checksums
+      do not cover these groups (taking them would read the whole file); a file modified while the model is
+      offloaded raises :class:`oversub.ExternalChangedError` at the next page-in.
     - ``order``: the order the groups run in (modules, names or indices), instead of learning it from the first pass.
 
     Raises :class:`GroupTooLargeError`, :class:`StoreTooSmallError` or :class:`CheckpointError` before anything
@@ -1123,6 +1189,7 @@ def offload(
         trainable=trainable,
         store_capacity=_parse_size(store_capacity) if store_capacity is not None else None,
         verify_checksums=verify_checksums,
+        copy_checkpoint=copy_checkpoint,
     )
     h._build(group, keep, checkpoint)
     model.__dict__[_ATTR] = h

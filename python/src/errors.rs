@@ -87,6 +87,7 @@ impl ToRaised for IoError {
             IoError::StoreFull { .. } => "StoreFullError",
             IoError::StoreBusy { .. } => "StoreBusyError",
             IoError::StoreRefused { .. } => "StoreRefusedError",
+            IoError::ExternalChanged { .. } => "ExternalChangedError",
             _ => "IoError",
         };
         Raised::new(class, self.to_string())

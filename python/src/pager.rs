@@ -29,6 +29,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<AddressSpace>()?;
     m.add_class::<Buffer>()?;
     m.add_class::<Handle>()?;
+    m.add_class::<ExternalFile>()?;
     m.add_function(wrap_pyfunction!(rust_paging_loop, m)?)?;
     Ok(())
 }
@@ -286,6 +287,13 @@ impl Pool {
         }
     }
 
+    /// The store's direct-I/O alignment in bytes: offsets and lengths given to
+    /// ``AddressSpace.alloc_external`` are multiples of it.
+    #[getter]
+    fn store_alignment(&self) -> usize {
+        self.inner.store().alignment()
+    }
+
     /// Device memory the pool may hand out, in bytes.
     #[getter]
     fn capacity_bytes(&self) -> u64 {
@@ -380,6 +388,52 @@ pub(crate) struct SpaceCore {
     live: Mutex<HashMap<oversub_core::Buffer, Weak<BufCore>>>,
 }
 
+/// A file oversub reads but never writes (a model checkpoint), opened read-only with O_DIRECT where the file system
+/// takes it, for ``AddressSpace.alloc_external``. It stays open while any buffer made from it lives; a change to
+/// the file after it was opened makes the next page-in raise ``ExternalChangedError``.
+#[pyclass(frozen, module = "oversub")]
+#[derive(Debug)]
+pub struct ExternalFile {
+    inner: Arc<oversub_io::ExternalFile>,
+}
+
+#[pymethods]
+impl ExternalFile {
+    #[new]
+    fn new(path: PathBuf) -> PyResult<Self> {
+        Ok(ExternalFile {
+            inner: Arc::new(oversub_io::ExternalFile::open(&path).py()?),
+        })
+    }
+
+    /// The path it was opened at.
+    #[getter]
+    fn path(&self) -> PathBuf {
+        self.inner.path().to_path_buf()
+    }
+
+    /// Its size in bytes when it was opened.
+    #[getter]
+    fn nbytes(&self) -> u64 {
+        self.inner.len()
+    }
+
+    /// Whether reads bypass the page cache (O_DIRECT).
+    #[getter]
+    fn direct(&self) -> bool {
+        self.inner.is_direct()
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "ExternalFile({:?}, nbytes={}, direct={})",
+            self.inner.path(),
+            self.inner.len(),
+            self.inner.is_direct()
+        )
+    }
+}
+
 /// A set of buffers paged together. Create one with `Pool.address_space()`.
 #[pyclass(frozen, module = "oversub")]
 #[derive(Debug)]
@@ -416,6 +470,50 @@ impl AddressSpace {
             handle,
             nbytes: size,
             read_only,
+            views: Mutex::new(0),
+            freed: AtomicBool::new(false),
+        });
+        lock(&self.core.live).insert(handle, Arc::downgrade(&core));
+        Ok(Buffer { core })
+    }
+
+    /// Allocates a read-only buffer of `nbytes` whose stored copy is `file`'s bytes from `offset` (a model
+    /// checkpoint used as the store, so nothing is copied): it starts paged out, each page-in reads that range of
+    /// the file, each page-out only gives the memory back, and oversub never writes the file.
+    ///
+    /// Args:
+    ///     file: an ``oversub.ExternalFile`` (share one per file) or a path.
+    ///     offset, nbytes: multiples of ``Pool.store_alignment`` lying inside the file (round a range out and
+    ///         view the bytes you want at their offset inside the buffer).
+    ///
+    /// Raises:
+    ///     oversub.errors.IoError: misaligned or outside the file; at page-in, ``ExternalChangedError`` when the
+    ///         file was modified after it was opened.
+    #[pyo3(signature = (file, offset, nbytes))]
+    fn alloc_external(
+        &self,
+        file: &Bound<'_, PyAny>,
+        offset: u64,
+        nbytes: &Bound<'_, PyAny>,
+    ) -> PyResult<Buffer> {
+        let size = size_arg(nbytes, "nbytes")?;
+        let file = match file.cast::<ExternalFile>() {
+            Ok(f) => Arc::clone(&f.get().inner),
+            Err(_) => {
+                let path: PathBuf = file.extract()?;
+                Arc::new(oversub_io::ExternalFile::open(&path).py()?)
+            }
+        };
+        let handle = self
+            .core
+            .space
+            .alloc_external(&file, offset, size, BufferFlags::READ_ONLY)
+            .py()?;
+        let core = Arc::new(BufCore {
+            space: Arc::clone(&self.core),
+            handle,
+            nbytes: size,
+            read_only: true,
             views: Mutex::new(0),
             freed: AtomicBool::new(false),
         });

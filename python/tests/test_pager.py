@@ -401,3 +401,37 @@ def test_one_handle_waited_from_many_threads(pool):
     assert not errors_seen
     assert 0 <= polls <= len(handles)
     assert all(b.state == "paged_out" for b in bufs)
+
+
+def test_a_file_as_the_store_of_read_only_buffers(pool, tmp_path):
+    """alloc_external: a buffer over a range of a file oversub does not own (a checkpoint) starts paged out, reads
+    the file at page-in, gives only memory back at page-out, never writes the file and refuses writes."""
+    data = os.urandom(3 * MiB + 100)
+    path = tmp_path / "weights.bin"
+    path.write_bytes(data)
+    f = oversub.ExternalFile(path)
+    assert f.nbytes == len(data) and str(f.path) == str(path) and "ExternalFile(" in repr(f)
+    align = pool.store_alignment
+    space = pool.address_space()
+    free_before = pool.stats()["store_free_bytes"]
+    a = space.alloc_external(f, align, MiB)
+    b = space.alloc_external(str(path), 2 * MiB, MiB)  # a path opens the file itself
+    assert a.state == "paged_out" and a.read_only
+    for _ in range(2):
+        for buf, at in ((a, align), (b, 2 * MiB)):
+            buf.page_in_async().wait()
+            assert buf.read() == data[at: at + MiB]
+            with pytest.raises(errors.ReadOnlyError):
+                buf.write(b"x")
+            buf.page_out()
+    assert pool.stats()["store_free_bytes"] == free_before
+    assert path.read_bytes() == data
+    with pytest.raises(errors.IoError, match="past the end"):
+        space.alloc_external(f, 3 * MiB, MiB)
+    if align > 1:
+        with pytest.raises(errors.IoError, match="not aligned"):
+            space.alloc_external(f, 1, MiB)
+    path.write_bytes(data[:MiB])  # rewritten in place: size and time change
+    with pytest.raises(oversub.ExternalChangedError):
+        a.page_in()
+    assert a.state == "paged_out"

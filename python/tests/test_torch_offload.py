@@ -376,6 +376,82 @@ def test_checkpoint_into_a_meta_model(tmp_path, x):
         ot.offload(empty, capacity=2 * BLOCK, store=tmp_path)
 
 
+def test_the_checkpoint_is_the_store(tmp_path, x):
+    """Groups whose tensors lie together in the safetensors file page in from the file itself: nothing is written
+    to oversub's store at start-up or later, the file is never modified, and the outputs are the resident model's."""
+    st = pytest.importorskip("safetensors.torch")
+    m = _model(6, seed=3)
+    ref = _ref(m, x)
+    path = tmp_path / "model.safetensors"
+    st.save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(path))
+    before = (path.stat().st_mtime_ns, path.read_bytes())
+    with torch.device("meta"):
+        empty = Stack(6)
+    h = ot.offload(empty, capacity=3 * BLOCK, store=tmp_path / "store", checkpoint=path)
+    s = ot.stats(empty)
+    # Every group but the one in the file's last, partial 4 KiB block (a direct read cannot end there): that one
+    # is copied into the store.
+    in_file = [g.external is not None for g in h.groups]
+    assert in_file == [True] * 5 + [False] and s["groups_in_checkpoint"] == 5
+    assert s["bytes_written"] == h.groups[5].nbytes
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(empty(x), ref)
+    s = ot.stats(empty)
+    assert s["page_ins_prefetched"] > 0 and s["bytes_paged_in"] > 0
+    assert h.pool.stats()["store_capacity_bytes"] - h.pool.stats()["store_free_bytes"] <= 2 * BLOCK
+    assert h.pool.store_alignment in (512, 1024, 2048, 4096)
+    ot.restore(empty)
+    with torch.no_grad():
+        assert torch.equal(empty(x), ref)
+    assert (path.stat().st_mtime_ns, path.read_bytes()) == before
+
+    # copy_checkpoint=True: the old way, every group copied into the store
+    with torch.device("meta"):
+        empty = Stack(6)
+    ot.offload(empty, capacity=3 * BLOCK, store=tmp_path / "store", checkpoint=path, copy_checkpoint=True)
+    s = ot.stats(empty)
+    assert s["groups_in_checkpoint"] == 0 and s["bytes_written"] > 0
+    with torch.no_grad():
+        assert torch.equal(empty(x), ref)
+
+
+def test_groups_the_file_cannot_back_are_copied(tmp_path, x):
+    """A group whose tensors the file holds in another dtype than the model's (read and converted) is copied into
+    the store; the others still read the file."""
+    st = pytest.importorskip("safetensors.torch")
+    m = _model(4, seed=5)
+    ref = _ref(m, x)
+    sd = {k: v.contiguous() for k, v in m.state_dict().items()}
+    sd["blocks.2.lin.weight"] = sd["blocks.2.lin.weight"].double()  # another dtype: read and converted
+    path = tmp_path / "model.safetensors"
+    st.save_file(sd, str(path))
+    with torch.device("meta"):
+        empty = Stack(4)
+    h = ot.offload(empty, capacity=2 * BLOCK, store=tmp_path / "store", checkpoint=path)
+    in_file = [g.external is not None for g in h.groups]
+    assert in_file[2] is False and in_file[0] and in_file[1]
+    assert ot.stats(empty)["groups_in_checkpoint"] == sum(in_file)
+    with torch.no_grad():
+        assert torch.equal(empty(x), ref)
+
+
+def test_a_checkpoint_modified_under_the_model_is_an_error(tmp_path, x):
+    st = pytest.importorskip("safetensors.torch")
+    m = _model(4, seed=9)
+    path = tmp_path / "model.safetensors"
+    st.save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(path))
+    with torch.device("meta"):
+        empty = Stack(4)
+    ot.offload(empty, capacity=2 * BLOCK, store=tmp_path / "store", checkpoint=path, lookahead=0)
+    with torch.no_grad():
+        empty(x)
+    with open(path, "ab") as f:
+        f.write(b"changed")
+    with torch.no_grad(), pytest.raises(oversub.ExternalChangedError, match="changed after oversub opened it"):
+        empty(x)
+
+
 def test_offload_benchmark_runs_end_to_end(tmp_path):
     """`python -m oversub.bench offload` at a tiny size: oversub beside the floor and the mmap'd file, outputs equal
     (no timing is asserted)."""
