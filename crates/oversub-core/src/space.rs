@@ -448,6 +448,9 @@ pub(crate) struct SpaceUsage {
     pub(crate) limit_bytes: std::sync::atomic::AtomicU64,
     /// A clock of accesses, for choosing which buffers a shrinking quota pages out first.
     pub(crate) clock: std::sync::atomic::AtomicU64,
+    /// The priority of this space's store transfers (larger first, on a store with priority I/O): 0, or minus the
+    /// tenant's rank. Every slot of the space reads it at each submission, so a new plan applies at once.
+    pub(crate) io_priority: Arc<std::sync::atomic::AtomicI64>,
 }
 
 impl SpaceUsage {
@@ -463,6 +466,7 @@ impl Default for SpaceUsage {
             charged_bytes: std::sync::atomic::AtomicU64::new(0),
             limit_bytes: std::sync::atomic::AtomicU64::new(u64::MAX),
             clock: std::sync::atomic::AtomicU64::new(0),
+            io_priority: Arc::new(std::sync::atomic::AtomicI64::new(0)),
         }
     }
 }
@@ -634,7 +638,8 @@ impl AddressSpace {
                     .into(),
             ));
         }
-        let slot = pool.store.external_slot(file, offset, len)?;
+        let mut slot = pool.store.external_slot(file, offset, len)?;
+        slot.set_priority(Arc::clone(&self.shared.usage.io_priority));
         let reserve_len = usize::try_from(len)
             .map_err(|_| PagerError::InvalidSize(format!("{len} bytes overflows")))?;
         let reservation = pool.device.reserve(reserve_len)?;
@@ -667,7 +672,8 @@ impl AddressSpace {
         flags: BufferFlags,
     ) -> Result<Buffer, PagerError> {
         let pool = &self.shared.pool;
-        let slot = pool.store.allocate(io_bytes)?;
+        let mut slot = pool.store.allocate(io_bytes)?;
+        slot.set_priority(Arc::clone(&self.shared.usage.io_priority));
         if let Err(e) = self.shared.zero_slot(&slot) {
             pool.store.release(slot);
             return Err(e);
@@ -985,7 +991,8 @@ impl AddressSpace {
             e.host = Some(hs);
             e.checksum = None;
         } else {
-            let slot = pool.store.allocate(e.io_bytes)?;
+            let mut slot = pool.store.allocate(e.io_bytes)?;
+            slot.set_priority(Arc::clone(&shared.usage.io_priority));
             // Checksums are taken where the host can read the buffer (not through the staging path).
             let hashed = pool
                 .device

@@ -151,6 +151,10 @@ impl Tenants {
             t.usage
                 .limit_bytes
                 .store(quota.resident_limit_bytes, Ordering::Release);
+            // Alg. 1 line 4: the store serves the higher-ranked tenants' transfers first.
+            t.usage
+                .io_priority
+                .store(-i64::try_from(rank).unwrap_or(i64::MAX), Ordering::Relaxed);
             if t.usage.charged_bytes.load(Ordering::Acquire) > quota.resident_limit_bytes {
                 if let Some(space) = t.space.upgrade() {
                     over.push((space, quota.resident_limit_bytes));

@@ -352,3 +352,102 @@ proptest! {
         }
     }
 }
+
+/// Records the priority each batch reaches the engine with, then forwards it.
+#[derive(Debug)]
+struct PrioritySpy {
+    inner: std::sync::Arc<dyn oversub_io::IoEngine>,
+    seen: std::sync::Mutex<Vec<(oversub_io::Direction, i64)>>,
+}
+
+// SAFETY: forwards every call unchanged to the inner engine.
+unsafe impl oversub_io::IoEngine for PrioritySpy {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn queue_depth(&self) -> usize {
+        self.inner.queue_depth()
+    }
+
+    unsafe fn submit(
+        &self,
+        requests: Vec<oversub_io::IoRequest>,
+        on_done: oversub_io::IoCallback,
+    ) -> Result<(), oversub_io::IoError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.submit_with_priority(requests, 0, false, on_done) }
+    }
+
+    unsafe fn submit_with_priority(
+        &self,
+        requests: Vec<oversub_io::IoRequest>,
+        priority: i64,
+        tagged: bool,
+        on_done: oversub_io::IoCallback,
+    ) -> Result<(), oversub_io::IoError> {
+        if let Some(r) = requests.first() {
+            self.seen.lock().unwrap().push((r.direction, priority));
+        }
+        // SAFETY: forwarded from our caller.
+        unsafe {
+            self.inner
+                .submit_with_priority(requests, priority, tagged, on_done)
+        }
+    }
+
+    fn counters(&self) -> oversub_io::IoCountersSnapshot {
+        self.inner.counters()
+    }
+}
+
+#[test]
+fn tenants_transfers_carry_their_rank_to_the_store() {
+    // Alg. 1 line 4: the store's queue sees each tenant's transfers at its rank (0 highest, then -1, -2).
+    let spy = std::sync::Arc::new(PrioritySpy {
+        inner: engines().remove(0).1,
+        seen: std::sync::Mutex::new(Vec::new()),
+    });
+    let store = std::sync::Arc::new(
+        oversub_io::SwapStore::builder()
+            .capacity_bytes(64 * MIB)
+            .engine(spy.clone())
+            .create_temp(&std::env::temp_dir())
+            .unwrap(),
+    );
+    let device: std::sync::Arc<dyn oversub_accel::DeviceMemory> =
+        std::sync::Arc::new(oversub_accel::HostMemory::default());
+    let pool =
+        oversub_core::Pool::new(oversub_core::PoolConfig::new(24 * MIB), device, store).unwrap();
+    let low = pool
+        .tenant_space(TenantConfig::new("low", 8 * MIB, 1.0))
+        .unwrap();
+    let high = pool
+        .tenant_space(TenantConfig::new("high", 8 * MIB, 5.0))
+        .unwrap();
+    let mid = pool
+        .tenant_space(TenantConfig::new("mid", 8 * MIB, 3.0))
+        .unwrap();
+    for (space, want) in [(&high, 0), (&mid, -1), (&low, -2)] {
+        let buf = space.alloc(MIB, BufferFlags::DEFAULT).unwrap();
+        spy.seen.lock().unwrap().clear();
+        space.page_out(buf).unwrap();
+        space.page_in(buf).unwrap();
+        let seen = spy.seen.lock().unwrap().clone();
+        assert!(!seen.is_empty());
+        assert!(
+            seen.iter().all(|&(_, p)| p == want),
+            "{seen:?}, want {want}"
+        );
+    }
+    // A new tenant above them all re-ranks the others at once, for slots that already exist.
+    let top = pool
+        .tenant_space(TenantConfig::new("top", 8 * MIB, 9.0))
+        .unwrap();
+    let buf = high.buffers()[0];
+    spy.seen.lock().unwrap().clear();
+    high.page_out(buf).unwrap();
+    high.page_in(buf).unwrap();
+    assert!(spy.seen.lock().unwrap().iter().all(|&(_, p)| p == -1));
+    drop(top);
+}

@@ -20,7 +20,8 @@ pub mod tuning;
 pub use alloc::{Extent, ExtentAllocator};
 pub use engine::{
     select_engine, submit_wait, Direction, EngineChoice, IoCallback, IoCounters,
-    IoCountersSnapshot, IoDone, IoEngine, IoRequest, IoVec, PsyncEngine, UringEngine,
+    IoCountersSnapshot, IoDone, IoEngine, IoRequest, IoVec, PriorityEngine, PsyncEngine,
+    UringEngine,
 };
 pub use error::IoError;
 pub use external::ExternalFile;

@@ -32,7 +32,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
 mod exclusive;
@@ -46,8 +46,8 @@ pub use stripe::StripeMap;
 
 use crate::alloc::{Extent, ExtentAllocator};
 use crate::engine::{
-    select_engine, submit_wait, Direction, EngineChoice, IoCallback, IoDone, IoEngine, IoRequest,
-    IoVec,
+    select_engine, Direction, EngineChoice, IoCallback, IoDone, IoEngine, IoRequest, IoVec,
+    PriorityEngine,
 };
 use crate::error::IoError;
 use crate::external::ExternalFile;
@@ -82,6 +82,7 @@ pub struct StoreBuilder {
     scrub: Scrub,
     /// Stripe unit of a store over several locations; `None`: the (read) `max_io_bytes`.
     stripe_bytes: Option<u64>,
+    priority_io: bool,
 }
 
 impl Default for StoreBuilder {
@@ -99,11 +100,20 @@ impl Default for StoreBuilder {
             force: false,
             scrub: Scrub::OnClose,
             stripe_bytes: None,
+            priority_io: false,
         }
     }
 }
 
 impl StoreBuilder {
+    /// Serves the store's transfers by priority ([`PriorityEngine`] in front of the engine): a transfer of a slot
+    /// with a higher [`Slot::set_priority`] overtakes the requests of lower ones not yet started, so a
+    /// high-priority tenant's page-in does not wait behind a victim's bulk I/O. Off by default (FIFO).
+    pub fn priority_io(mut self, on: bool) -> Self {
+        self.priority_io = on;
+        self
+    }
+
     /// Size of the data area (the header comes on top). Required for created files; for `open` it defaults to
     /// the file/device size less the header (a smaller file is extended).
     pub fn capacity_bytes(mut self, bytes: u64) -> Self {
@@ -657,16 +667,18 @@ impl StoreBuilder {
     }
 
     fn take_engine(&self) -> Result<Arc<dyn IoEngine>, IoError> {
-        match &self.engine {
-            Some(e) => Ok(e.clone()),
-            None => select_engine(self.engine_choice, self.queue_depth),
-        }
+        let engine = match &self.engine {
+            Some(e) => e.clone(),
+            None => select_engine(self.engine_choice, self.queue_depth)?,
+        };
+        Ok(prioritized(engine, self.priority_io))
     }
 
     /// The store over `members` (at least one), with this builder's engine and settings.
     fn assemble(&self, members: Vec<Backing>) -> Result<SwapStore, IoError> {
         let engine = self.take_engine()?;
         SwapStore::new(Parts {
+            priority_io: self.priority_io,
             members,
             max_io_bytes: self.max_io_bytes,
             max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
@@ -701,6 +713,7 @@ fn close_and_remove(members: Vec<Backing>) {
 }
 
 struct Parts {
+    priority_io: bool,
     members: Vec<Backing>,
     max_io_bytes: usize,
     max_write_io_bytes: usize,
@@ -736,6 +749,8 @@ pub struct SwapStore {
     engine: Arc<dyn IoEngine>,
     /// The kind of engine the store selected (and may replace when it calibrates); None for a given engine.
     engine_kind: Option<EngineChoice>,
+    /// The engine is behind a [`PriorityEngine`] (kept when calibration replaces it).
+    priority_io: bool,
     /// Manages the logical data area as `[0, capacity)`; slots carry it plus `base`.
     alloc: Mutex<ExtentAllocator>,
     id: u64,
@@ -755,6 +770,8 @@ pub struct Slot {
     /// Set for a slot over a file the store does not own ([`SwapStore::external_slot`]): its extents are offsets
     /// in that file, it is read-only and releasing it frees nothing.
     external: Option<Arc<ExternalFile>>,
+    /// Its transfers' priority, read at each submission (a tenant's rank may change); none is 0.
+    priority: Option<Arc<AtomicI64>>,
 }
 
 impl Slot {
@@ -805,7 +822,19 @@ impl Slot {
             len,
             store_id: self.store_id,
             external: self.external.clone(),
+            priority: self.priority.clone(),
         })
+    }
+
+    /// Makes the slot's transfers (and its views') take their priority from `priority` at each submission:
+    /// larger goes first on a store built with [`StoreBuilder::priority_io`]; ignored otherwise.
+    pub fn set_priority(&mut self, priority: Arc<AtomicI64>) {
+        self.priority = Some(priority);
+    }
+
+    /// The priority its transfers are submitted with now (0 when none was set).
+    pub fn priority(&self) -> i64 {
+        current(&self.priority)
     }
 
     /// The file this slot reads, when it is not the store's own space ([`SwapStore::external_slot`]).
@@ -821,6 +850,7 @@ pub struct SlotView {
     len: u64,
     store_id: u64,
     external: Option<Arc<ExternalFile>>,
+    priority: Option<Arc<AtomicI64>>,
 }
 
 impl PartialEq for SlotView {
@@ -951,6 +981,7 @@ impl SwapStore {
             max_write_io_bytes,
             engine: p.engine,
             engine_kind: p.engine_kind,
+            priority_io: p.priority_io,
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             scrub: p.scrub,
             discard_at_release: AtomicBool::new(true),
@@ -1103,6 +1134,7 @@ impl SwapStore {
             len,
             store_id: self.id,
             external: None,
+            priority: None,
         })
     }
 
@@ -1151,6 +1183,7 @@ impl SwapStore {
             len,
             store_id: self.id,
             external: Some(Arc::clone(file)),
+            priority: None,
         })
     }
 
@@ -1225,6 +1258,7 @@ impl SwapStore {
         &self,
         requests: Vec<IoRequest>,
         external: Option<Arc<ExternalFile>>,
+        priority: i64,
         on_done: IoCallback,
     ) -> Result<(), IoError> {
         let members = self.members.clone();
@@ -1237,7 +1271,10 @@ impl SwapStore {
                 on_done(res);
             });
             // SAFETY: forwarded from our caller; the callback keeps the fd open until the batch finished.
-            return unsafe { self.engine.submit(requests, cb) };
+            return unsafe {
+                self.engine
+                    .submit_with_priority(requests, priority, false, cb)
+            };
         }
         let cb: IoCallback = Box::new(move |res| {
             let res = res.map_err(|e| name_member(&members, e));
@@ -1245,21 +1282,36 @@ impl SwapStore {
             on_done(res);
         });
         // SAFETY: as above.
-        unsafe { self.engine.submit_tagged(requests, cb) }
+        unsafe {
+            self.engine
+                .submit_with_priority(requests, priority, true, cb)
+        }
     }
 
     /// Blocking [`submit_requests`](Self::submit_requests).
     ///
     /// # Safety
     /// As [`IoEngine::submit`].
-    unsafe fn wait_requests(&self, requests: Vec<IoRequest>) -> Result<IoDone, IoError> {
+    unsafe fn wait_requests(
+        &self,
+        requests: Vec<IoRequest>,
+        priority: i64,
+    ) -> Result<IoDone, IoError> {
         // Requests on an external file carry its fd, which no member names; the caller's slot keeps it open.
         let external = requests
             .iter()
             .any(|r| !self.members.iter().any(|m| m.fd.as_raw_fd() == r.fd));
         if self.members.len() == 1 || external {
+            let (tx, rx) = std::sync::mpsc::sync_channel(1);
+            let cb: IoCallback = Box::new(move |res| {
+                let _ = tx.send(res);
+            });
             // SAFETY: forwarded from our caller; blocking means &self (and the fd) outlive the batch.
-            return unsafe { submit_wait(self.engine.as_ref(), requests) };
+            unsafe {
+                self.engine
+                    .submit_with_priority(requests, priority, false, cb)
+            }?;
+            return rx.recv().unwrap_or(Err(IoError::Shutdown));
         }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let cb: IoCallback = Box::new(move |res| {
@@ -1267,7 +1319,7 @@ impl SwapStore {
             let _ = tx.send(res);
         });
         // SAFETY: forwarded from our caller; we block until the callback ran.
-        unsafe { self.submit_requests(requests, None, cb) }?;
+        unsafe { self.submit_requests(requests, None, priority, cb) }?;
         rx.recv().unwrap_or(Err(IoError::Shutdown))
     }
 
@@ -1288,7 +1340,7 @@ impl SwapStore {
     ) -> Result<(), IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
         // SAFETY: forwarded from our caller.
-        unsafe { self.submit_requests(requests, slot.external.clone(), on_done) }
+        unsafe { self.submit_requests(requests, slot.external.clone(), slot.priority(), on_done) }
     }
 
     /// Reads or writes part of a slot (see [`Slot::view`]) from/to `mem` as one batch, asynchronously; otherwise
@@ -1305,7 +1357,14 @@ impl SwapStore {
     ) -> Result<(), IoError> {
         let requests = self.build_requests_for(direction, view_parts(view), mem)?;
         // SAFETY: forwarded from our caller.
-        unsafe { self.submit_requests(requests, view.external.clone(), on_done) }
+        unsafe {
+            self.submit_requests(
+                requests,
+                view.external.clone(),
+                current(&view.priority),
+                on_done,
+            )
+        }
     }
 
     /// Blocking [`SwapStore::submit`].
@@ -1320,7 +1379,7 @@ impl SwapStore {
     ) -> Result<IoDone, IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { self.wait_requests(requests) }
+        unsafe { self.wait_requests(requests, slot.priority()) }
     }
 
     /// Blocking transfer of part of a slot (see [`Slot::view`]); otherwise as [`SwapStore::transfer`].
@@ -1335,7 +1394,7 @@ impl SwapStore {
     ) -> Result<IoDone, IoError> {
         let requests = self.build_requests_for(direction, view_parts(view), mem)?;
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { self.wait_requests(requests) }
+        unsafe { self.wait_requests(requests, current(&view.priority)) }
     }
 
     /// Blocking transfer of several slot views (each with its memory) as one batch, so they run at the engine's
@@ -1349,6 +1408,12 @@ impl SwapStore {
         parts: &[(SlotView, IoVec)],
     ) -> Result<IoDone, IoError> {
         let mut requests = Vec::new();
+        // One batch, one priority: the highest of its views'.
+        let priority = parts
+            .iter()
+            .map(|(v, _)| current(&v.priority))
+            .max()
+            .unwrap_or(0);
         for (view, mem) in parts {
             requests.extend(self.build_requests_for(
                 direction,
@@ -1357,7 +1422,7 @@ impl SwapStore {
             )?);
         }
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { self.wait_requests(requests) }
+        unsafe { self.wait_requests(requests, priority) }
     }
 
     /// Measures this store's request-size × queue-depth grid ([`Calibration`](crate::tuning::Calibration)) with
@@ -1399,7 +1464,10 @@ impl SwapStore {
         self.release(slot);
         let grid = measured?;
         let (read, write) = crate::tuning::best_points(&grid)?;
-        self.engine = select_engine(choice, read.queue_depth.max(write.queue_depth))?;
+        self.engine = prioritized(
+            select_engine(choice, read.queue_depth.max(write.queue_depth))?,
+            self.priority_io,
+        );
         self.max_io_bytes =
             (read.block_bytes - read.block_bytes % self.alignment).max(self.alignment);
         self.max_write_io_bytes =
@@ -1631,6 +1699,20 @@ impl SwapStore {
 }
 
 /// A failed request of a striped store's batch, as the member's error ([`IoError::Member`]).
+/// The value of a slot's priority cell now (0 without one).
+fn current(priority: &Option<Arc<AtomicI64>>) -> i64 {
+    priority.as_ref().map_or(0, |p| p.load(Ordering::Relaxed))
+}
+
+/// `engine`, behind a priority queue when asked.
+fn prioritized(engine: Arc<dyn IoEngine>, on: bool) -> Arc<dyn IoEngine> {
+    if on {
+        Arc::new(PriorityEngine::new(engine))
+    } else {
+        engine
+    }
+}
+
 /// What request building needs of a slot or a view.
 #[derive(Clone, Copy)]
 struct SlotParts<'a> {

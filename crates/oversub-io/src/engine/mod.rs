@@ -1,9 +1,11 @@
 //! I/O engines: the [`IoEngine`] trait, its request types and the two implementations
 //! (io_uring and a psync thread pool).
 
+mod priority;
 mod psync;
 mod uring;
 
+pub use priority::{PriorityEngine, DEFAULT_STARVATION_BOUND};
 pub use psync::PsyncEngine;
 pub use uring::UringEngine;
 
@@ -115,6 +117,29 @@ pub unsafe trait IoEngine: Send + Sync + std::fmt::Debug {
     ) -> Result<(), IoError> {
         // SAFETY: forwarded from our caller.
         unsafe { self.submit(requests, on_done) }
+    }
+    /// As [`submit`](Self::submit) (or [`submit_tagged`](Self::submit_tagged) when `tagged`), with a priority:
+    /// an engine that orders its queue ([`PriorityEngine`]) starts the requests of larger priorities first; the
+    /// default ignores it.
+    ///
+    /// # Safety
+    /// As [`IoEngine::submit`].
+    unsafe fn submit_with_priority(
+        &self,
+        requests: Vec<IoRequest>,
+        priority: i64,
+        tagged: bool,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        let _ = priority;
+        // SAFETY: forwarded from our caller.
+        unsafe {
+            if tagged {
+                self.submit_tagged(requests, on_done)
+            } else {
+                self.submit(requests, on_done)
+            }
+        }
     }
     /// Snapshot of the engine's I/O counters.
     fn counters(&self) -> IoCountersSnapshot;
