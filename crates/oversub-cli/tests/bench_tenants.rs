@@ -26,6 +26,7 @@ fn tenants_benchmark_writes_json_and_chart() {
             "1ms,2ms",
         ])
         .args(["--rounds", "1", "--samples", "1", "--priorities", "given"])
+        .args(["--priority-windows", "0,2"])
         .arg("--store-dir")
         .arg(dir.path())
         .arg("--json")
@@ -65,6 +66,20 @@ fn tenants_benchmark_writes_json_and_chart() {
     assert_eq!(t0["alpha"].as_f64().unwrap(), 0.0);
     assert_eq!(v["target_highest_priority_slowdown"], 1.1);
     assert!(dir.path().join("tenants-slowdown.svg").exists());
+    // The cold-start experiment: FIFO against priority I/O at the engine's depth and at a window of 2.
+    let p = &v["priority_io"];
+    assert_eq!(p["tenant"], "t0");
+    assert!(p["slowdown_fifo"].as_f64().unwrap() > 0.0);
+    let windows: Vec<u64> = p["priority"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|w| w["window"].as_u64().unwrap())
+        .collect();
+    assert_eq!(windows.len(), 2);
+    assert_eq!(windows[1], 2);
+    assert!(windows[0] >= 1);
+    assert!(stdout.contains("cold start"), "{stdout}");
 }
 
 #[test]

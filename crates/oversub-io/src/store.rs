@@ -83,6 +83,8 @@ pub struct StoreBuilder {
     /// Stripe unit of a store over several locations; `None`: the (read) `max_io_bytes`.
     stripe_bytes: Option<u64>,
     priority_io: bool,
+    /// Requests the priority queue lets into the engine at once; `None`: the engine's queue depth.
+    priority_window: Option<usize>,
 }
 
 impl Default for StoreBuilder {
@@ -101,6 +103,7 @@ impl Default for StoreBuilder {
             scrub: Scrub::OnClose,
             stripe_bytes: None,
             priority_io: false,
+            priority_window: None,
         }
     }
 }
@@ -111,6 +114,14 @@ impl StoreBuilder {
     /// high-priority tenant's page-in does not wait behind a victim's bulk I/O. Off by default (FIFO).
     pub fn priority_io(mut self, on: bool) -> Self {
         self.priority_io = on;
+        self
+    }
+
+    /// With [`priority_io`](Self::priority_io): how many requests the queue lets into the engine at once (default
+    /// the engine's queue depth). A high-priority request waits for at most this many started ones; fewer bound
+    /// that wait more tightly, at the cost of the depth a single stream gets.
+    pub fn priority_window(mut self, requests: usize) -> Self {
+        self.priority_window = Some(requests.max(1));
         self
     }
 
@@ -671,7 +682,7 @@ impl StoreBuilder {
             Some(e) => e.clone(),
             None => select_engine(self.engine_choice, self.queue_depth)?,
         };
-        Ok(prioritized(engine, self.priority_io))
+        Ok(prioritized(engine, self.priority_io, self.priority_window))
     }
 
     /// The store over `members` (at least one), with this builder's engine and settings.
@@ -679,6 +690,7 @@ impl StoreBuilder {
         let engine = self.take_engine()?;
         SwapStore::new(Parts {
             priority_io: self.priority_io,
+            priority_window: self.priority_window,
             members,
             max_io_bytes: self.max_io_bytes,
             max_write_io_bytes: self.max_write_io_bytes.unwrap_or(self.max_io_bytes),
@@ -714,6 +726,7 @@ fn close_and_remove(members: Vec<Backing>) {
 
 struct Parts {
     priority_io: bool,
+    priority_window: Option<usize>,
     members: Vec<Backing>,
     max_io_bytes: usize,
     max_write_io_bytes: usize,
@@ -749,8 +762,9 @@ pub struct SwapStore {
     engine: Arc<dyn IoEngine>,
     /// The kind of engine the store selected (and may replace when it calibrates); None for a given engine.
     engine_kind: Option<EngineChoice>,
-    /// The engine is behind a [`PriorityEngine`] (kept when calibration replaces it).
+    /// The engine is behind a [`PriorityEngine`] (kept when calibration replaces it), with this window.
     priority_io: bool,
+    priority_window: Option<usize>,
     /// Manages the logical data area as `[0, capacity)`; slots carry it plus `base`.
     alloc: Mutex<ExtentAllocator>,
     id: u64,
@@ -982,6 +996,7 @@ impl SwapStore {
             engine: p.engine,
             engine_kind: p.engine_kind,
             priority_io: p.priority_io,
+            priority_window: p.priority_window,
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             scrub: p.scrub,
             discard_at_release: AtomicBool::new(true),
@@ -1467,6 +1482,7 @@ impl SwapStore {
         self.engine = prioritized(
             select_engine(choice, read.queue_depth.max(write.queue_depth))?,
             self.priority_io,
+            self.priority_window,
         );
         self.max_io_bytes =
             (read.block_bytes - read.block_bytes % self.alignment).max(self.alignment);
@@ -1705,11 +1721,15 @@ fn current(priority: &Option<Arc<AtomicI64>>) -> i64 {
 }
 
 /// `engine`, behind a priority queue when asked.
-fn prioritized(engine: Arc<dyn IoEngine>, on: bool) -> Arc<dyn IoEngine> {
-    if on {
-        Arc::new(PriorityEngine::new(engine))
-    } else {
-        engine
+fn prioritized(engine: Arc<dyn IoEngine>, on: bool, window: Option<usize>) -> Arc<dyn IoEngine> {
+    match (on, window) {
+        (false, _) => engine,
+        (true, None) => Arc::new(PriorityEngine::new(engine)),
+        (true, Some(w)) => Arc::new(PriorityEngine::with_window(
+            engine,
+            w,
+            crate::engine::DEFAULT_STARVATION_BOUND,
+        )),
     }
 }
 

@@ -12,6 +12,14 @@
 //!   (1 − α_i) of their buffers resident and read and write the rest on the store directly; nobody pages.
 //!
 //! The figure of merit is each tenant's slowdown against running alone, above all the highest-priority one's.
+//!
+//! **Priority I/O** (Alg. 1 line 4, the memory command queue served by priority): in the planned runs above the
+//! top tenant is whole in memory and never touches the store, so the store's queue order cannot matter to it. A
+//! second experiment starts every tenant *cold* (its buffers paged out, as when a task starts or resumes and loads
+//! its data): each pages its buffers in up to its quota on first use while the victims stream theirs. It runs the
+//! top-ranked tenant alone (cold), then all tenants together (cold) on a FIFO store and on a store with priority
+//! I/O ([`oversub_io::StoreBuilder::priority_io`]), `--samples` times each, and reports the top tenant's slowdown
+//! with its spread.
 
 use std::collections::HashMap;
 use std::path::PathBuf;
@@ -96,6 +104,13 @@ pub struct TenantsArgs {
     /// Write an SVG chart of the slowdowns into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
+    /// Skip the cold-start experiment (FIFO against priority I/O).
+    #[arg(long)]
+    no_priority_io: bool,
+    /// Windows of the priority queue to measure in the cold-start experiment (requests let into the engine at
+    /// once; 0 means the engine's queue depth), comma-separated.
+    #[arg(long, default_value = "0", value_delimiter = ',')]
+    priority_windows: Vec<usize>,
 }
 
 /// One tenant's figures.
@@ -134,6 +149,38 @@ struct Report {
     highest_priority_slowdown_lru: f64,
     target_highest_priority_slowdown: f64,
     target_met: bool,
+    /// The cold-start experiment; absent with `--no-priority-io`.
+    priority_io: Option<PriorityIoReport>,
+}
+
+/// The top tenant, cold, alone and together on a FIFO store and with priority I/O: every sample's seconds.
+#[derive(Debug, Serialize)]
+struct PriorityIoReport {
+    tenant: String,
+    alone_cold_s: Vec<f64>,
+    fifo_s: Vec<f64>,
+    /// Median together ÷ median alone.
+    slowdown_fifo: f64,
+    /// (min, max) of each sample ÷ the median alone.
+    slowdown_fifo_range: (f64, f64),
+    /// Every tenant's median response time together on the FIFO store.
+    all_tenants_fifo_s: Vec<(String, f64)>,
+    /// One entry per window measured.
+    priority: Vec<PriorityWindowReport>,
+    target_slowdown: f64,
+    /// The best window's slowdown meets the target.
+    target_met: bool,
+}
+
+#[derive(Debug, Serialize)]
+struct PriorityWindowReport {
+    /// Requests let into the engine at once (the engine's queue depth when the option was 0).
+    window: usize,
+    samples_s: Vec<f64>,
+    slowdown: f64,
+    slowdown_range: (f64, f64),
+    /// Every tenant's median response time.
+    all_tenants_s: Vec<(String, f64)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -224,7 +271,12 @@ pub fn run(mut args: TenantsArgs) -> Result<(), BoxError> {
         rule: args.alpha_rule,
     };
 
-    let steps = (args.tenants + 2) * args.samples;
+    let steps = (args.tenants + 2) * args.samples
+        + if args.no_priority_io {
+            0
+        } else {
+            (2 + args.priority_windows.len()) * args.samples
+        };
     let bar = crate::progress_bar(steps as u64, "tenants", "", false);
 
     // Alone, then together under LRU: these also give Alg. 1 its C_i(1) and C_i(N).
@@ -284,6 +336,89 @@ pub fn run(mut args: TenantsArgs) -> Result<(), BoxError> {
         quotas = q;
         bar.inc(1);
     }
+    let mut priority_io = None;
+    if !args.no_priority_io {
+        // The top-ranked tenant by the plan just run.
+        let top_name = quotas
+            .iter()
+            .min_by_key(|q| q.rank)
+            .map(|q| q.name.clone())
+            .ok_or("no tenants")?;
+        let top_k = workloads
+            .iter()
+            .position(|w| w.name == top_name)
+            .ok_or("top tenant not found")?;
+        let windows = &args.priority_windows;
+        let mut alone_cold = Vec::new();
+        // Condition 0 is the FIFO store; condition 1 + i the priority queue with windows[i].
+        let conditions = 1 + windows.len();
+        let mut top_s: Vec<Vec<f64>> = vec![Vec::new(); conditions];
+        let mut all_s: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); args.tenants]; conditions];
+        for _ in 0..args.samples {
+            bar.set_message(format!("{top_name} alone, cold"));
+            let (outs, _) = run_planned_cold(
+                &env,
+                std::slice::from_ref(&workloads[top_k]),
+                &weights[top_k..=top_k],
+                None,
+            )?;
+            alone_cold.push(outs[0].response_s);
+            bar.inc(1);
+            for c in 0..conditions {
+                let window = if c == 0 { None } else { Some(windows[c - 1]) };
+                bar.set_message(match window {
+                    None => "together, cold, FIFO I/O".to_string(),
+                    Some(w) => format!("together, cold, priority I/O (window {w})"),
+                });
+                let (outs, _) = run_planned_cold(&env, &workloads, &weights, window)?;
+                top_s[c].push(outs[top_k].response_s);
+                for (k, o) in outs.iter().enumerate() {
+                    all_s[c][k].push(o.response_s);
+                }
+                bar.inc(1);
+            }
+        }
+        let alone = median(alone_cold.iter().copied());
+        let range = |v: &[f64]| {
+            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+            (lo / alone, hi / alone)
+        };
+        let per_tenant = |c: usize| -> Vec<(String, f64)> {
+            workloads
+                .iter()
+                .enumerate()
+                .map(|(k, w)| (w.name.clone(), median(all_s[c][k].iter().copied())))
+                .collect()
+        };
+        let depth = env.queue_depth()?;
+        let priority: Vec<PriorityWindowReport> = windows
+            .iter()
+            .enumerate()
+            .map(|(i, &w)| PriorityWindowReport {
+                window: if w == 0 { depth } else { w },
+                slowdown: median(top_s[1 + i].iter().copied()) / alone,
+                slowdown_range: range(&top_s[1 + i]),
+                all_tenants_s: per_tenant(1 + i),
+                samples_s: top_s[1 + i].clone(),
+            })
+            .collect();
+        let best = priority
+            .iter()
+            .map(|p| p.slowdown)
+            .fold(f64::INFINITY, f64::min);
+        priority_io = Some(PriorityIoReport {
+            tenant: top_name,
+            slowdown_fifo: median(top_s[0].iter().copied()) / alone,
+            slowdown_fifo_range: range(&top_s[0]),
+            all_tenants_fifo_s: per_tenant(0),
+            fifo_s: top_s[0].clone(),
+            alone_cold_s: alone_cold,
+            priority,
+            target_slowdown: 1.05,
+            target_met: best <= 1.05,
+        });
+    }
     bar.finish_and_clear();
 
     let planned_s: Vec<f64> = planned
@@ -335,6 +470,7 @@ pub fn run(mut args: TenantsArgs) -> Result<(), BoxError> {
         target_highest_priority_slowdown: 1.10,
         target_met: top.slowdown_planned <= 1.10,
         rows,
+        priority_io,
     };
     print_report(&report);
     if let Some(path) = &args.json {
@@ -368,7 +504,22 @@ struct Env {
 
 impl Env {
     fn pool(&self) -> Result<Pool, BoxError> {
-        let store = SwapStore::builder()
+        self.pool_with(None)
+    }
+
+    /// The queue depth of the engines the stores get.
+    fn queue_depth(&self) -> Result<usize, BoxError> {
+        Ok(self.pool()?.store().engine().queue_depth())
+    }
+
+    /// A pool whose store serves by priority with this window (0: the engine's depth) when `priority_window` is
+    /// given, FIFO otherwise.
+    fn pool_with(&self, priority_window: Option<usize>) -> Result<Pool, BoxError> {
+        let mut builder = SwapStore::builder().priority_io(priority_window.is_some());
+        if let Some(w) = priority_window.filter(|&w| w > 0) {
+            builder = builder.priority_window(w);
+        }
+        let store = builder
             .capacity_bytes(self.store_bytes)
             .engine_choice(self.engine.into())
             .create_temp(&self.store_dir)
@@ -468,6 +619,65 @@ fn run_planned(
         space.write_direct(buf, 0, scratch)?;
         Ok((
             0,
+            if resident {
+                0
+            } else {
+                2 * scratch.len() as u64
+            },
+        ))
+    })?;
+    Ok((outcomes, quotas))
+}
+
+/// As [`run_planned`], but every tenant starts cold (its buffers paged out) and pages each buffer in on first use
+/// as far as its quota allows; the store serves by priority (with that window) when `priority_window` is given.
+fn run_planned_cold(
+    env: &Env,
+    workloads: &[Workload],
+    weights: &[f64],
+    priority_window: Option<usize>,
+) -> Result<(Vec<RunOutcome>, Vec<oversub_core::TenantQuota>), BoxError> {
+    let pool = env.pool_with(priority_window)?;
+    let mut spaces = Vec::new();
+    let mut handles = Vec::new();
+    for (k, w) in workloads.iter().enumerate() {
+        let space = pool.tenant_space(TenantConfig::new(w.name.clone(), w.demand(), weights[k]))?;
+        let mut bufs = Vec::with_capacity(w.buffers);
+        for b in 0..w.buffers {
+            let buf = space.alloc(w.buffer_bytes, BufferFlags::DEFAULT)?;
+            space.write_direct(buf, 0, &vec![w.fill_byte(k, b); w.buffer_bytes as usize])?;
+            bufs.push(buf);
+        }
+        spaces.push(space);
+        handles.push(bufs);
+    }
+    for (space, bufs) in spaces.iter().zip(&handles) {
+        for &buf in bufs {
+            if space.info(buf)?.state == oversub_core::BufferState::Resident {
+                space.page_out(buf)?;
+            }
+        }
+    }
+    // Nothing of the set-up may still be in the page cache or in flight.
+    pool.store().drop_cache().ok();
+    let quotas = pool.tenant_quotas();
+    let outcomes = run_threads(workloads, &spaces, &handles, 0, |k, buf, scratch, stamp| {
+        let space = &spaces[k];
+        let mut paged = 0;
+        if space.info(buf)?.state == oversub_core::BufferState::PagedOut {
+            match space.page_in(buf) {
+                Ok(()) => paged = scratch.len() as u64,
+                // Past a victim's quota: it stays on the store and is read and written there.
+                Err(PagerError::QuotaExceeded { .. }) => {}
+                Err(e) => return Err(e.into()),
+            }
+        }
+        let resident = space.info(buf)?.state == oversub_core::BufferState::Resident;
+        space.read_direct(buf, 0, scratch)?;
+        stamp(scratch);
+        space.write_direct(buf, 0, scratch)?;
+        Ok((
+            paged,
             if resident {
                 0
             } else {
@@ -712,6 +922,52 @@ fn print_report(r: &Report) {
         if r.target_met { "met" } else { "missed" },
         r.highest_priority_slowdown_lru
     );
+    if let Some(p) = &r.priority_io {
+        println!(
+            "\ncold start (every tenant's buffers paged out at the start, paged in on first use), median of {}:",
+            p.fifo_s.len()
+        );
+        let mut head = vec!["tenant".to_string(), "FIFO I/O s".to_string()];
+        head.extend(
+            p.priority
+                .iter()
+                .map(|w| format!("priority, window {} s", w.window)),
+        );
+        let rows: Vec<Vec<String>> = p
+            .all_tenants_fifo_s
+            .iter()
+            .enumerate()
+            .map(|(k, (name, fifo))| {
+                let mut row = vec![name.clone(), format!("{fifo:.3}")];
+                row.extend(p.priority.iter().map(|w| {
+                    let s = w.all_tenants_s[k].1;
+                    format!("{s:.3} ({:.2}x)", s / fifo)
+                }));
+                row
+            })
+            .collect();
+        let head: Vec<&str> = head.iter().map(String::as_str).collect();
+        print!("{}", text_table(&head, &rows));
+        println!(
+            "top tenant {}: alone (cold) {:.3} s; slowdown with FIFO I/O {:.3}x ({:.3}-{:.3})",
+            p.tenant,
+            median(p.alone_cold_s.iter().copied()),
+            p.slowdown_fifo,
+            p.slowdown_fifo_range.0,
+            p.slowdown_fifo_range.1,
+        );
+        for w in &p.priority {
+            println!(
+                "  with priority I/O, window {}: {:.3}x ({:.3}-{:.3})",
+                w.window, w.slowdown, w.slowdown_range.0, w.slowdown_range.1
+            );
+        }
+        println!(
+            "  target <= {:.2}x with priority I/O: {}",
+            p.target_slowdown,
+            if p.target_met { "met" } else { "missed" }
+        );
+    }
 }
 
 fn write_plot(r: &Report, dir: &std::path::Path) -> Result<(), BoxError> {
