@@ -292,7 +292,7 @@ def sim_swap(
     direct_access: Literal["overlapped", "serial"] | None = None,
     profile: _StrPath | None = None,
     seed: int = 1,
-    priorities: Literal["contention", "measured", "given"] = "contention",
+    priorities: Literal["measured", "contention", "given"] | None = None,
     check: bool = False,
 ) -> dict[str, Any]:
     """The contention-aware swap-space simulator: scenarios, summaries (as ``oversub sim swap``)."""

@@ -929,16 +929,18 @@ fn sim_uvm<'py>(
 // `oversub sim swap`.
 
 /// Simulates contention-aware swap space management (Yang & Chen) as ``oversub sim swap --json`` does: each
-/// scenario under Baseline (LRU swapping), MaT (SM throttling) and the proposed policy (Alg. 1 priorities, Alg. 2
-/// direct storage access), with every task's lengthened latency. Runs with the GIL released.
+/// scenario under Baseline (LRU swapping), MaT (SM throttling), Alg. 1's priority scheduling alone, Alg. 2's direct
+/// access alone and the proposed policy (both), with every task's lengthened latency. Runs with the GIL released.
 ///
 /// Args:
 ///     scenarios: built-in scenarios, a name, a comma-separated string or a sequence: fig4a, fig4b, fig5a,
 ///         fig5b, fig6, or "all". Default: all, unless ``scenario_files`` are given.
 ///     scenario_files: scenario TOML files of your own (docs/sim-swap.md): a path or a sequence of paths.
 ///     suite: every built-in scenario, every policy and both swap-ratio rules.
-///     policies: "baseline", "mat", "proposed", "proposed-printed-ceil" or "all" (the default); a string, comma
-///         separated, or a sequence. "proposed" runs once per rule in ``alpha_rules``.
+///     policies: "all" (the default: baseline, mat, alg1-priority, alg2-direct, proposed), "paper" (baseline, mat,
+///         proposed), or any of "baseline", "mat", "alg1-priority", "alg2-direct", "proposed",
+///         "proposed-printed-ceil"; a string, comma separated, or a sequence. "proposed" and "alg2-direct" run
+///         once per rule in ``alpha_rules``.
 ///     alpha_rules: Alg. 2's swap-ratio rule(s): "fraction" (default) and/or "printed-ceil".
 ///     capacity: memory capacity for every scenario, int bytes or a size string (default: each scenario's).
 ///     sms: streaming multiprocessors (default: the number of tasks).
@@ -946,7 +948,8 @@ fn sim_uvm<'py>(
 ///     direct_access: when the proposed policy's victims access the SSD: "overlapped" (default) or "serial".
 ///     profile: platform profile whose ``[swap]`` table overrides the memory-controller and SSD bandwidths.
 ///     seed: seed of the synthetic compute times.
-///     priorities: "contention" (default), "measured" or "given".
+///     priorities: "measured" (the default, Alg. 1 as written: C_i(N) under Baseline in the scenario's memory; the
+///         library's and the command line's default too), "contention" or "given".
 ///     check: run the conservation checks on every simulation (always on in debug builds).
 ///
 /// Returns:
@@ -975,7 +978,7 @@ fn sim_uvm<'py>(
     direct_access=None,
     profile=None,
     seed=1,
-    priorities="contention",
+    priorities=None,
     check=false,
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -992,7 +995,7 @@ fn sim_swap<'py>(
     direct_access: Option<&str>,
     profile: Option<PathBuf>,
     seed: u64,
-    priorities: &str,
+    priorities: Option<&str>,
     check: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let scenario_names = names_arg(scenarios, "scenarios")?;
@@ -1013,15 +1016,14 @@ fn sim_swap<'py>(
         .map(|d| d.trim().parse::<DirectAccess>())
         .transpose()
         .map_err(PyValueError::new_err)?;
-    let priorities = match priorities.trim().to_ascii_lowercase().as_str() {
-        "measured" => PrioritySource::Measured,
-        "contention" => PrioritySource::Contention,
-        "given" => PrioritySource::Given,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "priorities must be \"contention\", \"measured\" or \"given\", not {priorities:?}"
-            )))
-        }
+    let priorities = match priorities {
+        None => PrioritySource::default(),
+        Some(name) => PrioritySource::parse(name).ok_or_else(|| {
+            PyValueError::new_err(format!(
+                "priorities must be one of {}, not {name:?}",
+                PrioritySource::NAMES.join(", ")
+            ))
+        })?,
     };
     // Alg. 2's rules, then the policies they expand to (as the command line does).
     let mut rules: Vec<AlphaRule> = Vec::new();

@@ -406,6 +406,8 @@ def test_sim_swap_one_scenario_every_policy() -> None:
     assert [(x["name"], x["policy"]) for x in r["scenarios"]] == [
         ("fig6", "baseline"),
         ("fig6", "mat"),
+        ("fig6", "alg1-priority"),
+        ("fig6", "alg2-direct"),
         ("fig6", "proposed"),
     ]
     for run in r["scenarios"]:
@@ -428,7 +430,7 @@ def test_sim_swap_one_scenario_every_policy() -> None:
     assert summary["name"] == "fig6" and summary["figure"] == "Fig. 6"
     # The proposed policy runs the highest-priority task as if alone.
     assert summary["highest_proposed_lengthened_s"] == pytest.approx(0.0)
-    proposed = r["scenarios"][2]
+    proposed = r["scenarios"][4]
     top = next(t for t in proposed["tasks"] if t["priority"] == 1)
     assert top["task"] == summary["highest"] and top["lengthened_latency_s"] == pytest.approx(0.0)
 
@@ -438,6 +440,18 @@ def test_sim_swap_options() -> None:
     assert [x["policy"] for x in r["scenarios"]] == ["proposed", "proposed-printed-ceil"]
     r = oversub.sim_swap(scenarios="fig6", policies="baseline", capacity="1GiB")
     assert r["scenarios"][0]["swap_outs"] == 0  # everything fits
+
+
+def test_sim_swap_default_priorities_are_the_literal_reading() -> None:
+    """One default everywhere: Alg. 1 as written ("measured", C_i(N) under Baseline in the scenario's own memory),
+    as in the library (StudyOptions::default) and the command line (tested there against the library)."""
+    default = oversub.sim_swap(scenarios="fig4a", policies="paper")
+    measured = oversub.sim_swap(scenarios="fig4a", policies="paper", priorities="measured")
+    contention = oversub.sim_swap(scenarios="fig4a", policies="paper", priorities="contention")
+    assert default == measured
+    assert default != contention  # the two readings rank fig4a's tasks differently
+    paper = oversub.sim_swap(scenarios="fig6", policies="paper")
+    assert [x["policy"] for x in paper["scenarios"]] == ["baseline", "mat", "proposed"]
 
 
 def test_sim_swap_errors() -> None:

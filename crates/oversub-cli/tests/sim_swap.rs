@@ -33,6 +33,9 @@ fn fig6_writes_json_and_a_figure() {
         "Baseline (s)",
         "MaT (s)",
         "Proposed (s)",
+        "Alg.1 priority only",
+        "Alg.2 direct only",
+        "ablation",
         "paper 70%",
         "conservation checks passed",
     ] {
@@ -42,7 +45,7 @@ fn fig6_writes_json_and_a_figure() {
     let doc: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     let runs = doc["scenarios"].as_array().unwrap();
-    assert_eq!(runs.len(), 3, "one entry per scenario × policy");
+    assert_eq!(runs.len(), 5, "one entry per scenario × policy");
     let mut policies = Vec::new();
     for run in runs {
         assert_eq!(run["name"], "fig6");
@@ -61,9 +64,18 @@ fn fig6_writes_json_and_a_figure() {
             assert!(l.is_finite() && l >= 0.0, "{t}");
         }
     }
-    assert_eq!(policies, vec!["baseline", "mat", "proposed"]);
+    assert_eq!(
+        policies,
+        vec![
+            "baseline",
+            "mat",
+            "alg1-priority",
+            "alg2-direct",
+            "proposed"
+        ]
+    );
     // The top task runs as if alone under the proposed policy.
-    let proposed = &runs[2]["tasks"].as_array().unwrap();
+    let proposed = &runs[4]["tasks"].as_array().unwrap();
     let top = proposed.iter().find(|t| t["priority"] == 1).unwrap();
     assert_eq!(top["lengthened_latency_s"].as_f64().unwrap(), 0.0);
 

@@ -10,7 +10,7 @@ use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
 use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios::{self, BUILTIN};
 use oversub_sim::swap::{
-    run_study, Policy, PrioritySource, Scenario, Study, StudyOptions, Summary,
+    reduction_pct, run_study, Policy, PrioritySource, Scenario, Study, StudyOptions, Summary,
 };
 use oversub_tenants::swap::AlphaRule;
 
@@ -18,17 +18,38 @@ use crate::bench::BoxError;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum PriorityArg {
-    /// Alg. 1 on simulated response times alone and together under Baseline, swapping included.
+    /// Alg. 1 as written (the default, as in the library and Python): C_i(N) together under Baseline in the
+    /// scenario's own memory, swapping included.
     Measured,
-    /// Alg. 1 with C_i(N) measured together in a memory that holds every task: memory contention only (the
-    /// default; Alg. 1 is the paper's memory-contention-aware assignment).
+    /// Alg. 1 with C_i(N) measured together in a memory that holds every task: memory contention only (an
+    /// alternative reading, for the sensitivity table).
     Contention,
     /// The scenario file's `priority` weights, or the order the tasks are listed in.
     Given,
 }
 
-/// Simulate contention-aware swap space management (Yang & Chen): Baseline, MaT and the proposed policy on the
-/// paper's scenarios; lengthened latency per task.
+impl From<PrioritySource> for PriorityArg {
+    fn from(p: PrioritySource) -> Self {
+        match p {
+            PrioritySource::Measured => PriorityArg::Measured,
+            PrioritySource::Contention => PriorityArg::Contention,
+            PrioritySource::Given => PriorityArg::Given,
+        }
+    }
+}
+
+impl From<PriorityArg> for PrioritySource {
+    fn from(p: PriorityArg) -> Self {
+        match p {
+            PriorityArg::Measured => PrioritySource::Measured,
+            PriorityArg::Contention => PrioritySource::Contention,
+            PriorityArg::Given => PrioritySource::Given,
+        }
+    }
+}
+
+/// Simulate contention-aware swap space management (Yang & Chen): Baseline, MaT, each of the proposed policy's
+/// two algorithms alone (the ablation) and both, on the paper's scenarios; lengthened latency per task.
 ///
 /// Examples:
 ///   oversub sim swap                                      # Figs. 4(a)-6, every policy
@@ -45,7 +66,9 @@ pub struct SwapArgs {
     /// A scenario of your own, as TOML (see docs/sim-swap.md); may repeat.
     #[arg(long, value_name = "FILE")]
     scenario_file: Vec<PathBuf>,
-    /// Policies, comma separated, or `all` (the default): baseline, mat, proposed, proposed-printed-ceil.
+    /// Policies, comma separated: `all` (the default: baseline, mat, alg1-priority, alg2-direct, proposed),
+    /// `paper` (baseline, mat, proposed), or any of baseline, mat, alg1-priority, alg2-direct, proposed,
+    /// proposed-printed-ceil.
     #[arg(long, value_delimiter = ',')]
     policy: Vec<String>,
     /// Alg. 2's swap ratio for the last victim: fraction (default) or printed-ceil (the paper's ⌈SWAP_req/MEM⌉);
@@ -73,8 +96,8 @@ pub struct SwapArgs {
     /// Seed of the synthetic compute times; the same seed gives the same figures.
     #[arg(long, default_value_t = 1)]
     seed: u64,
-    /// Where priorities come from.
-    #[arg(long, value_enum, default_value = "contention")]
+    /// Where priorities come from (default: the library's, `measured`, Alg. 1 as written).
+    #[arg(long, value_enum, default_value_t = PriorityArg::from(PrioritySource::default()))]
     priorities: PriorityArg,
     /// Every built-in scenario, every policy, both swap-ratio rules.
     #[arg(long)]
@@ -292,11 +315,7 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
     }
     let options = StudyOptions {
         policies: policies.clone(),
-        priorities: match args.priorities {
-            PriorityArg::Measured => PrioritySource::Measured,
-            PriorityArg::Contention => PrioritySource::Contention,
-            PriorityArg::Given => PrioritySource::Given,
-        },
+        priorities: args.priorities.into(),
         page_bytes: 4096,
         check: args.check || cfg!(debug_assertions),
     };
@@ -416,7 +435,7 @@ fn scenario_report(study: &Study) -> String {
     let proposed: Vec<_> = study
         .runs
         .iter()
-        .filter(|r| r.policy.by_priority())
+        .filter(|r| r.policy.is_proposed())
         .collect();
     let mut header: Vec<String> = ["task", "MEM", "n", "alone (s)", "W_i", "prio"]
         .iter()
@@ -515,12 +534,51 @@ fn scenario_report(study: &Study) -> String {
         out.push_str(&line);
         out.push('\n');
     }
+    if let Some(ablation) = ablation_lines(study) {
+        out.push_str(&ablation);
+    }
     out
 }
 
+/// What each half of the proposed policy buys: the top task's and the bottom task's lengthened latency under
+/// Alg. 1's priority scheduling alone, Alg. 2's direct access alone and both, beside Baseline and MaT.
+fn ablation_lines(study: &Study) -> Option<String> {
+    let sum = study.summary(None);
+    let base = study.run_of(Policy::Baseline)?;
+    let rows: Vec<Vec<String>> = study
+        .runs
+        .iter()
+        .map(|r| {
+            let low = r.lengthened_s[sum.lowest];
+            vec![
+                r.policy.to_string(),
+                secs(r.lengthened_s[sum.highest]),
+                secs(low),
+                pct(reduction_pct(base.lengthened_s[sum.lowest], low)),
+                r.outcome.swap_outs.iter().sum::<u32>().to_string(),
+            ]
+        })
+        .collect();
+    let mut out = format!(
+        "ablation (lengthened latency, s): top task {}, bottom task {}\n",
+        study.tasks[sum.highest].name, study.tasks[sum.lowest].name
+    );
+    out.push_str(&text_table(
+        &[
+            "policy",
+            "top task",
+            "bottom task",
+            "bottom cut vs Baseline",
+            "swap-outs",
+        ],
+        &rows,
+    ));
+    Some(out)
+}
+
 fn rule_name(p: Policy) -> &'static str {
-    match p {
-        Policy::Proposed(AlphaRule::PrintedCeil) => "ceil",
+    match p.rule() {
+        Some(AlphaRule::PrintedCeil) => "ceil",
         _ => "frac",
     }
 }
@@ -533,6 +591,12 @@ fn summary_table(studies: &[Study]) -> String {
         .map(|st| {
             let s: Summary = st.summary(None);
             let paper = st.scenario.paper;
+            // The bottom task's cut against Baseline under each half of the proposed policy alone.
+            let cut_under = |want: fn(&Policy) -> bool| {
+                let base = st.run_of(Policy::Baseline)?.lengthened_s[s.lowest];
+                let run = st.runs.iter().find(|r| want(&r.policy))?;
+                reduction_pct(base, run.lengthened_s[s.lowest])
+            };
             vec![
                 st.scenario.name.clone(),
                 st.tasks[s.highest].name.clone(),
@@ -541,6 +605,8 @@ fn summary_table(studies: &[Study]) -> String {
                 opt(s.lowest_baseline_s),
                 opt(s.lowest_mat_s),
                 opt(s.lowest_proposed_s),
+                pct(cut_under(|p| matches!(p, Policy::PriorityOnly))),
+                pct(cut_under(|p| matches!(p, Policy::DirectOnly(_)))),
                 pct(s.vs_baseline_pct),
                 paper.map_or_else(|| "-".into(), |p| format!("{:.0}%", p.vs_baseline_pct)),
                 pct(s.vs_mat_pct),
@@ -550,7 +616,8 @@ fn summary_table(studies: &[Study]) -> String {
         .collect();
     format!(
         "Summary (lengthened latency in s; highest = the top-priority task under Proposed; for the lowest-priority\n\
-         task under each policy, and how much Proposed cuts it: negative means it lengthens it)\n{}",
+         task under each policy, and how much each policy cuts it against Baseline: Alg. 1's priority scheduling\n\
+         alone, Alg. 2's direct access alone, both (Proposed); negative means it lengthens it)\n{}",
         text_table(
             &[
                 "scenario",
@@ -560,7 +627,9 @@ fn summary_table(studies: &[Study]) -> String {
                 "Baseline",
                 "MaT",
                 "Proposed",
-                "cut vs Baseline",
+                "cut: Alg.1 only",
+                "cut: Alg.2 only",
+                "cut: Proposed",
                 "paper",
                 "cut vs MaT",
                 "paper",
@@ -620,6 +689,18 @@ mod tests {
     }
 
     #[test]
+    fn the_default_priorities_are_the_librarys() {
+        // One reading of Alg. 1 everywhere: the command line's default is the library's (and Python's, tested
+        // in python/tests/test_studies.py), the literal one.
+        let a = args(&[]);
+        assert_eq!(
+            PrioritySource::from(a.priorities),
+            StudyOptions::default().priorities
+        );
+        assert_eq!(StudyOptions::default().priorities, PrioritySource::Measured);
+    }
+
+    #[test]
     fn policies_and_rules_expand() {
         let a = args(&[]);
         let r = parse_rules(&a).unwrap();
@@ -643,7 +724,8 @@ mod tests {
         );
         let a = args(&["--suite"]);
         let r = parse_rules(&a).unwrap();
-        assert_eq!(parse_policies(&a, &r).unwrap().len(), 4);
+        // Baseline, MaT, Alg. 1 alone, Alg. 2 alone and Proposed under each of the two rules.
+        assert_eq!(parse_policies(&a, &r).unwrap().len(), 7);
         assert_eq!(load_scenarios(&a, None).unwrap().len(), 5);
         let a = args(&["--alpha-rule", "round"]);
         assert!(parse_rules(&a).is_err());

@@ -30,7 +30,7 @@ pub use error::SwapSimError;
 pub use model::{DirectAccess, Evictable, Scenario, System, Task};
 pub use policy::Policy;
 pub use sim::{simulate, Mode, Outcome};
-pub use study::{run_study, PrioritySource, Study, StudyOptions, Summary};
+pub use study::{reduction_pct, run_study, PrioritySource, Study, StudyOptions, Summary};
 
 #[cfg(test)]
 mod proptests {

@@ -28,17 +28,32 @@ pub fn expand_policies(
     if all_policies || names.is_empty() || names.iter().any(|n| is(n, "all")) {
         push(Policy::Baseline);
         push(Policy::Mat);
+        push(Policy::PriorityOnly);
+        for &r in rules {
+            push(Policy::DirectOnly(r));
+        }
+        for &r in rules {
+            push(Policy::Proposed(r));
+        }
+    }
+    if names.iter().any(|n| is(n, "paper")) {
+        push(Policy::Baseline);
+        push(Policy::Mat);
         for &r in rules {
             push(Policy::Proposed(r));
         }
     }
     for name in names {
-        if is(name, "all") {
+        if is(name, "all") || is(name, "paper") {
             continue;
         }
         if is(name, "proposed") {
             for &r in rules {
                 push(Policy::Proposed(r));
+            }
+        } else if is(name, "alg2-direct") || is(name, "direct-only") {
+            for &r in rules {
+                push(Policy::DirectOnly(r));
             }
         } else {
             push(Policy::parse(name, AlphaRule::Fraction)?);
@@ -222,9 +237,14 @@ mod tests {
                 Policy::Proposed(AlphaRule::PrintedCeil)
             ]
         );
+        // Baseline, MaT, Alg. 1 alone, Alg. 2 alone and Proposed under each of the two rules.
         assert_eq!(
             expand_policies(&["mat".into()], &both, true).unwrap().len(),
-            4
+            7
+        );
+        assert_eq!(
+            expand_policies(&["paper".into()], &[AlphaRule::Fraction], false).unwrap(),
+            Policy::paper(AlphaRule::Fraction)
         );
         assert!(expand_policies(&["lru".into()], &both, false).is_err());
     }

@@ -26,6 +26,19 @@ pub enum Mode {
         /// Bytes of each task kept on the SSD (α_i · MEM(i)).
         direct_bytes: Vec<u64>,
     },
+    /// Ablation, Alg. 1 alone: Baseline's swapping (LRU swap-outs of whole working sets), with the memory
+    /// controller, the SSD and the SMs served by priority as under Proposed.
+    PriorityOnly {
+        /// Priority rank of each task, 0 the highest.
+        ranks: Vec<usize>,
+    },
+    /// Ablation, Alg. 2 alone: Proposed's quotas and direct SSD access, with FIFO servers and SM dispatch.
+    DirectOnly {
+        /// Priority rank of each task (which decided the victims), 0 the highest.
+        ranks: Vec<usize>,
+        /// Bytes of each task kept on the SSD.
+        direct_bytes: Vec<u64>,
+    },
 }
 
 impl Mode {
@@ -34,7 +47,19 @@ impl Mode {
             Mode::Baseline => "Baseline",
             Mode::Mat => "MaT",
             Mode::Proposed { .. } => "Proposed",
+            Mode::PriorityOnly { .. } => "Alg.1 priority only",
+            Mode::DirectOnly { .. } => "Alg.2 direct only",
         }
+    }
+
+    /// Quotas held from the start, the swapped share accessed on the SSD directly, nothing swapped (Alg. 2).
+    fn planned(&self) -> bool {
+        matches!(self, Mode::Proposed { .. } | Mode::DirectOnly { .. })
+    }
+
+    /// Servers and SM dispatch by priority (Alg. 1 line 4).
+    fn by_priority(&self) -> bool {
+        matches!(self, Mode::Proposed { .. } | Mode::PriorityOnly { .. })
     }
 }
 
@@ -440,8 +465,22 @@ struct Engine<'a> {
 impl<'a> Engine<'a> {
     fn new(sys: &'a System, tasks: &'a [Task], mode: &'a Mode) -> Result<Self, SwapSimError> {
         let n = tasks.len();
-        let (ranks, direct, by_priority) = match mode {
+        let by_priority = mode.by_priority();
+        let (ranks, direct) = match mode {
+            Mode::PriorityOnly { ranks } => {
+                if ranks.len() != n {
+                    return Err(SwapSimError::invalid(
+                        "priority-only run",
+                        format!("{n} tasks but {} ranks", ranks.len()),
+                    ));
+                }
+                (ranks.clone(), vec![0; n])
+            }
             Mode::Proposed {
+                ranks,
+                direct_bytes,
+            }
+            | Mode::DirectOnly {
                 ranks,
                 direct_bytes,
             } => {
@@ -464,9 +503,9 @@ impl<'a> Engine<'a> {
                         ),
                     ));
                 }
-                (ranks.clone(), direct_bytes.clone(), true)
+                (ranks.clone(), direct_bytes.clone())
             }
-            _ => (vec![0; n], vec![0; n], false),
+            Mode::Baseline | Mode::Mat => (vec![0; n], vec![0; n]),
         };
         if sys.sms == 0 {
             return Err(SwapSimError::invalid(
@@ -534,7 +573,7 @@ impl<'a> Engine<'a> {
     }
 
     fn run(mut self) -> Result<Outcome, SwapSimError> {
-        if matches!(self.mode, Mode::Proposed { .. }) {
+        if self.mode.planned() {
             let resident: u64 = (0..self.tasks.len())
                 .map(|i| self.tasks[i].memory_bytes - self.direct[i])
                 .sum();
@@ -799,7 +838,7 @@ impl<'a> Engine<'a> {
     }
 
     fn dispatch_sms(&mut self) {
-        let by_priority = matches!(self.mode, Mode::Proposed { .. });
+        let by_priority = self.mode.by_priority();
         while self.sm_in_use < self.usable_sms() && !self.sm_queue.is_empty() {
             let key = |&(task, seq): &(usize, u64)| {
                 if by_priority {
@@ -849,7 +888,7 @@ impl<'a> Engine<'a> {
     /// Baseline and MaT: serves the tasks waiting for memory in arrival order, swapping out least recently used
     /// evictable tasks (resident, in their allocate step) when free memory is short.
     fn admit(&mut self) -> Result<(), SwapSimError> {
-        if matches!(self.mode, Mode::Proposed { .. }) {
+        if self.mode.planned() {
             return Ok(());
         }
         let mat = matches!(self.mode, Mode::Mat);
@@ -1071,6 +1110,47 @@ mod tests {
         assert!(o.servers[0].preemptions >= 1);
         let fifo = simulate(&sys, &t, &Mode::Baseline).unwrap();
         assert!(fifo.response_ns[1] > alone.response_ns[0]);
+    }
+
+    #[test]
+    fn the_ablation_separates_the_two_algorithms() {
+        // a (rank 1, 500 MB) and b (rank 0, 100 MB) in 500 MB: they do not fit together.
+        // - Alg. 1 alone: Baseline's memory manager (a, first in line, takes the memory; b waits for it), servers
+        //   by priority: the top task is delayed anyway.
+        // - Alg. 2 alone: a keeps 100 MB on the SSD (its quota is 400 MB), nothing is swapped, FIFO servers: a's
+        //   400 MB read (the lower index, first in FIFO) delays b's read.
+        // - Both: no swapping and b as if alone.
+        let t = [task("a", 500, &[10]), task("b", 100, &[10])];
+        let sys = system(500 * MB, 2);
+        let alone_b = simulate(&sys, &t[1..], &Mode::Baseline)
+            .unwrap()
+            .response_ns[0];
+        let prio = simulate(&sys, &t, &Mode::PriorityOnly { ranks: vec![1, 0] }).unwrap();
+        prio.check().unwrap();
+        assert!(
+            prio.response_ns[1] > alone_b,
+            "Baseline's memory manager still makes the top task wait for memory"
+        );
+        let direct = Mode::DirectOnly {
+            ranks: vec![1, 0],
+            direct_bytes: vec![100 * MB, 0],
+        };
+        let d = simulate(&sys, &t, &direct).unwrap();
+        d.check().unwrap();
+        assert_eq!(d.swap_outs, vec![0, 0]);
+        assert!(
+            d.response_ns[1] > alone_b,
+            "FIFO servers delay the top task"
+        );
+        assert!(d.servers.iter().all(|s| s.preemptions == 0));
+        let both = Mode::Proposed {
+            ranks: vec![1, 0],
+            direct_bytes: vec![100 * MB, 0],
+        };
+        let p = simulate(&sys, &t, &both).unwrap();
+        p.check().unwrap();
+        assert_eq!(p.swap_outs, vec![0, 0]);
+        assert_eq!(p.response_ns[1], alone_b);
     }
 
     #[test]

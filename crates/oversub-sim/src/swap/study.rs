@@ -14,17 +14,41 @@ use super::{Policy, SwapSimError};
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum PrioritySource {
-    /// Alg. 1 on simulated response times: alone, and together under Baseline (in the scenario's memory, so
-    /// C_i(N) includes Baseline's swapping).
+    /// Alg. 1 as written, the default: C_i(1) alone and C_i(N) together under Baseline in the scenario's own
+    /// memory, so C_i(N) includes Baseline's swapping (the reading `oversub tasks` and `oversub bench tenants`
+    /// measure on real systems).
+    #[default]
     Measured,
     /// Alg. 1 with C_i(N) measured with all tasks together in a memory large enough for all of them: memory
-    /// controller and SM contention only, no swapping (the contention of the paper's Fig. 2). The default: Alg. 1
-    /// is the paper's *memory contention*-aware assignment (Sec. IV-A, after [16]); thrashing is what Alg. 2
-    /// removes, so it should not decide who becomes a victim.
-    #[default]
+    /// controller and SM contention only, no swapping (the contention of the paper's Fig. 2). A named alternative
+    /// reading: thrashing is what Alg. 2 removes, so one may argue it should not decide who becomes a victim.
     Contention,
     /// The tasks' `priority` weights (larger is higher) or, when none has one, the order they are listed in.
     Given,
+}
+
+impl PrioritySource {
+    /// Every source by name, the default first.
+    pub const NAMES: [&'static str; 3] = ["measured", "contention", "given"];
+
+    /// Its name: `measured`, `contention` or `given`.
+    pub fn name(&self) -> &'static str {
+        match self {
+            PrioritySource::Measured => "measured",
+            PrioritySource::Contention => "contention",
+            PrioritySource::Given => "given",
+        }
+    }
+
+    /// The source named `name` (case-insensitive).
+    pub fn parse(name: &str) -> Option<PrioritySource> {
+        match name.trim().to_ascii_lowercase().as_str() {
+            "measured" | "literal" => Some(PrioritySource::Measured),
+            "contention" => Some(PrioritySource::Contention),
+            "given" => Some(PrioritySource::Given),
+            _ => None,
+        }
+    }
 }
 
 /// What to run.
@@ -137,7 +161,7 @@ impl Study {
 
     /// The first proposed-policy run.
     pub fn proposed(&self) -> Option<&PolicyRun> {
-        self.runs.iter().find(|r| r.policy.by_priority())
+        self.runs.iter().find(|r| r.policy.is_proposed())
     }
 
     /// Highest-priority task's lengthened latency under `proposed`, and the lowest-priority task's reductions.
@@ -253,7 +277,21 @@ pub fn run_study(scenario: &Scenario, options: &StudyOptions) -> Result<Study, S
                 vec![0.0; tasks.len()],
                 None,
             ),
-            Policy::Proposed(rule) => {
+            Policy::PriorityOnly => (
+                checked(
+                    simulate(
+                        sys,
+                        tasks,
+                        &Mode::PriorityOnly {
+                            ranks: ranking.rank.clone(),
+                        },
+                    )?,
+                    options.check,
+                )?,
+                vec![0.0; tasks.len()],
+                None,
+            ),
+            Policy::Proposed(rule) | Policy::DirectOnly(rule) => {
                 let demands: Vec<u64> = ranking
                     .order
                     .iter()
@@ -273,9 +311,16 @@ pub fn run_study(scenario: &Scenario, options: &StudyOptions) -> Result<Study, S
                     direct[i] = q.swapped_bytes;
                     alpha[i] = q.alpha;
                 }
-                let mode = Mode::Proposed {
-                    ranks: ranking.rank.clone(),
-                    direct_bytes: direct,
+                let mode = if policy.is_proposed() {
+                    Mode::Proposed {
+                        ranks: ranking.rank.clone(),
+                        direct_bytes: direct,
+                    }
+                } else {
+                    Mode::DirectOnly {
+                        ranks: ranking.rank.clone(),
+                        direct_bytes: direct,
+                    }
                 };
                 (
                     checked(simulate(sys, tasks, &mode)?, options.check)?,
@@ -348,14 +393,14 @@ mod tests {
                 for (i, &l) in run.lengthened_s.iter().enumerate() {
                     let own_transfers_s = 2.0 * scenario.tasks[i].memory_bytes as f64
                         / scenario.system.memory_bytes_per_s as f64;
-                    let slack = if run.policy.by_priority() {
+                    let slack = if run.policy.planned() {
                         own_transfers_s
                     } else {
                         0.0
                     };
                     assert!(l >= -slack - 1e-6, "{name} {} task {i}: {l}", run.policy);
                 }
-                if run.policy.by_priority() {
+                if run.policy.planned() {
                     assert!(
                         run.outcome.swap_outs.iter().all(|&s| s == 0),
                         "{name}: the proposed policy never swaps"
