@@ -93,6 +93,10 @@ pub struct SwapArgs {
     /// bandwidths in every scenario, built-in or from a file.
     #[arg(long, value_name = "FILE")]
     profile: Option<PathBuf>,
+    /// Multiply every subtask's compute time by this factor (compute per byte: e.g. Fig. 6's kernels at the
+    /// scale where Baseline thrashes, as in the paper); a list, comma separated, runs each scenario once per factor.
+    #[arg(long, value_delimiter = ',', value_name = "FACTOR")]
+    compute_scale: Vec<f64>,
     /// Seed of the synthetic compute times; the same seed gives the same figures.
     #[arg(long, default_value_t = 1)]
     seed: u64,
@@ -275,6 +279,20 @@ fn load_scenarios(
     }
     for f in &args.scenario_file {
         out.push(scenarios::from_file(f, args.seed)?);
+    }
+    if !args.compute_scale.is_empty() {
+        let mut scaled = Vec::new();
+        for s in &out {
+            for &k in &args.compute_scale {
+                let mut s = s.clone();
+                s.scale_compute(k)?;
+                if k != 1.0 {
+                    s.name = format!("{}×{k}", s.name);
+                }
+                scaled.push(s);
+            }
+        }
+        out = scaled;
     }
     for s in &mut out {
         if let Some(c) = args.capacity {

@@ -235,6 +235,26 @@ pub struct Scenario {
 }
 
 impl Scenario {
+    /// Multiplies every subtask's compute time by `factor` (compute per byte: a sweep of how long the kernels run
+    /// against how much data they move). `InvalidScenario` unless `factor` is finite and positive.
+    pub fn scale_compute(&mut self, factor: f64) -> Result<(), SwapSimError> {
+        if !(factor.is_finite() && factor > 0.0) {
+            return Err(SwapSimError::invalid(
+                &self.name,
+                format!("the compute scale must be a positive number, not {factor}"),
+            ));
+        }
+        for t in &mut self.tasks {
+            for c in &mut t.compute_ns {
+                *c = (*c as f64 * factor).round() as u64;
+            }
+        }
+        if factor != 1.0 {
+            self.description = format!("{} (compute × {factor})", self.description);
+        }
+        Ok(())
+    }
+
     /// Σ MEM(i).
     pub fn total_demand_bytes(&self) -> u64 {
         self.tasks.iter().map(|t| t.memory_bytes).sum()

@@ -435,6 +435,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn compute_scales_and_bad_factors_are_refused() {
+        let base = builtin("fig6", 1).unwrap();
+        let mut s = base.clone();
+        s.scale_compute(100.0).unwrap();
+        for (a, b) in base.tasks.iter().zip(&s.tasks) {
+            for (x, y) in a.compute_ns.iter().zip(&b.compute_ns) {
+                assert_eq!(*y, x * 100);
+            }
+        }
+        assert!(s.description.ends_with("(compute × 100)"));
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY] {
+            assert!(s.clone().scale_compute(bad).is_err(), "{bad}");
+        }
+        // At a hundred times the emulated kernels, Baseline thrashes and Proposed cuts the bottom task's latency.
+        let study = crate::swap::run_study(&s, &crate::swap::StudyOptions::default()).unwrap();
+        let sum = study.summary(None);
+        assert_eq!(sum.highest_proposed_s, Some(0.0));
+        assert!(sum.vs_baseline_pct.unwrap() > 60.0, "{sum:?}");
+        let base_study =
+            crate::swap::run_study(&base, &crate::swap::StudyOptions::default()).unwrap();
+        assert!(base_study.summary(None).vs_baseline_pct.unwrap() < 0.0);
+    }
+
+    #[test]
     fn builtins_match_the_paper() {
         for name in BUILTIN {
             let s = builtin(name, 1).unwrap();
