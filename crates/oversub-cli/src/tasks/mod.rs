@@ -120,6 +120,9 @@ enum TasksCommand {
 enum Builtin {
     /// Three tasks that each write a file of --size and read it back --passes times.
     FileIo,
+    /// Three tasks that differ (Alg. 1 can tell them apart): `stream` (--size, read 4×, pure I/O), `compute`
+    /// (--size/2, read 3×, 3 hash rounds per byte) and `bulk` (1.5 × --size, read 2×, 1 hash round).
+    Mixed,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
@@ -209,11 +212,11 @@ fn inputs(args: &TasksArgs, work: Option<&Path>) -> Result<Inputs, BoxError> {
         // Without a work directory (the checks before it exists), the paths are placeholders.
         let dir = work.map_or_else(std::env::temp_dir, Path::to_path_buf);
         let b = args.builtin.unwrap_or(Builtin::FileIo);
-        (
-            spec::builtin_file_io(&exe, &dir, args.size, args.passes, 3),
-            None,
-            Some(b),
-        )
+        let tasks = match b {
+            Builtin::FileIo => spec::builtin_file_io(&exe, &dir, args.size, args.passes, 3),
+            Builtin::Mixed => spec::builtin_mixed(&exe, &dir, args.size),
+        };
+        (tasks, None, Some(b))
     };
     spec::finish(&mut tasks, &args.subtasks)?;
     if tasks.len() < 2 {
@@ -309,8 +312,10 @@ struct TaskReport {
     command: String,
     demand_bytes: u64,
     subtasks: u32,
-    /// W_i (measured priorities only).
+    /// W_i (measured priorities only), from the medians.
     degree: Option<f64>,
+    /// W_i of each repetition alone (its own alone and together runs): the run-to-run spread, (min, max).
+    degree_range: Option<(f64, f64)>,
     /// 1 is the highest priority.
     priority: usize,
     victim: bool,
@@ -536,6 +541,9 @@ fn experiment_cmd(args: &TasksArgs) -> Result<(), BoxError> {
                 demand_bytes: tasks[i].demand_bytes,
                 subtasks: tasks[i].subtasks,
                 degree: measured.then(|| ranking.degrees[i]),
+                degree_range: measured
+                    .then(|| degree_range(&s.alone_s, &s.together_s, tasks[i].subtasks))
+                    .flatten(),
                 priority: ranking.rank[i] + 1,
                 victim: q.victim,
                 alpha: q.alpha,
@@ -618,8 +626,56 @@ fn secs(s: f64) -> String {
     format!("{s:.2} s")
 }
 
+/// W_i = (C(N) − C(1)) / C(1) / n of each repetition, (min, max); None without samples.
+fn degree_range(alone: &[f64], together: &[f64], subtasks: u32) -> Option<(f64, f64)> {
+    let w: Vec<f64> = alone
+        .iter()
+        .zip(together)
+        .filter(|(a, _)| **a > 0.0)
+        .map(|(a, t)| (t - a) / a / f64::from(subtasks.max(1)))
+        .collect();
+    if w.is_empty() {
+        return None;
+    }
+    Some((
+        w.iter().copied().fold(f64::INFINITY, f64::min),
+        w.iter().copied().fold(f64::NEG_INFINITY, f64::max),
+    ))
+}
+
 fn signed(s: f64, pct: f64) -> String {
     format!("{s:+.2} s ({pct:+.1}%)")
+}
+
+/// Whether Alg. 1's ranking stands above the run-to-run noise: adjacent tasks' W_i ranges (over the repetitions) do
+/// not overlap.
+fn separation(r: &Report) -> String {
+    let mut by_rank: Vec<&TaskReport> = r.tasks.iter().collect();
+    by_rank.sort_by_key(|t| t.priority);
+    let mut overlaps = Vec::new();
+    for pair in by_rank.windows(2) {
+        if let (Some((lo, _)), Some((_, hi))) = (pair[0].degree_range, pair[1].degree_range) {
+            if lo <= hi {
+                overlaps.push(format!("{} and {}", pair[0].name, pair[1].name));
+            }
+        }
+    }
+    if r.repeat < 3 {
+        return format!(
+            "W_i ranges over {} repetition(s); use --repeat 3 or more to tell the ranking from noise\n",
+            r.repeat
+        );
+    }
+    if overlaps.is_empty() {
+        "W_i separated beyond the run-to-run spread: every task's lowest W_i is above the next task's highest\n"
+            .to_string()
+    } else {
+        format!(
+            "W_i NOT separated beyond the run-to-run spread: the ranges of {} overlap, so noise may have decided \
+             their order\n",
+            overlaps.join(", ")
+        )
+    }
 }
 
 fn render(r: &Report) -> String {
@@ -630,6 +686,13 @@ fn render(r: &Report) -> String {
             r.tasks.len(),
             format_bytes(r.size_bytes.unwrap_or(0)),
             r.passes.unwrap_or(0)
+        ),
+        Some(Builtin::Mixed) => format!(
+            "built-in mixed: stream ({} read 4×, no compute), compute ({} read 3×, 3 hash rounds per byte), bulk \
+             ({} read 2×, 1 hash round)",
+            format_bytes(r.size_bytes.unwrap_or(0)),
+            format_bytes(r.size_bytes.unwrap_or(0) / 2),
+            format_bytes(r.size_bytes.unwrap_or(0) * 3 / 2)
         ),
         None => format!("{} tasks", r.tasks.len()),
     };
@@ -701,8 +764,11 @@ fn render(r: &Report) -> String {
         .map(|t| {
             let mut row = vec![
                 t.name.clone(),
-                t.degree
-                    .map_or_else(|| "-".to_string(), |w| format!("{w:.3}")),
+                match (t.degree, t.degree_range) {
+                    (Some(w), Some((lo, hi))) => format!("{w:.3} ({lo:.3}-{hi:.3})"),
+                    (Some(w), None) => format!("{w:.3}"),
+                    _ => "-".to_string(),
+                },
                 t.priority.to_string(),
                 format_bytes(t.demand_bytes),
                 t.limit_bytes.map_or_else(|| "-".to_string(), format_bytes),
@@ -738,6 +804,9 @@ fn render(r: &Report) -> String {
     ]);
     rows.push(total_row);
     out.push_str(&text_table(&header, &rows));
+    if measured {
+        out.push_str(&separation(r));
+    }
     if let (Some(d), Some(p), Some(c)) = (
         r.total.lengthened_default_s,
         r.total.lengthened_planned_s,
@@ -802,4 +871,28 @@ fn render(r: &Report) -> String {
         secs(r.wall_s)
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn degree_ranges_come_from_each_repetition() {
+        // Alone 1 s, 2 s; together 2 s, 3 s: W = 1.0 and 0.5 per repetition (n = 1), halved with n = 2.
+        assert_eq!(degree_range(&[1.0, 2.0], &[2.0, 3.0], 1), Some((0.5, 1.0)));
+        assert_eq!(degree_range(&[1.0, 2.0], &[2.0, 3.0], 2), Some((0.25, 0.5)));
+        assert_eq!(degree_range(&[], &[], 1), None);
+        assert_eq!(degree_range(&[0.0], &[1.0], 1), None);
+    }
+
+    #[test]
+    fn the_mixed_builtin_has_three_different_tasks() {
+        let t = spec::builtin_mixed(Path::new("/bin/true"), Path::new("/tmp"), 1 << 30);
+        let names: Vec<&str> = t.iter().map(|t| t.name.as_str()).collect();
+        assert_eq!(names, ["stream", "compute", "bulk"]);
+        let demands: Vec<u64> = t.iter().map(|t| t.demand_bytes).collect();
+        assert_eq!(demands, [1 << 30, 1 << 29, 3 << 29]);
+    }
 }

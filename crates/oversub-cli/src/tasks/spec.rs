@@ -264,6 +264,45 @@ pub fn builtin_file_io(
         .collect()
 }
 
+/// Three tasks that differ in size and in compute per byte, so that Alg. 1 can tell them apart: `stream` (a file of
+/// `size`, read 4 times, no compute: pure I/O through the page cache), `compute` (`size`/2, read 3 times, 3 hash
+/// rounds per byte: CPU-bound) and `bulk` (1.5 × `size`, read twice, one hash round).
+pub fn builtin_mixed(exe: &Path, dir: &Path, size: u64) -> Vec<TaskSpec> {
+    let half = (size / 2).max(1);
+    [
+        ("stream", size, 4u32, 0u32),
+        ("compute", half, 3, 3),
+        ("bulk", size + half, 2, 1),
+    ]
+    .into_iter()
+    .map(|(name, bytes, passes, rounds)| {
+        let file = dir.join(format!("{name}.dat"));
+        TaskSpec {
+            name: name.to_string(),
+            demand_bytes: bytes,
+            subtasks: 1,
+            program: Program::Exec {
+                program: exe.to_path_buf(),
+                args: vec![
+                    "tasks".into(),
+                    "worker".into(),
+                    "file-io".into(),
+                    "--file".into(),
+                    file.clone().into_os_string(),
+                    "--size".into(),
+                    bytes.to_string().into(),
+                    "--passes".into(),
+                    passes.to_string().into(),
+                    "--hash-rounds".into(),
+                    rounds.to_string().into(),
+                ],
+            },
+            data_file: Some(file),
+        }
+    })
+    .collect()
+}
+
 /// Applies `--subtasks NAME=N` and checks names are unique.
 pub fn finish(tasks: &mut [TaskSpec], subtasks: &[(String, u32)]) -> Result<(), BoxError> {
     let mut seen = HashMap::new();
