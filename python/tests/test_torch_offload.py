@@ -534,3 +534,27 @@ def test_cuda_offload_benchmark_runs(tmp_path):
     rows = {r["method"]: r for r in json.loads(out.read_text())["models"]["linear"]["rows"]}
     assert rows["mmap-safetensors"]["skipped"].startswith("not on cuda")
     assert "device_used_bytes" in rows["oversub-learned"]
+
+
+@gpu
+def test_cuda_offload_reads_the_checkpoint_in_place(tmp_path, x):
+    """On the GPU too, the safetensors file is the store: groups page from it through the staging ring into device
+    buffers, nothing written to oversub's store for them, results equal to the model resident on the GPU."""
+    st = pytest.importorskip("safetensors.torch")
+    m = _model(6, seed=11)
+    resident = m.to("cuda")
+    xc = x.to("cuda")
+    ref = _ref(resident, xc)
+    path = tmp_path / "model.safetensors"
+    st.save_file({k: v.detach().cpu().contiguous() for k, v in m.state_dict().items()}, str(path))
+    with torch.device("meta"):
+        empty = Stack(6)
+    gran = 2 * 1024 * 1024
+    h = ot.offload(empty, capacity=3 * gran, store=tmp_path / "store", device="cuda:0", checkpoint=path)
+    s = ot.stats(empty)
+    assert s["groups_in_checkpoint"] >= 5
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(empty(xc), ref, rtol=1e-6, atol=1e-6)
+    assert ot.stats(empty)["page_ins_prefetched"] > 0
+    assert h.pool.device == "cuda"
