@@ -25,6 +25,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 use serde::{Deserialize, Serialize};
 

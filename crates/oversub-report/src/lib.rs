@@ -9,6 +9,7 @@
 //! pages ([`HtmlReport`]).
 //!
 //! Nothing in this crate prints; everything returns strings or values.
+#![forbid(unsafe_code)]
 
 mod bars;
 mod boxplot;

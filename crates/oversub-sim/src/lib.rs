@@ -11,6 +11,7 @@
 //! policy (Alg. 1 priorities, Alg. 2 direct storage access), with the lengthened latency of every task.
 //!
 //! Nothing here prints; the `oversub sim` command formats the results.
+#![forbid(unsafe_code)]
 
 pub mod rng;
 pub mod swap;
