@@ -611,12 +611,11 @@ class Offloaded:
     def _load_groups(self, reader: _CheckpointReader | None, pending: list) -> None:
         used = 0
         files: dict[str, Any] = {}
-        if _EXTERNAL_ALIGN % self.pool.store_alignment:
-            for g in self.groups:  # a store with a larger alignment than the ranges were rounded to: copy them
-                if g.external is not None:
-                    raise CheckpointError(
-                        f"the store's alignment ({self.pool.store_alignment} bytes) does not divide "
-                        f"{_EXTERNAL_ALIGN}: pass copy_checkpoint=True")
+        if _EXTERNAL_ALIGN % self.pool.store_alignment and any(g.external is not None for g in self.groups):
+            # The ranges were rounded to less than a direct read of this store needs.
+            raise CheckpointError(
+                f"the store's alignment ({self.pool.store_alignment} bytes) does not divide {_EXTERNAL_ALIGN}: "
+                "pass copy_checkpoint=True")
         for g in self.groups:
             for s in g.slots:
                 s.requires_grad = s.tensor.requires_grad

@@ -421,6 +421,34 @@ struct Entry {
     last_use: u64,
 }
 
+impl Entry {
+    /// A buffer that starts paged out, its bytes already in `slot` (no memory, nothing charged yet).
+    fn stored_on(
+        reservation: Reservation,
+        size_bytes: u64,
+        io_bytes: u64,
+        flags: BufferFlags,
+        slot: Slot,
+    ) -> Entry {
+        Entry {
+            reservation,
+            size_bytes,
+            io_bytes,
+            flags,
+            state: BufferState::PagedOut,
+            slot: Some(slot),
+            host: None,
+            stored: true,
+            checksum: None,
+            op: None,
+            busy: false,
+            free_pending: false,
+            charged: false,
+            last_use: 0,
+        }
+    }
+}
+
 #[derive(Debug, Default)]
 struct SpaceState {
     next_index: u64,
@@ -643,22 +671,9 @@ impl AddressSpace {
         let reserve_len = usize::try_from(len)
             .map_err(|_| PagerError::InvalidSize(format!("{len} bytes overflows")))?;
         let reservation = pool.device.reserve(reserve_len)?;
-        let buffer = self.shared.insert(Entry {
-            reservation,
-            size_bytes: len,
-            io_bytes: len,
-            flags,
-            state: BufferState::PagedOut,
-            slot: Some(slot),
-            host: None,
-            stored: true,
-            checksum: None,
-            op: None,
-            busy: false,
-            free_pending: false,
-            charged: false,
-            last_use: 0,
-        });
+        let buffer = self
+            .shared
+            .insert(Entry::stored_on(reservation, len, len, flags, slot));
         tracing::debug!(%buffer, offset, len, file = %file.path().display(), addr = %reservation.addr, "alloc on an external file");
         Ok(buffer)
     }
@@ -685,22 +700,13 @@ impl AddressSpace {
                 return Err(e.into());
             }
         };
-        let buffer = self.shared.insert(Entry {
+        let buffer = self.shared.insert(Entry::stored_on(
             reservation,
             size_bytes,
             io_bytes,
             flags,
-            state: BufferState::PagedOut,
-            slot: Some(slot),
-            host: None,
-            stored: true,
-            checksum: None,
-            op: None,
-            busy: false,
-            free_pending: false,
-            charged: false,
-            last_use: 0,
-        });
+            slot,
+        ));
         tracing::debug!(%buffer, size_bytes, addr = %reservation.addr, "alloc on the store (past the space's quota)");
         Ok(buffer)
     }

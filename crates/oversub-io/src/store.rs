@@ -1310,31 +1310,16 @@ impl SwapStore {
     unsafe fn wait_requests(
         &self,
         requests: Vec<IoRequest>,
+        external: Option<Arc<ExternalFile>>,
         priority: i64,
     ) -> Result<IoDone, IoError> {
-        // Requests on an external file carry its fd, which no member names; the caller's slot keeps it open.
-        let external = requests
-            .iter()
-            .any(|r| !self.members.iter().any(|m| m.fd.as_raw_fd() == r.fd));
-        if self.members.len() == 1 || external {
-            let (tx, rx) = std::sync::mpsc::sync_channel(1);
-            let cb: IoCallback = Box::new(move |res| {
-                let _ = tx.send(res);
-            });
-            // SAFETY: forwarded from our caller; blocking means &self (and the fd) outlive the batch.
-            unsafe {
-                self.engine
-                    .submit_with_priority(requests, priority, false, cb)
-            }?;
-            return rx.recv().unwrap_or(Err(IoError::Shutdown));
-        }
         let (tx, rx) = std::sync::mpsc::sync_channel(1);
         let cb: IoCallback = Box::new(move |res| {
             // The receiver only disappears if the waiter is gone, then nobody cares.
             let _ = tx.send(res);
         });
         // SAFETY: forwarded from our caller; we block until the callback ran.
-        unsafe { self.submit_requests(requests, None, priority, cb) }?;
+        unsafe { self.submit_requests(requests, external, priority, cb) }?;
         rx.recv().unwrap_or(Err(IoError::Shutdown))
     }
 
@@ -1394,7 +1379,7 @@ impl SwapStore {
     ) -> Result<IoDone, IoError> {
         let requests = self.build_requests(direction, slot, mem)?;
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { self.wait_requests(requests, slot.priority()) }
+        unsafe { self.wait_requests(requests, slot.external.clone(), slot.priority()) }
     }
 
     /// Blocking transfer of part of a slot (see [`Slot::view`]); otherwise as [`SwapStore::transfer`].
@@ -1409,7 +1394,7 @@ impl SwapStore {
     ) -> Result<IoDone, IoError> {
         let requests = self.build_requests_for(direction, view_parts(view), mem)?;
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { self.wait_requests(requests, current(&view.priority)) }
+        unsafe { self.wait_requests(requests, view.external.clone(), current(&view.priority)) }
     }
 
     /// Blocking transfer of several slot views (each with its memory) as one batch, so they run at the engine's
@@ -1436,8 +1421,9 @@ impl SwapStore {
                 std::slice::from_ref(mem),
             )?);
         }
+        let external = parts.iter().find_map(|(v, _)| v.external.clone());
         // SAFETY: forwarded from our caller; blocking means the memory outlives the batch.
-        unsafe { self.wait_requests(requests, priority) }
+        unsafe { self.wait_requests(requests, external, priority) }
     }
 
     /// Measures this store's request-size × queue-depth grid ([`Calibration`](crate::tuning::Calibration)) with

@@ -6,7 +6,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use crate::engine::{Direction, IoCallback, IoCountersSnapshot, IoEngine, IoRequest};
+use crate::engine::{forward_to, Direction, IoCallback, IoCountersSnapshot, IoEngine, IoRequest};
 use crate::error::IoError;
 
 pub use crate::mem::AlignedBuf;
@@ -140,26 +140,6 @@ impl FailingEngine {
         };
         // SAFETY: forwarded from our caller.
         unsafe { forward_to(self.inner.as_ref(), kept, cb, tagged) }
-    }
-}
-
-/// Submits to `inner`, tagged or not.
-///
-/// # Safety
-/// As [`IoEngine::submit`].
-unsafe fn forward_to(
-    inner: &dyn IoEngine,
-    requests: Vec<IoRequest>,
-    on_done: IoCallback,
-    tagged: bool,
-) -> Result<(), IoError> {
-    // SAFETY: forwarded from our caller.
-    unsafe {
-        if tagged {
-            inner.submit_tagged(requests, on_done)
-        } else {
-            inner.submit(requests, on_done)
-        }
     }
 }
 

@@ -589,16 +589,14 @@ fn run_condition(
     )
 }
 
-/// Runs the workloads at once as tenants of one pool under the plan.
-fn run_planned(
-    env: &Env,
+/// Tenants arrive one by one and fill their buffers; later arrivals shrink earlier tenants' quotas.
+fn join_tenants(
+    pool: &Pool,
     workloads: &[Workload],
     weights: &[f64],
-) -> Result<(Vec<RunOutcome>, Vec<oversub_core::TenantQuota>), BoxError> {
-    let pool = env.pool()?;
+) -> Result<(Vec<AddressSpace>, Vec<Vec<Buffer>>), BoxError> {
     let mut spaces = Vec::new();
     let mut handles = Vec::new();
-    // Tenants arrive one by one and fill their buffers; later arrivals shrink earlier tenants' quotas.
     for (k, w) in workloads.iter().enumerate() {
         let space = pool.tenant_space(TenantConfig::new(w.name.clone(), w.demand(), weights[k]))?;
         let mut bufs = Vec::with_capacity(w.buffers);
@@ -610,6 +608,17 @@ fn run_planned(
         spaces.push(space);
         handles.push(bufs);
     }
+    Ok((spaces, handles))
+}
+
+/// Runs the workloads at once as tenants of one pool under the plan.
+fn run_planned(
+    env: &Env,
+    workloads: &[Workload],
+    weights: &[f64],
+) -> Result<(Vec<RunOutcome>, Vec<oversub_core::TenantQuota>), BoxError> {
+    let pool = env.pool()?;
+    let (spaces, handles) = join_tenants(&pool, workloads, weights)?;
     let quotas = pool.tenant_quotas();
     let outcomes = run_threads(workloads, &spaces, &handles, 0, |k, buf, scratch, stamp| {
         let space = &spaces[k];
@@ -638,19 +647,7 @@ fn run_planned_cold(
     priority_window: Option<usize>,
 ) -> Result<(Vec<RunOutcome>, Vec<oversub_core::TenantQuota>), BoxError> {
     let pool = env.pool_with(priority_window)?;
-    let mut spaces = Vec::new();
-    let mut handles = Vec::new();
-    for (k, w) in workloads.iter().enumerate() {
-        let space = pool.tenant_space(TenantConfig::new(w.name.clone(), w.demand(), weights[k]))?;
-        let mut bufs = Vec::with_capacity(w.buffers);
-        for b in 0..w.buffers {
-            let buf = space.alloc(w.buffer_bytes, BufferFlags::DEFAULT)?;
-            space.write_direct(buf, 0, &vec![w.fill_byte(k, b); w.buffer_bytes as usize])?;
-            bufs.push(buf);
-        }
-        spaces.push(space);
-        handles.push(bufs);
-    }
+    let (spaces, handles) = join_tenants(&pool, workloads, weights)?;
     for (space, bufs) in spaces.iter().zip(&handles) {
         for &buf in bufs {
             if space.info(buf)?.state == oversub_core::BufferState::Resident {

@@ -237,36 +237,13 @@ pub fn builtin_file_io(
     count: usize,
 ) -> Vec<TaskSpec> {
     (1..=count)
-        .map(|i| {
-            let name = format!("T{i}");
-            let file = dir.join(format!("{name}.dat"));
-            TaskSpec {
-                name,
-                demand_bytes: size,
-                subtasks: 1,
-                program: Program::Exec {
-                    program: exe.to_path_buf(),
-                    args: vec![
-                        "tasks".into(),
-                        "worker".into(),
-                        "file-io".into(),
-                        "--file".into(),
-                        file.clone().into_os_string(),
-                        "--size".into(),
-                        size.to_string().into(),
-                        "--passes".into(),
-                        passes.to_string().into(),
-                    ],
-                },
-                data_file: Some(file),
-            }
-        })
+        .map(|i| file_io_task(exe, dir, &format!("T{i}"), size, passes, None))
         .collect()
 }
 
 /// Three tasks that differ in size and in compute per byte, so that Alg. 1 can tell them apart: `stream` (a file of
 /// `size`, read 4 times, no compute: pure I/O through the page cache), `compute` (`size`/2, read 3 times, 3 hash
-/// rounds per byte: CPU-bound) and `bulk` (1.5 × `size`, read twice, one hash round).
+/// rounds per byte) and `bulk` (1.5 × `size`, read twice, one hash round).
 pub fn builtin_mixed(exe: &Path, dir: &Path, size: u64) -> Vec<TaskSpec> {
     let half = (size / 2).max(1);
     [
@@ -275,32 +252,45 @@ pub fn builtin_mixed(exe: &Path, dir: &Path, size: u64) -> Vec<TaskSpec> {
         ("bulk", size + half, 2, 1),
     ]
     .into_iter()
-    .map(|(name, bytes, passes, rounds)| {
-        let file = dir.join(format!("{name}.dat"));
-        TaskSpec {
-            name: name.to_string(),
-            demand_bytes: bytes,
-            subtasks: 1,
-            program: Program::Exec {
-                program: exe.to_path_buf(),
-                args: vec![
-                    "tasks".into(),
-                    "worker".into(),
-                    "file-io".into(),
-                    "--file".into(),
-                    file.clone().into_os_string(),
-                    "--size".into(),
-                    bytes.to_string().into(),
-                    "--passes".into(),
-                    passes.to_string().into(),
-                    "--hash-rounds".into(),
-                    rounds.to_string().into(),
-                ],
-            },
-            data_file: Some(file),
-        }
-    })
+    .map(|(name, bytes, passes, rounds)| file_io_task(exe, dir, name, bytes, passes, Some(rounds)))
     .collect()
+}
+
+/// The built-in `file-io` worker as task `name`: a file of `size` in `dir`, read back `passes` times, with
+/// `hash_rounds` of compute per byte when given.
+fn file_io_task(
+    exe: &Path,
+    dir: &Path,
+    name: &str,
+    size: u64,
+    passes: u32,
+    hash_rounds: Option<u32>,
+) -> TaskSpec {
+    let file = dir.join(format!("{name}.dat"));
+    let mut args: Vec<OsString> = vec![
+        "tasks".into(),
+        "worker".into(),
+        "file-io".into(),
+        "--file".into(),
+        file.clone().into_os_string(),
+        "--size".into(),
+        size.to_string().into(),
+        "--passes".into(),
+        passes.to_string().into(),
+    ];
+    if let Some(rounds) = hash_rounds {
+        args.extend(["--hash-rounds".into(), rounds.to_string().into()]);
+    }
+    TaskSpec {
+        name: name.to_string(),
+        demand_bytes: size,
+        subtasks: 1,
+        program: Program::Exec {
+            program: exe.to_path_buf(),
+            args,
+        },
+        data_file: Some(file),
+    }
 }
 
 /// Applies `--subtasks NAME=N` and checks names are unique.

@@ -133,16 +133,30 @@ pub unsafe trait IoEngine: Send + Sync + std::fmt::Debug {
     ) -> Result<(), IoError> {
         let _ = priority;
         // SAFETY: forwarded from our caller.
-        unsafe {
-            if tagged {
-                self.submit_tagged(requests, on_done)
-            } else {
-                self.submit(requests, on_done)
-            }
-        }
+        unsafe { forward_to(self, requests, on_done, tagged) }
     }
     /// Snapshot of the engine's I/O counters.
     fn counters(&self) -> IoCountersSnapshot;
+}
+
+/// Submits to `inner`, tagged or not.
+///
+/// # Safety
+/// As [`IoEngine::submit`].
+pub(crate) unsafe fn forward_to<E: IoEngine + ?Sized>(
+    inner: &E,
+    requests: Vec<IoRequest>,
+    on_done: IoCallback,
+    tagged: bool,
+) -> Result<(), IoError> {
+    // SAFETY: forwarded from our caller.
+    unsafe {
+        if tagged {
+            inner.submit_tagged(requests, on_done)
+        } else {
+            inner.submit(requests, on_done)
+        }
+    }
 }
 
 /// Submits a batch and blocks until it is done.

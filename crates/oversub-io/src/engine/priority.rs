@@ -6,7 +6,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
-use super::{validate_requests, IoCallback, IoCountersSnapshot, IoDone, IoEngine, IoRequest};
+use super::{
+    forward_to, validate_requests, IoCallback, IoCountersSnapshot, IoDone, IoEngine, IoRequest,
+};
 use crate::error::IoError;
 
 /// Requests a waiting batch may see dispatched from others before it is served next.
@@ -167,13 +169,7 @@ fn dispatch(inner: &Arc<dyn IoEngine>, state: &Arc<Mutex<Sched>>, window: usize,
         };
         // SAFETY: forwarded from the batch's submitter, whose memory stays valid until the batch's own callback,
         // which runs only after this request's callback (`finished`).
-        let submitted = unsafe {
-            if tagged {
-                inner.submit_tagged(vec![request], cb)
-            } else {
-                inner.submit(vec![request], cb)
-            }
-        };
+        let submitted = unsafe { forward_to(inner.as_ref(), vec![request], cb, tagged) };
         if let Err(e) = submitted {
             // The inner engine never started it and will not call back: account for it here.
             finished(state, seq, Err(e));
