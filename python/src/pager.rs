@@ -8,7 +8,7 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use oversub_accel::cuda::{CudaMemory, CudaMemoryConfig};
@@ -62,10 +62,7 @@ fn rust_paging_loop(
     Ok((elapsed.as_secs_f64(), (2 * rounds * cores.len()) as u64))
 }
 
-/// Locks, ignoring poisoning: every critical section here leaves its data consistent.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+pub(crate) use oversub_base::sync::lock;
 
 /// A pointer that may cross into a closure run without the GIL (see `Buffer.read`).
 struct SendPtr(*mut u8);

@@ -14,7 +14,7 @@
 use std::error::Error as StdError;
 use std::ffi::{c_int, c_void};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{mpsc, Arc, Mutex, MutexGuard};
+use std::sync::{mpsc, Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use oversub_sched::{
@@ -38,9 +38,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use oversub_base::sync::lock;
 
 // ---------------------------------------------------------------------------------------------------------------
 // The `work=` and `init=` arguments.

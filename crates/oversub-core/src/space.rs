@@ -386,11 +386,7 @@ impl OpState {
     }
 }
 
-/// Our critical sections leave the state consistent at every step, so a panic elsewhere while holding the lock is
-/// no reason to stop paging: recover the guard.
-pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use oversub_base::sync::lock;
 
 #[derive(Debug)]
 struct Entry {

@@ -71,20 +71,7 @@ pub fn mean(samples: &[f64]) -> Option<f64> {
     (!samples.is_empty()).then(|| samples.iter().sum::<f64>() / samples.len() as f64)
 }
 
-/// Median of the samples (mean of the middle two for an even count); `None` when there are none or one is NaN.
-pub fn median(samples: &[f64]) -> Option<f64> {
-    if samples.is_empty() || samples.iter().any(|v| v.is_nan()) {
-        return None;
-    }
-    let mut v = samples.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    Some(if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    })
-}
+pub use oversub_base::stats::median;
 
 /// Where the time of a fault serviced in user space went, from four timestamps (ns on one clock): the faulting
 /// access began (`fault_ns`), the handler picked the fault up (`pick_ns`), the handler finished resolving it

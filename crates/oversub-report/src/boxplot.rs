@@ -5,8 +5,8 @@ use crate::svg::{decimals_for, n, nice_ticks, truncate_label};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::format::format_seconds;
 use crate::stats::{percentile, sorted_finite, Summary};
+use oversub_base::format::format_seconds;
 
 /// One box of a box plot.
 #[derive(Debug, Clone)]

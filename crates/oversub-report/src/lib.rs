@@ -13,10 +13,8 @@
 
 mod bars;
 mod boxplot;
-mod format;
 mod html;
 mod lines;
-mod size;
 mod stats;
 mod svg;
 mod table;
@@ -24,10 +22,11 @@ mod timeline;
 
 pub use bars::{BarChart, BarSeries};
 pub use boxplot::{BoxPlot, BoxSeries};
-pub use format::{format_bytes, format_rate_mbs, format_seconds};
+// Sizes and formats live in the leaf crate so that crates needing them do not depend on the SVG code.
 pub use html::{HtmlBlock, HtmlReport};
 pub use lines::{LineChart, LineSeries};
-pub use size::{parse_size, SizeParseError};
+pub use oversub_base::format::{format_bytes, format_rate_mbs, format_seconds};
+pub use oversub_base::size::{parse_size, SizeParseError};
 pub use stats::{percentile, quartiles, Summary};
 pub use table::{text_table, text_table_left};
 pub use timeline::{Marker, MarkerKind, Span, SpanKind, Timeline};

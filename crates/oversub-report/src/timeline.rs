@@ -11,9 +11,9 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Value};
 
-use crate::format::format_seconds;
 use crate::html::escape;
 use crate::svg::{decimals_for, n, truncate_label};
+use oversub_base::format::format_seconds;
 
 /// What a [`Span`] shows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]

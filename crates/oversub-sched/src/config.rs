@@ -110,7 +110,7 @@ use std::fmt;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 
-use oversub_report::{format_bytes, parse_size};
+use oversub_base::{format_bytes, parse_size};
 use serde::de::{self, Deserializer, Visitor};
 use serde::Deserialize;
 use toml::Spanned;

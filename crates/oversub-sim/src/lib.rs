@@ -13,6 +13,7 @@
 //! Nothing here prints; the `oversub sim` command formats the results.
 #![forbid(unsafe_code)]
 
-pub mod rng;
+/// The deterministic generator of the workloads (oversub's one RNG, from `oversub-base`).
+pub use oversub_base::rng;
 pub mod swap;
 pub mod uvm;

@@ -2,7 +2,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::ptr::NonNull;
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use super::driver::{CudaDriver, DeviceInfo, DriverError, EventHandle, StreamHandle};
 use super::vmm::{AddressRange, Mapping, PhysicalMemory};
@@ -73,9 +73,7 @@ pub struct CudaMemory {
     direct: Option<CuFileStorage>,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use oversub_base::sync::lock;
 
 fn driver_err(e: DriverError, what: impl FnOnce() -> String) -> AccelError {
     if e.is_out_of_memory() {

@@ -4,7 +4,7 @@
 //! queue served by priority). A batch passed over `starvation_bound` times is served next, whatever its priority.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use super::{
     forward_to, validate_requests, IoCallback, IoCountersSnapshot, IoDone, IoEngine, IoRequest,
@@ -106,10 +106,7 @@ impl PriorityEngine {
     }
 }
 
-fn lock(m: &Mutex<Sched>) -> std::sync::MutexGuard<'_, Sched> {
-    // Every critical section leaves the queue consistent; a panic elsewhere is no reason to stop the I/O.
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
+use oversub_base::sync::lock;
 
 /// Index of the batch to serve next: one passed over `bound` times or more (the oldest such), else the highest
 /// priority, oldest first.

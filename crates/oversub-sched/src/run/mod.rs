@@ -320,9 +320,7 @@ struct Shared<'r, 'w> {
     aborted: std::sync::atomic::AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
-}
+use oversub_base::sync::lock;
 
 impl Shared<'_, '_> {
     fn now_s(&self) -> f64 {
@@ -680,15 +678,7 @@ fn call_user(
 }
 
 fn pin_to_cpu(cpu: usize) -> bool {
-    // SAFETY: cpu_set_t is plain data; CPU_SET writes inside it; sched_setaffinity reads it.
-    unsafe {
-        let mut set: libc::cpu_set_t = std::mem::zeroed();
-        if cpu >= libc::CPU_SETSIZE as usize {
-            return false;
-        }
-        libc::CPU_SET(cpu, &mut set);
-        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set) == 0
-    }
+    oversub_base::cpu::pin_to_cpu(cpu).is_ok()
 }
 
 /// Aborts the run when a thread's body fails or panics, so no other thread waits for it forever.

@@ -173,10 +173,10 @@ impl SizeValue {
     }
 }
 
-/// Parses `6GB`, `64 MiB`, `1.5G`, `4096` with oversub's one size syntax ([`oversub_report::parse_size`]: KB, MB,
+/// Parses `6GB`, `64 MiB`, `1.5G`, `4096` with oversub's one size syntax ([`oversub_base::parse_size`]: KB, MB,
 /// GB, TB are powers of 1000; KiB, MiB, GiB, TiB and bare K, M, G, T powers of 1024); zero is refused.
 pub fn parse_bytes(text: &str) -> Result<u64, String> {
-    match oversub_report::parse_size(text) {
+    match oversub_base::parse_size(text) {
         Ok(0) => Err(format!("a size must be positive, not {text:?}")),
         Ok(bytes) => Ok(bytes),
         Err(e) => Err(format!(

@@ -3,29 +3,7 @@
 use std::io;
 use std::path::Path;
 
-/// Pins the calling thread to one CPU (`sched_setaffinity(0, …)`). Err with the OS error.
-pub fn pin_to_cpu(cpu: usize) -> io::Result<()> {
-    pin_thread_to_cpu(0, cpu)
-}
-
-/// Pins thread `tid` (0: the calling thread) to one CPU. Err with the OS error.
-pub fn pin_thread_to_cpu(tid: libc::pid_t, cpu: usize) -> io::Result<()> {
-    // CPU_SETSIZE is a small positive constant (1024).
-    if cpu >= libc::CPU_SETSIZE as usize {
-        return Err(io::Error::from_raw_os_error(libc::EINVAL));
-    }
-    // SAFETY: cpu_set_t is plain data, so all-zero bytes are a valid (empty) set.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: cpu < CPU_SETSIZE (checked above), so CPU_SET writes inside `set`.
-    unsafe { libc::CPU_SET(cpu, &mut set) };
-    // SAFETY: `set` is a valid cpu_set_t of the size passed; the call only reads it.
-    let rc = unsafe { libc::sched_setaffinity(tid, std::mem::size_of::<libc::cpu_set_t>(), &set) };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
+pub use oversub_base::cpu::{pin_thread_to_cpu, pin_to_cpu};
 
 /// Tries `SCHED_FIFO` at `priority` for the calling thread: `Ok(true)` if set, `Ok(false)` if not permitted
 /// (`EPERM`), Err otherwise (e.g. a priority outside the policy's range).

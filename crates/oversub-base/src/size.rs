@@ -79,7 +79,7 @@ fn unit_multiplier(unit: &str) -> Option<u64> {
 /// exact integer arithmetic; results above `u64::MAX` are an error.
 ///
 /// ```
-/// use oversub_report::parse_size;
+/// use oversub_base::size::parse_size;
 /// assert_eq!(parse_size("256MiB"), Ok(256 << 20));
 /// assert_eq!(parse_size("4k"), Ok(4096));
 /// assert_eq!(parse_size("100MB"), Ok(100_000_000));

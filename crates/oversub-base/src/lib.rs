@@ -1,0 +1,16 @@
+//! Leaf utilities every oversub crate may use, each defined once (redb's `sync.rs` pattern for locks):
+//! [`sync`] (poison-tolerant lock, condition-variable waits), [`size`] (user-typed sizes such as `"256MiB"`),
+//! [`format`] (durations, byte counts, rates for people), [`rng`] (one deterministic generator), [`stats`] (one
+//! median) and [`cpu`] (pinning a thread to a CPU).
+//!
+//! This crate depends on no other oversub crate and prints nothing.
+
+pub mod cpu;
+pub mod format;
+pub mod rng;
+pub mod size;
+pub mod stats;
+pub mod sync;
+
+pub use format::{format_bytes, format_rate_mbs, format_seconds};
+pub use size::{parse_size, SizeParseError};
