@@ -158,6 +158,14 @@ impl Ticket {
         self.op.wait_complete(timeout)
     }
 
+    /// Runs `callback` once when the I/O side completes (so that [`finish`](Self::finish) will not block): at once
+    /// on the calling thread if it already has, else on the thread that completes it, typically an I/O engine
+    /// thread, so the callback must be short and must not finish this ticket itself. Futures and event loops use
+    /// it to be woken by the completion instead of polling.
+    pub fn on_complete(&self, callback: impl FnOnce() + Send + 'static) {
+        self.op.on_complete(Box::new(callback));
+    }
+
     /// Waits for the I/O if it is still running and completes the operation.
     pub fn finish(mut self) -> Result<(), PagerError> {
         self.finished = true;
@@ -341,21 +349,57 @@ impl Failed {
     }
 }
 
-#[derive(Debug, Default)]
+/// A callback run once when the I/O side of an operation completes.
+type CompletionCallback = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
 struct OpState {
     outcome: Mutex<Option<Result<(), Failed>>>,
     done: Condvar,
+    /// Run by [`complete`](Self::complete) on the thread that completes the I/O (an engine thread), or at once by
+    /// [`on_complete`](Self::on_complete) when it had already completed.
+    callbacks: Mutex<Vec<CompletionCallback>>,
     /// When the I/O side completed (for timelines: the I/O may end long before `finish` is called).
     completed_at: Mutex<Option<std::time::Instant>>,
     /// The checksum a page-out took on the I/O side, for `finish` to keep with the buffer.
     checksum: Mutex<Option<Checksums>>,
 }
 
+impl std::fmt::Debug for OpState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("OpState")
+            .field("complete", &self.is_complete())
+            .field("callbacks", &lock(&self.callbacks).len())
+            .finish_non_exhaustive()
+    }
+}
+
 impl OpState {
     fn complete(&self, outcome: Result<(), Failed>) {
         *lock(&self.completed_at) = Some(std::time::Instant::now());
-        *lock(&self.outcome) = Some(outcome);
+        // The callbacks are taken under the outcome's lock, so `on_complete` either queues before this point (and
+        // is run below) or sees the outcome (and runs its callback itself): never both, never neither.
+        let callbacks = {
+            let mut outcome_slot = lock(&self.outcome);
+            *outcome_slot = Some(outcome);
+            std::mem::take(&mut *lock(&self.callbacks))
+        };
         self.done.notify_all();
+        for callback in callbacks {
+            callback();
+        }
+    }
+
+    /// Runs `callback` once the I/O side completes: at once on this thread if it has, else on the completing one.
+    fn on_complete(&self, callback: CompletionCallback) {
+        {
+            let outcome_slot = lock(&self.outcome);
+            if outcome_slot.is_none() {
+                lock(&self.callbacks).push(callback);
+                return;
+            }
+        }
+        callback();
     }
 
     fn is_complete(&self) -> bool {

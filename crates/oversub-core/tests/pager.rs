@@ -496,3 +496,39 @@ fn handles_from_another_pool_are_unknown() {
     let b = s1.alloc(10, BufferFlags::DEFAULT).unwrap();
     assert!(matches!(s2.free(b), Err(PagerError::UnknownBuffer(_))));
 }
+
+fn completion_callbacks_run_once(engine: Arc<dyn oversub_io::IoEngine>) {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let pool = pool_with(engine, 64 * MIB, 64 * MIB);
+    let space = pool.address_space();
+    let buf = space.alloc(8 * MIB, BufferFlags::DEFAULT).unwrap();
+    space.write(buf, 0, &pattern(3, 8 * MIB as usize)).unwrap();
+    let calls = Arc::new(AtomicUsize::new(0));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let ticket = space.page_out_async(buf).unwrap();
+    let c = Arc::clone(&calls);
+    ticket.on_complete(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+        let _ = tx.send(());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(60))
+        .expect("the completion callback ran");
+    assert!(ticket.is_complete());
+    // Registered after completion: runs at once, on this thread.
+    let c = Arc::clone(&calls);
+    ticket.on_complete(move || {
+        c.fetch_add(1, Ordering::SeqCst);
+    });
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    ticket.finish().unwrap();
+    assert_eq!(calls.load(Ordering::SeqCst), 2);
+    space.free(buf).unwrap();
+}
+
+#[test]
+fn completion_callbacks_run_once_per_registration() {
+    for (name, engine) in engines() {
+        eprintln!("engine {name}");
+        completion_callbacks_run_once(engine);
+    }
+}
