@@ -4,13 +4,13 @@ oversub pages whole buffers between device memory and a swap store (host memory,
 schedule says what runs next. This package binds the Rust runtime::
 
     import oversub
-    pool = oversub.Pool(capacity="4GiB", store="/mnt/nvme", device="host")   # or device="cuda"
+    pool = oversub.Pool(capacity="4GiB", store="/mnt/nvme", device="host")   # or "cuda", "cuda:1", a torch.device
     space = pool.address_space()
     w = space.alloc("256MiB", read_only=True)       # model weights: written to the store once
     w.numpy("float32")[:] = 1.0                      # a zero-copy NumPy view while resident
     w.page_out()                                     # memory given back
     h = w.page_in_async()                            # read runs in the background...
-    h.wait()                                         # ...or `await h`
+    h.wait()                                         # ...or h.result(timeout), `await h`, add_done_callback
 
 Errors are exceptions of :mod:`oversub.errors`, named after the Rust errors and carrying their messages. The
 schedule runtime and the simulators are here too (:func:`run_schedule`, :func:`plan_schedule`, :func:`sim_uvm`,
@@ -41,6 +41,7 @@ from ._oversub import (
 from .errors import *  # noqa: F401,F403  (the exception classes, also as oversub.<Name>)
 from .errors import Error
 from .frames import to_dataframe
+from .records import BufferInfo, BufferState, PoolStats
 
 __all__ = [
     "Pool",
@@ -57,6 +58,9 @@ __all__ = [
     "sim_uvm",
     "sim_swap",
     "to_dataframe",
+    "PoolStats",
+    "BufferInfo",
+    "BufferState",
     "Error",
     "errors",
     "__version__",

@@ -3,12 +3,25 @@
 import os
 import pathlib
 from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import Any, Final, Literal, final, overload
+from types import TracebackType
+from typing import Any, Final, Literal, Protocol, final, overload
+
+from .records import BufferInfo, BufferState, PoolStats
 
 _Size = int | str
 """Bytes as an int, or a size string: "4096", "256MiB", "1GiB"."""
 _StrPath = str | os.PathLike[str]
-_State = Literal["resident", "paging_out", "paged_out", "paging_in"]
+
+class _DeviceLike(Protocol):
+    """What ``device=`` takes besides a string: a ``torch.device`` or anything with ``.type`` and ``.index``."""
+
+    @property
+    def type(self) -> str: ...
+    @property
+    def index(self) -> int | None: ...
+
+_Device = str | _DeviceLike
+""""host"/"cpu", "cuda"/"gpu", "cuda:N", or a ``torch.device``."""
 
 __version__: str
 
@@ -18,31 +31,47 @@ class Pool:
     ``store`` is None (a temporary file in $TMPDIR), a directory (a temporary file there), a file or block device,
     or a list of those: the store is then striped over them (4 MiB units dealt to each in turn, one batch of I/O
     on all of them per transfer), its ``store_capacity`` split evenly among them.
+
+    ``device`` is "host" (or "cpu"), "cuda" (or "gpu"), "cuda:N", or a ``torch.device`` (any object with ``.type``
+    and ``.index``); ``device_index`` names the CUDA ordinal too and must agree with one given in ``device``.
+    ``close()`` (or the end of ``with Pool(...) as pool:``) frees every buffer; later use raises PoolClosedError.
     """
 
     def __init__(
         self,
         capacity: _Size,
         store: _StrPath | Sequence[_StrPath] | None = None,
-        device: Literal["host", "cuda"] = "host",
+        device: _Device | None = "host",
         *,
         store_capacity: _Size | None = None,
         host_tier: _Size | None = None,
         pinned_host_tier: bool = False,
         verify_checksums: bool = True,
-        device_index: int = 0,
+        device_index: int | None = None,
         force_store: bool = False,
         scrub_store: bool = True,
         io: Literal["default", "auto"] = "default",
     ) -> None: ...
     def address_space(self) -> AddressSpace:
-        """A new address space: a set of buffers paged together."""
+        """A new address space: a set of buffers paged together. PoolClosedError after ``close()``."""
+    def close(self) -> None:
+        """Frees every buffer of the pool and closes it (again: nothing); ViewError, and nothing closed, while a
+        buffer has live views."""
+    @property
+    def closed(self) -> bool: ...
+    def __enter__(self) -> Pool: ...
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
+    ) -> bool: ...
     @property
     def capacity_bytes(self) -> int: ...
     @property
     def used_bytes(self) -> int: ...
     @property
     def device(self) -> Literal["host", "cuda"]: ...
+    @property
+    def device_index(self) -> int | None:
+        """The CUDA ordinal; None for a host pool."""
     @property
     def store_alignment(self) -> int: ...
     @property
@@ -56,8 +85,9 @@ class Pool:
         """Every file or device the store is striped over, in stripe order (one when it is not striped)."""
     @property
     def transfer_path(self) -> str: ...
-    def stats(self) -> dict[str, int]:
-        """capacity_bytes, used_bytes, store_capacity_bytes, store_free_bytes (and the host tier's, if any)."""
+    def stats(self) -> PoolStats:
+        """capacity_bytes, used_bytes, store_capacity_bytes, store_free_bytes (and the host tier's, if any), as
+        attributes or ``stats()["used_bytes"]``."""
 
 class ExternalFile:
     """A file oversub reads but never writes (a model checkpoint), for ``AddressSpace.alloc_external``."""
@@ -96,12 +126,15 @@ class Buffer:
     def free(self) -> None: ...
     def write(self, data: bytes | bytearray | memoryview | Any, offset: int = 0) -> None: ...
     def read(self, nbytes: int | None = None, offset: int = 0) -> bytes: ...
+    def readinto(self, b: bytearray | memoryview | Any, offset: int = 0) -> int:
+        """Fills the writable, C-contiguous ``b`` from ``offset``; the bytes copied (0 at the end)."""
     def numpy(self, dtype: Any = None, shape: int | Sequence[int] | None = None) -> Any:
         """A zero-copy ``numpy.ndarray`` over the resident host buffer (default: 1-D uint8 of all of it)."""
     @property
     def nbytes(self) -> int: ...
     @property
-    def state(self) -> _State: ...
+    def state(self) -> BufferState:
+        """A str enum: ``buf.state == "resident"`` holds."""
     @property
     def address(self) -> int: ...
     @property
@@ -110,7 +143,7 @@ class Buffer:
     def device(self) -> Literal["host", "cuda"]: ...
     @property
     def views(self) -> int: ...
-    def info(self) -> dict[str, Any]: ...
+    def info(self) -> BufferInfo: ...
     def __dlpack__(
         self,
         *,
@@ -129,10 +162,19 @@ class Buffer:
     def __exit__(self, *exc: object) -> bool: ...
 
 class Handle:
-    """An asynchronous page-in or page-out in flight; ``await handle`` works too."""
+    """An asynchronous page-in or page-out in flight, with ``concurrent.futures.Future``'s interface;
+    ``await handle`` suspends until the completion wakes it (no executor thread)."""
 
     def done(self) -> bool: ...
+    def cancelled(self) -> bool:
+        """Always False: paging operations cannot be cancelled."""
     def wait(self, timeout: float | None = None) -> None: ...
+    def result(self, timeout: float | None = None) -> None:
+        """Waits; None, or raises the operation's error or TimeoutError."""
+    def exception(self, timeout: float | None = None) -> BaseException | None:
+        """Waits; the operation's error (not raised) or None; TimeoutError when not done in time."""
+    def add_done_callback(self, fn: Callable[[Handle], object], /) -> None:
+        """``fn(handle)`` once complete (at once if it is); its exceptions are logged on the "oversub" logger."""
     def __await__(self) -> Generator[Any, None, None]: ...
     @property
     def kind(self) -> Literal["page_in", "page_out"]: ...
@@ -263,6 +305,7 @@ def sim_uvm(
     traces: _StrPath | Sequence[_StrPath] | None = None,
     ratios: float | str | Sequence[float | str] | None = None,
     policies: str | Sequence[str] | None = None,
+    ratio_unit: Literal["percent", "fraction"] = "percent",
     suite: bool = False,
     quick: bool = False,
     scale: float | None = None,

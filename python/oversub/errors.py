@@ -27,6 +27,7 @@ __all__ = [
     "UnsupportedError",
     "InternalError",
     "ForkError",
+    "PoolClosedError",
     "CompletionLostError",
     "TenantError",
     "IoError",
@@ -122,6 +123,11 @@ class ForkError(PagerError, RuntimeError):
     """This process is a fork of the one that made the pool (``PagerError::Forked``): it has the pool's memory but
     not its I/O threads, so it cannot page. Make a new pool in the child, or use multiprocessing's "spawn" or
     "forkserver" start method."""
+
+
+class PoolClosedError(PagerError, ValueError):
+    """The pool was closed (``Pool.close()``, or the end of its ``with`` block); a ``ValueError`` like I/O on a
+    closed file. Raised by the Python layer, not by a Rust error."""
 
 
 class CompletionLostError(PagerError):

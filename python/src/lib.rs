@@ -1,12 +1,14 @@
 //! Python bindings of oversub: the `oversub._oversub` extension module behind the `oversub` package.
 //!
-//! It binds the pager (`Pool`, `AddressSpace`, `Buffer`, async `Handle`), zero-copy views of resident buffers
-//! (buffer protocol, DLPack, `__cuda_array_interface__`), and the schedule runtime and simulators, whose results
-//! come back as plain dicts. Rust errors become exceptions of `oversub.errors` with the Rust message. The
-//! pure-Python part (`python/oversub/`) adds the exception classes, pandas helpers and type stubs.
+//! It binds the pager (`Pool`, `AddressSpace`, `Buffer`, and `Handle`, a future woken by the completion),
+//! zero-copy views of resident buffers (buffer protocol, DLPack, `__cuda_array_interface__`), and the schedule
+//! runtime and simulators, whose results come back as plain dicts. Rust errors become exceptions of
+//! `oversub.errors` with the Rust message. The pure-Python part (`python/oversub/`) adds the exception classes,
+//! the typed records of `oversub.records`, pandas helpers and type stubs.
 
 mod dlpack;
 mod errors;
+mod handle;
 mod pager;
 mod slots;
 mod studies;

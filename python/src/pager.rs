@@ -1,4 +1,6 @@
-//! The pager from Python: `Pool`, `AddressSpace`, `Buffer` and the `Handle` of an asynchronous operation.
+//! The pager from Python: `Pool`, `AddressSpace` and `Buffer` (the `Handle` of an asynchronous operation is in
+//! `handle.rs`). Typed results (`PoolStats`, `BufferInfo`, `BufferState`) are the Python classes of
+//! `oversub.records`, built here from Rust values.
 //!
 //! Ownership follows Python's: a `Buffer` object owns its Rust buffer and frees it when it is collected (or at
 //! `free()`); views and DLPack capsules hold the buffer alive. A buffer with live views cannot be paged out or
@@ -14,12 +16,12 @@ use std::time::{Duration, Instant};
 use oversub_accel::cuda::{CudaMemory, CudaMemoryConfig};
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_core::{
-    BufferFlags, BufferInfo, BufferState, HostTierConfig, OpKind, PagerError, PoolConfig, Ticket,
+    BufferFlags, BufferInfo, BufferState, HostTierConfig, PagerError, PoolConfig, Ticket,
 };
 use oversub_io::{Scrub, SwapStore};
-use pyo3::exceptions::{PyTimeoutError, PyValueError};
+use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
+use pyo3::types::{PyBytes, PyDict, PyString};
 
 use crate::errors::{OrRaise, Raised, ToRaised};
 use crate::util::size_arg;
@@ -28,7 +30,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Pool>()?;
     m.add_class::<AddressSpace>()?;
     m.add_class::<Buffer>()?;
-    m.add_class::<Handle>()?;
+    m.add_class::<crate::handle::Handle>()?;
     m.add_class::<ExternalFile>()?;
     m.add_function(wrap_pyfunction!(rust_paging_loop, m)?)?;
     Ok(())
@@ -64,9 +66,10 @@ fn rust_paging_loop(
 
 pub(crate) use oversub_base::sync::lock;
 
-/// A pointer that may cross into a closure run without the GIL (see `Buffer.read`).
+/// A pointer that may cross into a closure run without the GIL (see `Buffer.read` and `Buffer.readinto`).
 struct SendPtr(*mut u8);
-// SAFETY: only used to fill a new bytes object that no other thread can reach (see `Buffer.read`).
+// SAFETY: only used to fill memory that stays alive and exported for the closure's whole run: a new bytes object no
+// other thread can reach (`Buffer.read`) or the held buffer export of `Buffer.readinto`.
 unsafe impl Send for SendPtr {}
 
 /// Which memory a pool's buffers live in.
@@ -83,6 +86,77 @@ impl Device {
             Device::Cuda { .. } => "cuda",
         }
     }
+
+    /// `device=` as PyTorch and CuPy users write it: "host"/"cpu", "cuda"/"gpu", "cuda:N", or any object with `.type`
+    /// and `.index` (a `torch.device`, duck-typed so that torch is never imported). `device_index`, when given, must
+    /// agree with an index in `device`.
+    fn parse(device: &Bound<'_, PyAny>, device_index: Option<i32>) -> PyResult<Device> {
+        let (kind, index): (String, Option<i64>) = if let Ok(s) = device.cast::<PyString>() {
+            let text = s.to_str()?.trim().to_ascii_lowercase();
+            match text.split_once(':') {
+                Some((kind, index)) => {
+                    let index = index.trim().parse::<i64>().map_err(|_| {
+                        PyValueError::new_err(format!(
+                            "device {text:?}: the index after ':' must be an int, as in \"cuda:1\""
+                        ))
+                    })?;
+                    (kind.to_string(), Some(index))
+                }
+                None => (text, None),
+            }
+        } else if device.hasattr("type")? && device.hasattr("index")? {
+            let kind: String = device.getattr("type")?.extract().map_err(|_| {
+                PyTypeError::new_err("device.type must be a string (as torch.device's is)")
+            })?;
+            let index: Option<i64> = device.getattr("index")?.extract().map_err(|_| {
+                PyTypeError::new_err("device.index must be an int or None (as torch.device's is)")
+            })?;
+            (kind.to_ascii_lowercase(), index)
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "device must be a string (\"host\", \"cuda\", \"cuda:1\") or a torch.device, not {}",
+                device.get_type().name()?
+            )));
+        };
+        match kind.as_str() {
+            "host" | "cpu" => Ok(Device::Host),
+            "cuda" | "gpu" => {
+                let ordinal = match (index, device_index) {
+                    (Some(i), Some(d)) if i != i64::from(d) => {
+                        return Err(PyValueError::new_err(format!(
+                            "device says CUDA device {i} but device_index says {d}; give one of them"
+                        )))
+                    }
+                    (Some(i), _) => i32::try_from(i).ok().filter(|&i| i >= 0).ok_or_else(|| {
+                        PyValueError::new_err(format!("CUDA device index must be >= 0, got {i}"))
+                    })?,
+                    (None, Some(d)) if d < 0 => {
+                        return Err(PyValueError::new_err(format!(
+                            "device_index must be >= 0, got {d}"
+                        )))
+                    }
+                    (None, Some(d)) => d,
+                    (None, None) => 0,
+                };
+                Ok(Device::Cuda { ordinal })
+            }
+            other => Err(PyValueError::new_err(format!(
+                "device must be \"host\" or \"cuda\" (or \"cuda:N\", a torch.device), not {other:?}"
+            ))),
+        }
+    }
+}
+
+/// A class of `oversub.records` (typed results built from Rust).
+fn record_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    static MODULE: pyo3::sync::PyOnceLock<Py<PyModule>> = pyo3::sync::PyOnceLock::new();
+    let module = MODULE.get_or_try_init(py, || py.import("oversub.records").map(Bound::unbind))?;
+    module.bind(py).getattr(name)
+}
+
+/// A buffer state as an `oversub.records.BufferState` (a str enum equal to its old string).
+fn state_value(py: Python<'_>, state: BufferState) -> PyResult<Bound<'_, PyAny>> {
+    record_class(py, "BufferState")?.call1((state_name(state),))
 }
 
 fn state_name(state: BufferState) -> &'static str {
@@ -102,8 +176,10 @@ fn state_name(state: BufferState) -> &'static str {
 ///         there, deleted at exit), or a file or block device path. Put it on an NVMe drive for speed. A list of
 ///         such locations (``store=["/mnt/a", "/mnt/b"]``) stripes the store over them, one per drive: 4 MiB
 ///         stripe units dealt to the members in turn, so a buffer's transfer runs on all of them at once.
-///     device: "host" (buffers in host memory, the integrated-GPU model; NumPy views) or "cuda" (CUDA device
-///         memory through the driver's virtual memory API; `__cuda_array_interface__` and DLPack).
+///     device: "host" (the default, also "cpu" or None: buffers in host memory, the integrated-GPU model; NumPy
+///         views) or "cuda" (also "gpu"; CUDA device memory through the driver's virtual memory API;
+///         `__cuda_array_interface__` and DLPack). "cuda:N" names the device, as does a ``torch.device`` (any
+///         object with ``.type`` and ``.index``; torch is never imported).
 ///     store_capacity: size of the swap store (default 4 x capacity, at least 64 MiB); a store file is
 ///         preallocated to it. Striped over several locations, the total, split evenly among them.
 ///     host_tier: host memory that holds paged-out buffers before the store (default none).
@@ -116,7 +192,7 @@ fn state_name(state: BufferState) -> &'static str {
 ///         busy device is refused regardless (StoreBusyError).
 ///     scrub_store: discard the store's data when the pool closes, so swapped bytes do not stay on disk
 ///         (default True; False keeps them).
-///     device_index: CUDA device ordinal (default 0).
+///     device_index: CUDA device ordinal (default 0, or the N of "cuda:N", which it must then agree with).
 ///     io: how the store's I/O is shaped: "default" (4 MiB requests, 32 in flight) or "auto" (a calibration of
 ///         about a second at creation measures 1, 4 and 16 MiB requests at 8 and 32 in flight on the store itself
 ///         and keeps the fastest point for reads and for writes; see ``io_point``).
@@ -125,7 +201,8 @@ fn state_name(state: BufferState) -> &'static str {
 ///     oversub.errors.IoError: the store cannot be created or opened.
 ///     oversub.errors.StoreBusyError: another pool or process holds the store, or the device is mounted.
 ///     oversub.errors.StoreRefusedError: the store holds data oversub will not overwrite without force_store.
-///     oversub.errors.NoDriverError: device="cuda" without a CUDA driver.
+///     oversub.errors.NoDriverError: device="cuda" (or "cuda:N") without a CUDA driver.
+///     ValueError: an unknown device, a negative index, or device_index disagreeing with "cuda:N".
 #[pyclass(frozen, module = "oversub")]
 #[derive(Debug)]
 pub struct Pool {
@@ -133,6 +210,10 @@ pub struct Pool {
     device: Device,
     store_paths: Vec<PathBuf>,
     io_point: IoPointInfo,
+    /// Set by `close()`; shared with the pool's address spaces, whose calls then raise PoolClosedError.
+    closed: Arc<AtomicBool>,
+    /// The address spaces made so far, for `close()` to free their buffers.
+    spaces: Mutex<Vec<Weak<SpaceCore>>>,
 }
 
 /// The request size and queue depth the pool's store uses, and where they came from.
@@ -147,20 +228,20 @@ struct IoPointInfo {
 #[pymethods]
 impl Pool {
     #[new]
-    #[pyo3(signature = (capacity, store=None, device="host", *, store_capacity=None, host_tier=None,
-        pinned_host_tier=false, verify_checksums=true, device_index=0, force_store=false, scrub_store=true,
+    #[pyo3(signature = (capacity, store=None, device=None, *, store_capacity=None, host_tier=None,
+        pinned_host_tier=false, verify_checksums=true, device_index=None, force_store=false, scrub_store=true,
         io="default"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
         capacity: &Bound<'_, PyAny>,
         store: Option<&Bound<'_, PyAny>>,
-        device: &str,
+        device: Option<&Bound<'_, PyAny>>,
         store_capacity: Option<&Bound<'_, PyAny>>,
         host_tier: Option<&Bound<'_, PyAny>>,
         pinned_host_tier: bool,
         verify_checksums: bool,
-        device_index: i32,
+        device_index: Option<i32>,
         force_store: bool,
         scrub_store: bool,
         io: &str,
@@ -201,15 +282,9 @@ impl Pool {
             ));
         }
         let device = match device {
-            "host" | "cpu" => Device::Host,
-            "cuda" | "gpu" => Device::Cuda {
-                ordinal: device_index,
-            },
-            other => {
-                return Err(PyValueError::new_err(format!(
-                    "device must be \"host\" or \"cuda\", not {other:?}"
-                )))
-            }
+            Some(d) if !d.is_none() => Device::parse(d, device_index)?,
+            // None (the default) is "host"; device_index alone never selected CUDA.
+            _ => Device::Host,
         };
         py.detach(move || {
             let memory: Arc<dyn DeviceMemory> = match device {
@@ -269,19 +344,78 @@ impl Pool {
                 device,
                 store_paths,
                 io_point,
+                closed: Arc::new(AtomicBool::new(false)),
+                spaces: Mutex::new(Vec::new()),
             })
         })
     }
 
     /// A new address space: a set of buffers paged together (one per model, tenant or CUDA context).
-    fn address_space(&self) -> AddressSpace {
-        AddressSpace {
-            core: Arc::new(SpaceCore {
-                space: self.inner.address_space(),
-                device: self.device,
-                live: Mutex::new(HashMap::new()),
-            }),
+    ///
+    /// Raises:
+    ///     oversub.errors.PoolClosedError: the pool was closed.
+    fn address_space(&self) -> PyResult<AddressSpace> {
+        check_open(&self.closed)?;
+        let core = Arc::new(SpaceCore {
+            space: self.inner.address_space(),
+            device: self.device,
+            live: Mutex::new(HashMap::new()),
+            closed: Arc::clone(&self.closed),
+        });
+        let mut spaces = lock(&self.spaces);
+        spaces.retain(|s| s.strong_count() > 0);
+        spaces.push(Arc::downgrade(&core));
+        Ok(AddressSpace { core })
+    }
+
+    /// Frees every buffer of the pool's address spaces and closes the pool: later allocations, paging and copies
+    /// through it raise PoolClosedError (``stats()`` and the properties still answer). Operations in flight end
+    /// in the background and give their memory back. Closing again does nothing. ``with Pool(...) as pool:``
+    /// closes at the end of the block. The store itself is closed (and scrubbed) once the pool's Python objects
+    /// are gone.
+    ///
+    /// Raises:
+    ///     oversub.errors.ViewError: a buffer has live views (NumPy arrays, DLPack tensors); nothing is freed and
+    ///         the pool stays open.
+    fn close(&self) -> PyResult<()> {
+        if self.closed.load(Ordering::Acquire) {
+            return Ok(());
         }
+        let spaces: Vec<Arc<SpaceCore>> = lock(&self.spaces)
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        let buffers: Vec<Arc<BufCore>> = spaces.iter().flat_map(|s| s.live_buffers()).collect();
+        for b in &buffers {
+            b.check_no_views(&lock(&b.views), "closing the pool")?;
+        }
+        if self.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        let mut first: Option<PyErr> = None;
+        for b in &buffers {
+            if let Err(e) = b.free() {
+                first.get_or_insert(e);
+            }
+        }
+        lock(&self.spaces).clear();
+        first.map_or(Ok(()), Err)
+    }
+
+    /// Whether ``close()`` was called.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn __enter__(slf: Bound<'_, Self>) -> Bound<'_, Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_exc))]
+    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close()?;
+        Ok(false)
     }
 
     /// The store's direct-I/O alignment in bytes: offsets and lengths given to
@@ -307,6 +441,15 @@ impl Pool {
     #[getter]
     fn device(&self) -> &'static str {
         self.device.name()
+    }
+
+    /// The CUDA device ordinal, or None for a host pool.
+    #[getter]
+    fn device_index(&self) -> Option<i32> {
+        match self.device {
+            Device::Host => None,
+            Device::Cuda { ordinal } => Some(ordinal),
+        }
     }
 
     /// The store's I/O shape: ``{"source": "default"|"auto", "read_block_bytes", "read_queue_depth",
@@ -344,9 +487,10 @@ impl Pool {
         self.inner.transfer_path()
     }
 
-    /// Occupancy as a dict: capacity_bytes, used_bytes, store_capacity_bytes, store_free_bytes and, with a host
-    /// tier, host_tier_used_bytes and host_tier_capacity_bytes.
-    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// Occupancy as an ``oversub.records.PoolStats``: capacity_bytes, used_bytes, store_capacity_bytes,
+    /// store_free_bytes and, with a host tier, host_tier_used_bytes and host_tier_capacity_bytes (None without
+    /// one). It reads as attributes and, like the dict it replaces, as a mapping (``stats()["used_bytes"]``).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let s = self.inner.stats();
         let d = PyDict::new(py);
         d.set_item("capacity_bytes", s.capacity_bytes)?;
@@ -357,23 +501,42 @@ impl Pool {
             d.set_item("host_tier_used_bytes", used)?;
             d.set_item("host_tier_capacity_bytes", cap)?;
         }
-        Ok(d)
+        record_class(py, "PoolStats")?.call((), Some(&d))
     }
 
     fn __repr__(&self) -> String {
         let s = self.inner.stats();
         format!(
-            "oversub.Pool(capacity={}, used={}, device={:?}, store={:?})",
+            "oversub.Pool(capacity={}, used={}, device={:?}, store={:?}{})",
             oversub_report::format_bytes(s.capacity_bytes),
             oversub_report::format_bytes(s.used_bytes),
-            self.device.name(),
+            match self.device {
+                Device::Host => "host".to_string(),
+                Device::Cuda { ordinal } => format!("cuda:{ordinal}"),
+            },
             self.store_paths
                 .iter()
                 .map(|p| p.display().to_string())
                 .collect::<Vec<_>>()
-                .join(",")
+                .join(","),
+            if self.closed.load(Ordering::Acquire) {
+                ", closed"
+            } else {
+                ""
+            }
         )
     }
+}
+
+const POOL_CLOSED: &str =
+    "the pool is closed (Pool.close() or the end of its with block); make a new Pool";
+
+/// PoolClosedError once the pool was closed.
+fn check_open(closed: &AtomicBool) -> PyResult<()> {
+    if closed.load(Ordering::Acquire) {
+        return Err(Raised::new("PoolClosedError", POOL_CLOSED).into());
+    }
+    Ok(())
 }
 
 /// The Rust side of an address space, shared by its buffers.
@@ -381,8 +544,26 @@ impl Pool {
 pub(crate) struct SpaceCore {
     pub(crate) space: oversub_core::AddressSpace,
     pub(crate) device: Device,
-    /// Buffers alive on the Python side, for `page_out_all` (which must respect their views).
+    /// Buffers alive on the Python side, for `page_out_all` (which must respect their views) and `Pool.close`.
     live: Mutex<HashMap<oversub_core::Buffer, Weak<BufCore>>>,
+    /// The pool's `closed` flag.
+    closed: Arc<AtomicBool>,
+}
+
+impl SpaceCore {
+    pub(crate) fn check_open(&self) -> PyResult<()> {
+        check_open(&self.closed)
+    }
+
+    fn live_buffers(&self) -> Vec<Arc<BufCore>> {
+        let mut v: Vec<Arc<BufCore>> = lock(&self.live)
+            .values()
+            .filter_map(Weak::upgrade)
+            .filter(|b| !b.freed.load(Ordering::Acquire))
+            .collect();
+        v.sort_by_key(|b| b.handle);
+        v
+    }
 }
 
 /// A file oversub reads but never writes (a model checkpoint), opened read-only with O_DIRECT where the file system
@@ -456,6 +637,7 @@ impl AddressSpace {
         read_only: bool,
         unpageable: bool,
     ) -> PyResult<Buffer> {
+        self.core.check_open()?;
         let size = size_arg(nbytes, "nbytes")?;
         let flags = BufferFlags {
             read_only,
@@ -493,6 +675,7 @@ impl AddressSpace {
         offset: u64,
         nbytes: &Bound<'_, PyAny>,
     ) -> PyResult<Buffer> {
+        self.core.check_open()?;
         let size = size_arg(nbytes, "nbytes")?;
         let file = match file.cast::<ExternalFile>() {
             Ok(f) => Arc::clone(&f.get().inner),
@@ -523,6 +706,7 @@ impl AddressSpace {
     /// Raises:
     ///     oversub.errors.ViewError: a resident buffer has live views (nothing is paged out then).
     fn page_out_all(&self, py: Python<'_>) -> PyResult<()> {
+        self.core.check_open()?;
         let bufs = self.live_buffers();
         let mut targets = Vec::new();
         for b in &bufs {
@@ -550,6 +734,7 @@ impl AddressSpace {
 
     /// Pages in every paged-out buffer of the space and waits.
     fn page_in_all(&self, py: Python<'_>) -> PyResult<()> {
+        self.core.check_open()?;
         let mut tickets = Vec::new();
         for b in self.live_buffers() {
             if b.info().py()?.state != BufferState::PagedOut {
@@ -589,22 +774,16 @@ impl AddressSpace {
 
 impl AddressSpace {
     fn live_buffers(&self) -> Vec<Arc<BufCore>> {
-        let mut v: Vec<Arc<BufCore>> = lock(&self.core.live)
-            .values()
-            .filter_map(Weak::upgrade)
-            .filter(|b| !b.freed.load(Ordering::Acquire))
-            .collect();
-        v.sort_by_key(|b| b.handle);
-        v
+        self.core.live_buffers()
     }
 }
 
 /// How long a wait runs with the GIL released before it takes the GIL back to look for signals (Ctrl-C).
-const SIGNAL_CHECK: Duration = Duration::from_millis(50);
+pub(crate) const SIGNAL_CHECK: Duration = Duration::from_millis(50);
 
 /// Finishes tickets whose waiter went away (a Handle dropped unfinished, a wait interrupted by Ctrl-C) on a thread
 /// of its own, so that no drop or interrupt blocks with the GIL held. Each ticket travels with its buffer.
-fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
+pub(crate) fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
     type Orphan = (Ticket, Arc<BufCore>);
     static REAPER: std::sync::OnceLock<Option<Mutex<std::sync::mpsc::Sender<Orphan>>>> =
         std::sync::OnceLock::new();
@@ -703,6 +882,9 @@ impl BufCore {
 
     /// [`start_out`](Self::start_out) without the GIL: the error as a [`Raised`].
     fn start_out_raw(&self) -> Result<Ticket, Raised> {
+        if self.space.closed.load(Ordering::Acquire) {
+            return Err(Raised::new("PoolClosedError", POOL_CLOSED));
+        }
         let views = lock(&self.views);
         if *views > 0 {
             return Err(self.view_error(*views, "paging it out"));
@@ -726,6 +908,7 @@ impl BufCore {
     }
 
     fn start_in(&self) -> PyResult<Ticket> {
+        self.space.check_open()?;
         self.space.space.page_in_async(self.handle).py()
     }
 
@@ -794,15 +977,15 @@ impl Buffer {
 
     /// Starts a page-out and returns at once with a Handle (`done()`, `wait()`, `await`). The write runs in the
     /// background; the buffer is paged out when the handle is waited for (or found done).
-    fn page_out_async(slf: &Bound<'_, Self>) -> PyResult<Handle> {
+    fn page_out_async(slf: &Bound<'_, Self>) -> PyResult<crate::handle::Handle> {
         let ticket = slf.get().core.start_out()?;
-        Ok(Handle::new(slf, ticket))
+        Ok(crate::handle::Handle::new(slf, ticket))
     }
 
     /// Starts a page-in and returns at once with a Handle; the read runs while Python goes on.
-    fn page_in_async(slf: &Bound<'_, Self>) -> PyResult<Handle> {
+    fn page_in_async(slf: &Bound<'_, Self>) -> PyResult<crate::handle::Handle> {
         let ticket = slf.get().core.start_in()?;
-        Ok(Handle::new(slf, ticket))
+        Ok(crate::handle::Handle::new(slf, ticket))
     }
 
     /// Frees the buffer now (otherwise it is freed when collected). With an operation in flight, the buffer is
@@ -817,6 +1000,7 @@ impl Buffer {
     /// Copies `data` (any bytes-like object) into the buffer at `offset`; the buffer must be resident.
     #[pyo3(signature = (data, offset=0))]
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>, offset: u64) -> PyResult<()> {
+        self.core.space.check_open()?;
         let check = |len: usize| -> PyResult<()> {
             let (len, size) = (len as u64, self.core.nbytes);
             if offset.checked_add(len).is_none_or(|end| end > size) {
@@ -858,6 +1042,7 @@ impl Buffer {
         nbytes: Option<u64>,
         offset: u64,
     ) -> PyResult<Bound<'py, PyBytes>> {
+        self.core.space.check_open()?;
         let size = self.core.nbytes;
         let len = nbytes.unwrap_or_else(|| size.saturating_sub(offset));
         if offset.checked_add(len).is_none_or(|end| end > size) {
@@ -902,16 +1087,75 @@ impl Buffer {
         Ok(out.cast_into::<PyBytes>()?)
     }
 
+    /// Fills ``b`` (any writable, C-contiguous buffer-protocol object: bytearray, memoryview, NumPy array,
+    /// mmap) with the buffer's bytes from ``offset``, as ``io.RawIOBase.readinto`` does, without an intermediate
+    /// copy; returns the number of bytes copied: ``min(len(b) in bytes, nbytes - offset)``, 0 at the end. The
+    /// buffer must be resident. The copy runs without the GIL.
+    ///
+    /// Raises:
+    ///     TypeError: ``b`` is not writable or not C-contiguous.
+    ///     oversub.errors.OutOfBoundsError: ``offset`` lies past the end of the buffer.
+    ///     oversub.errors.NotResidentError: the buffer is paged out.
+    #[pyo3(signature = (b, offset=0))]
+    fn readinto(&self, py: Python<'_>, b: &Bound<'_, PyAny>, offset: u64) -> PyResult<usize> {
+        self.core.space.check_open()?;
+        let size = self.core.nbytes;
+        if offset > size {
+            return Err(PagerError::OutOfBounds {
+                buffer: self.core.handle,
+                offset,
+                len: 0,
+                size,
+            }
+            .to_raised()
+            .into());
+        }
+        // As bytes whatever the element type (what io's readinto does); cast() also refuses non-contiguous memory.
+        let bytes_view = pyo3::types::PyMemoryView::from(b)
+            .and_then(|m| m.call_method1("cast", ("B",)))
+            .map_err(|e| {
+                PyTypeError::new_err(format!(
+                    "readinto needs a writable C-contiguous buffer (bytearray, memoryview, NumPy array): {e}"
+                ))
+            })?;
+        let view = pyo3::buffer::PyBuffer::<u8>::get(&bytes_view)?;
+        if view.readonly() {
+            return Err(PyTypeError::new_err(
+                "readinto needs a writable buffer, not a read-only one",
+            ));
+        }
+        let available = usize::try_from(size - offset).unwrap_or(usize::MAX);
+        let len = view.len_bytes().min(available);
+        if len == 0 {
+            return Ok(0);
+        }
+        let dst = SendPtr(view.buf_ptr().cast::<u8>());
+        let core = Arc::clone(&self.core);
+        py.detach(move || {
+            let dst = dst;
+            // SAFETY: `view` holds the export of `len_bytes() >= len` writable, contiguous bytes, and keeps them
+            // alive and unmoved (a bytearray cannot resize while exported) until it is released after this
+            // closure. Python code on other threads may touch the same memory meanwhile, as with any readinto
+            // that releases the GIL; that is the caller's race, not undefined behaviour of ours on Rust data.
+            let out = unsafe { std::slice::from_raw_parts_mut(dst.0, len) };
+            core.space.space.read(core.handle, offset, out)
+        })
+        .py()?;
+        drop(view);
+        Ok(len)
+    }
+
     /// Size in bytes, as asked for at alloc.
     #[getter]
     fn nbytes(&self) -> u64 {
         self.core.nbytes
     }
 
+    /// An ``oversub.records.BufferState``: RESIDENT, PAGING_OUT, PAGED_OUT or PAGING_IN, a str enum equal to
     /// "resident", "paging_out", "paged_out" or "paging_in".
     #[getter]
-    fn state(&self) -> PyResult<&'static str> {
-        Ok(state_name(self.core.info().py()?.state))
+    fn state<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        state_value(py, self.core.info().py()?.state)
     }
 
     /// Device address (the host address for the host backend); the same for the buffer's whole life.
@@ -938,21 +1182,22 @@ impl Buffer {
         *lock(&self.core.views)
     }
 
-    /// A snapshot as a dict: nbytes, reserved_bytes, address, state, read_only, unpageable, stored,
-    /// in_host_tier, views.
-    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+    /// A snapshot as an ``oversub.records.BufferInfo``: nbytes, reserved_bytes, address, state, read_only,
+    /// unpageable, stored, in_host_tier, views; attributes, and a mapping like the dict it replaces
+    /// (``info()["reserved_bytes"]``).
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let i = self.core.info().py()?;
         let d = PyDict::new(py);
         d.set_item("nbytes", i.size_bytes)?;
         d.set_item("reserved_bytes", i.reserved_bytes)?;
         d.set_item("address", i.addr.0)?;
-        d.set_item("state", state_name(i.state))?;
+        d.set_item("state", state_value(py, i.state)?)?;
         d.set_item("read_only", i.flags.read_only)?;
         d.set_item("unpageable", i.flags.unpageable)?;
         d.set_item("stored", i.stored)?;
         d.set_item("in_host_tier", i.in_host_tier)?;
         d.set_item("views", *lock(&self.core.views))?;
-        Ok(d)
+        record_class(py, "BufferInfo")?.call((), Some(&d))
     }
 
     /// A NumPy array over the buffer's memory, without a copy (host buffers).
@@ -1051,183 +1296,5 @@ impl Buffer {
                 ""
             }
         )
-    }
-}
-
-/// How an asynchronous operation stands.
-#[derive(Debug)]
-struct HandleState {
-    ticket: Option<Ticket>,
-    outcome: Option<Result<(), Raised>>,
-}
-
-/// An asynchronous page-in or page-out in flight.
-///
-/// `done()` tells without blocking, `wait()` blocks (with the GIL released, answering Ctrl-C) and raises the
-/// operation's error, and `await handle` waits in an executor thread so the event loop runs on. Waiting again
-/// returns (or raises) the same outcome. A handle dropped unfinished leaves its operation to finish in the
-/// background (nothing blocks, nothing leaks).
-#[pyclass(frozen, module = "oversub")]
-#[derive(Debug)]
-pub struct Handle {
-    state: Mutex<HandleState>,
-    kind: OpKind,
-    buffer: Py<Buffer>,
-    /// The buffer's Rust side, to hand over with an unfinished ticket when the handle is dropped.
-    core: Arc<BufCore>,
-}
-
-impl Drop for Handle {
-    fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        if let Some(ticket) = st.ticket.take() {
-            // Dropped with the GIL held, maybe by the garbage collector: never wait here.
-            reap(ticket, Arc::clone(&self.core));
-        }
-    }
-}
-
-impl Handle {
-    fn new(buffer: &Bound<'_, Buffer>, ticket: Ticket) -> Handle {
-        Handle {
-            kind: ticket.kind(),
-            state: Mutex::new(HandleState {
-                ticket: Some(ticket),
-                outcome: None,
-            }),
-            buffer: buffer.clone().unbind(),
-            core: Arc::clone(&buffer.get().core),
-        }
-    }
-
-    /// Finishes the operation if it is complete, waiting up to `wait` for it; returns the outcome once known.
-    fn settle_within(&self, wait: Duration) -> Option<Result<(), Raised>> {
-        let mut st = lock(&self.state);
-        if st.outcome.is_none() {
-            if let Some(ticket) = &st.ticket {
-                if !ticket.wait_timeout(wait) {
-                    return None;
-                }
-            }
-        }
-        Self::settle_locked(&mut st, true)
-    }
-
-    fn settle_locked(st: &mut HandleState, block: bool) -> Option<Result<(), Raised>> {
-        if st.outcome.is_none() {
-            let complete = st.ticket.as_ref().is_none_or(Ticket::is_complete);
-            if complete || block {
-                let outcome = match st.ticket.take() {
-                    Some(t) => t.finish().map_err(|e| e.to_raised()),
-                    None => Err(Raised::new("InternalError", "handle lost its operation")),
-                };
-                st.outcome = Some(outcome);
-            }
-        }
-        st.outcome.clone()
-    }
-}
-
-#[pymethods]
-impl Handle {
-    /// Whether the operation has completed (then `wait()` returns at once). Never blocks: while another thread
-    /// is inside `wait()`, the answer is False until that wait has finished the operation.
-    fn done(&self) -> bool {
-        match self.state.try_lock() {
-            Ok(mut st) => Self::settle_locked(&mut st, false).is_some(),
-            Err(std::sync::TryLockError::Poisoned(p)) => {
-                Self::settle_locked(&mut p.into_inner(), false).is_some()
-            }
-            Err(std::sync::TryLockError::WouldBlock) => false,
-        }
-    }
-
-    /// Waits for the operation (GIL released) and raises its error, if any.
-    ///
-    /// Args:
-    ///     timeout: seconds to wait at most; None waits as long as it takes.
-    ///
-    /// Raises:
-    ///     TimeoutError: the operation had not completed within `timeout` (it goes on; wait again).
-    ///     KeyboardInterrupt: Ctrl-C during the wait (the operation goes on; wait again).
-    ///     oversub.errors.Error: the operation failed (e.g. IoError); the buffer keeps its earlier state.
-    #[pyo3(signature = (timeout=None))]
-    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
-        let deadline = match timeout {
-            None => None,
-            Some(t) if t >= 0.0 && t.is_finite() => {
-                Some(Instant::now() + Duration::from_secs_f64(t))
-            }
-            Some(t) => {
-                return Err(PyValueError::new_err(format!(
-                    "timeout must be a finite number of seconds >= 0, got {t}"
-                )))
-            }
-        };
-        let outcome = loop {
-            let slice = deadline.map_or(SIGNAL_CHECK, |d| {
-                d.saturating_duration_since(Instant::now())
-                    .min(SIGNAL_CHECK)
-            });
-            if let Some(o) = py.detach(|| self.settle_within(slice)) {
-                break Some(o);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                break None;
-            }
-            py.check_signals()?;
-        };
-        match outcome {
-            Some(Ok(())) => Ok(()),
-            Some(Err(r)) => Err(r.to_pyerr(py)),
-            None => Err(PyTimeoutError::new_err(format!(
-                "{} of {} not complete after {} s",
-                self.kind_name(),
-                self.core.handle,
-                timeout.unwrap_or(0.0)
-            ))),
-        }
-    }
-
-    /// `await handle`: waits in the event loop's default executor.
-    fn __await__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
-        let py = slf.py();
-        let lp = py.import("asyncio")?.call_method0("get_running_loop")?;
-        let fut = lp.call_method1("run_in_executor", (py.None(), slf.getattr("wait")?))?;
-        fut.call_method0("__await__")
-    }
-
-    /// "page_in" or "page_out".
-    #[getter]
-    fn kind(&self) -> &'static str {
-        self.kind_name()
-    }
-
-    /// The buffer being paged.
-    #[getter]
-    fn buffer(&self, py: Python<'_>) -> Py<Buffer> {
-        self.buffer.clone_ref(py)
-    }
-
-    fn __repr__(&self) -> String {
-        let state = match &lock(&self.state).outcome {
-            None => "in flight",
-            Some(Ok(())) => "done",
-            Some(Err(_)) => "failed",
-        };
-        format!(
-            "oversub.Handle({} of {}, {state})",
-            self.kind_name(),
-            self.buffer.get().core.handle
-        )
-    }
-}
-
-impl Handle {
-    fn kind_name(&self) -> &'static str {
-        match self.kind {
-            OpKind::PageIn => "page_in",
-            OpKind::PageOut => "page_out",
-        }
     }
 }

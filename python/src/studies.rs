@@ -677,8 +677,50 @@ fn parse_ratio(text: &str) -> PyResult<f64> {
     })
 }
 
-/// Ratios: numbers are percent; strings as on the command line; one value or a sequence.
-fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
+/// How bare ratio numbers read: percent (`200`, the command line's and the default) or fractions (`2.0`, as
+/// `oversub.sweep` writes them).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RatioUnit {
+    Percent,
+    Fraction,
+}
+
+impl RatioUnit {
+    fn parse(text: &str) -> PyResult<RatioUnit> {
+        match text.trim().to_ascii_lowercase().as_str() {
+            "percent" | "%" => Ok(RatioUnit::Percent),
+            "fraction" => Ok(RatioUnit::Fraction),
+            _ => Err(PyValueError::new_err(format!(
+                "ratio_unit must be \"percent\" or \"fraction\", not {text:?}"
+            ))),
+        }
+    }
+
+    fn name(self) -> &'static str {
+        match self {
+            RatioUnit::Percent => "percentage such as 200",
+            RatioUnit::Fraction => "fraction such as 2.0",
+        }
+    }
+}
+
+/// One ratio string: with "%" or "x" as on the command line; a bare number in `unit`.
+fn ratio_text(text: &str, unit: RatioUnit) -> PyResult<f64> {
+    let t = text.trim();
+    if unit == RatioUnit::Fraction && !t.ends_with('%') && !t.to_ascii_lowercase().ends_with('x') {
+        return match t.parse::<f64>() {
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+            _ => Err(PyValueError::new_err(format!(
+                "bad ratio {text:?}: give a fraction such as 2.0 (or \"200%\", \"2x\")"
+            ))),
+        };
+    }
+    parse_ratio(t)
+}
+
+/// Ratios as fractions (2.0 = 200%): numbers in `unit` (percent by default), strings as on the command line (a
+/// bare number in `unit`), one value, a comma-separated string or a sequence (list, tuple, any iterable).
+fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f64>> {
     let Some(obj) = obj else {
         return Ok(Vec::new());
     };
@@ -688,16 +730,20 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
                 .to_str()?
                 .split(',')
                 .filter(|p| !p.trim().is_empty())
-                .map(parse_ratio)
+                .map(|p| ratio_text(p, unit))
                 .collect();
         }
         match item.extract::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => Ok(vec![v / 100.0]),
+            Ok(v) if v.is_finite() && v >= 0.0 => Ok(vec![match unit {
+                RatioUnit::Percent => v / 100.0,
+                RatioUnit::Fraction => v,
+            }]),
             Ok(v) => Err(PyValueError::new_err(format!(
-                "bad ratio {v}: give a non-negative percentage such as 200"
+                "bad ratio {v}: give a non-negative {}",
+                unit.name()
             ))),
             Err(_) => Err(PyTypeError::new_err(format!(
-                "ratios must be numbers (percent) or strings such as \"200%\", not {}",
+                "ratios must be numbers (percent, or fractions with ratio_unit=\"fraction\") or strings such as \"200%\", not {}",
                 item.get_type()
                     .name()
                     .map_or_else(|_| "?".to_string(), |n| n.to_string())
@@ -721,9 +767,11 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
 ///     workloads: generated workloads, a name, a comma-separated string or a sequence of names: bfs, sssp, nw,
 ///         gaussian, atax, pagerank, bst, or "all". Default: all with ``suite``, else none.
 ///     traces: trace files to simulate (oversub binary or NVBit mem_trace text): a path or a sequence of paths.
-///     ratios: oversubscription ratios, (problem - GPU memory) / GPU memory, in **percent**: numbers (``200``) or
-///         strings as on the command line (``"200%"``, ``"2x"``); one value or a sequence. Default: 100, 200,
-///         300 with ``suite``, else 200.
+///     ratios: oversubscription ratios, (problem - GPU memory) / GPU memory, in **percent** by default: numbers
+///         (``200``) or strings as on the command line (``"200%"``, ``"2x"``); one value, a comma-separated string
+///         or a sequence (list, tuple). Default: 100, 200, 300 with ``suite``, else 200.
+///     ratio_unit: how bare numbers in ``ratios`` read: "percent" (default; ``200``) or "fraction" (``2.0`` or
+///         ``0.3``, as ``oversub.sweep`` writes them). "200%" and "2x" mean the same under both.
 ///     policies: policy names (a string, comma separated, or a sequence), or "all" (the default): eager,
 ///         eager-wopref, lazy-grp-hw[:N], pin-host, lazy-pg-stat-sw[:N] (without N: the paper's thresholds 2, 8,
 ///         32, 64, 256), lazy-pg-dyn-sw[:N], static-map[:SHARE], dynamap, oracle.
@@ -763,6 +811,7 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
     traces=None,
     ratios=None,
     policies=None,
+    ratio_unit="percent",
     suite=false,
     quick=false,
     scale=None,
@@ -784,6 +833,7 @@ fn sim_uvm<'py>(
     traces: Option<&Bound<'py, PyAny>>,
     ratios: Option<&Bound<'py, PyAny>>,
     policies: Option<&Bound<'py, PyAny>>,
+    ratio_unit: &str,
     suite: bool,
     quick: bool,
     scale: Option<f64>,
@@ -827,7 +877,7 @@ fn sim_uvm<'py>(
     };
     let workload_names = names_arg(workloads, "workloads")?;
     let trace_paths = paths_arg(traces, "traces")?;
-    let mut ratios = ratios_arg(ratios)?;
+    let mut ratios = ratios_arg(ratios, RatioUnit::parse(ratio_unit)?)?;
     if ratios.is_empty() {
         ratios = if suite {
             vec![1.0, 2.0, 3.0]
