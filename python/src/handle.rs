@@ -386,7 +386,7 @@ impl Handle {
     /// otherwise on oversub's callback thread, with the operation finished, so ``fn`` may call ``result()``
     /// without blocking). Callbacks run in the order they were added; an exception one raises is logged on the
     /// "oversub" logger and ignored, as ``concurrent.futures`` does. The handle stays alive until its callbacks
-    /// have run.
+    /// have run. All handles' callbacks share that one thread: keep them short (hand long work to an executor).
     fn add_done_callback(slf: &Bound<'_, Self>, r#fn: Bound<'_, PyAny>) -> PyResult<()> {
         let this = slf.get();
         {
