@@ -33,7 +33,7 @@ class FakeDevice:
 # --- device= -------------------------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("device", ["host", "cpu", "HOST", FakeDevice("cpu"), FakeDevice("cpu", 0)])
+@pytest.mark.parametrize("device", ["host", "cpu", "HOST", None, FakeDevice("cpu"), FakeDevice("cpu", 0)])
 def test_host_device_spellings(tmp_path, device):
     pool = oversub.Pool("4MiB", store=tmp_path, device=device)
     assert pool.device == "host"
@@ -46,6 +46,19 @@ def test_cuda_device_spellings_without_a_driver_are_the_same_clear_error(tmp_pat
     with pytest.raises(oversub.NoDriverError) as e:
         oversub.Pool("16MiB", store=tmp_path, device=device)
     assert str(e.value).startswith("no CUDA driver found")
+
+
+@pytest.mark.skipif(not GPU, reason="GPU tests are opt-in: OVERSUB_TEST_CUDA=1")
+@pytest.mark.parametrize("device", ["cuda:0", "gpu", FakeDevice("cuda", 0), FakeDevice("cuda")])
+def test_cuda_device_spellings_on_a_gpu(tmp_path, device):
+    with oversub.Pool("16MiB", store=tmp_path, device=device) as pool:
+        assert pool.device == "cuda" and pool.device_index == 0
+        buf = pool.address_space().alloc(MiB)
+        buf.write(b"gpu")
+        buf.page_out()
+        buf.page_in()
+        out = bytearray(3)
+        assert buf.readinto(out) == 3 and out == b"gpu"
 
 
 def test_bad_devices_are_clear_errors(tmp_path):
