@@ -6,10 +6,10 @@ use oversub_accel::{round_up, AccelError, DeviceMemory, DevicePtr, Reservation};
 use oversub_arbiter::WorkKind;
 use oversub_io::{Direction, IoError, IoVec, Slot};
 
-use crate::gated::{MmLane, Prelude};
-use crate::host_tier::HostSlot;
-use crate::pool::PoolShared;
-use crate::staging::TransferError;
+use crate::pool::{Checksummed, PoolShared};
+use crate::transfer::gated::{MmLane, Prelude};
+use crate::transfer::host_tier::HostSlot;
+use crate::transfer::{Transfer, TransferCallback, TransferError};
 use crate::PagerError;
 
 /// The most bytes one direct store transfer moves (and the size of its bounce buffer).
@@ -215,7 +215,7 @@ fn release_when_copied(
     mm: Option<MmLane>,
     done: Completion,
     reservation: Reservation,
-) -> crate::staging::TransferCallback {
+) -> TransferCallback {
     Box::new(move |result: Result<(), TransferError>| match result {
         // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
         Ok(()) => unsafe {
@@ -885,7 +885,7 @@ impl AddressSpace {
             BufferState::PagedOut => {
                 if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
                     // A memory copy: quick enough to do under the lock.
-                    tier.read(hs, offset, out);
+                    tier.tier().read(hs, offset, out);
                     return Ok(());
                 }
                 let access = self.shared.begin_access(e, buffer);
@@ -934,7 +934,7 @@ impl AddressSpace {
                 // half-way, so drop it first).
                 e.checksum = None;
                 if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
-                    tier.write(hs, offset, data);
+                    tier.tier().write(hs, offset, data);
                     return Ok(());
                 }
                 let access = self.shared.begin_access(e, buffer);
@@ -1010,7 +1010,7 @@ impl AddressSpace {
         } else if let Some((tier, hs)) = pool
             .host_tier
             .as_ref()
-            .and_then(|t| t.allocate(e.io_bytes).map(|hs| (t, hs)))
+            .and_then(|t| t.tier().allocate(e.io_bytes).map(|hs| (t, hs)))
         {
             let on_done = release_when_copied(
                 Arc::clone(&pool.device),
@@ -1021,17 +1021,16 @@ impl AddressSpace {
             // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
             // the entry's alone.
             if let Err(err) = unsafe {
-                tier.submit(
-                    Arc::clone(&pool.device),
-                    e.reservation.addr,
-                    &hs,
-                    e.io_bytes,
-                    true,
-                    None,
+                tier.path().submit(Transfer {
+                    direction: Direction::Write,
+                    range: &e.reservation,
+                    copy: &hs,
+                    io_bytes: e.io_bytes,
+                    after: None,
                     on_done,
-                )
+                })
             } {
-                tier.release(hs);
+                tier.tier().release(hs);
                 return Err(err);
             }
             e.host = Some(hs);
@@ -1040,16 +1039,16 @@ impl AddressSpace {
             let mut slot = pool.store.allocate(e.io_bytes)?;
             slot.set_priority(Arc::clone(&shared.usage.io_priority));
             // Checksums are taken where the host can read the buffer (not through the staging path).
-            let hashed = pool
-                .device
-                .host_ptr(&e.reservation)
-                .map(SendPtr)
-                .filter(|_| pool.verify_checksums);
+            let hashed = pool.checksummed.as_ref().and_then(|sums| {
+                pool.device
+                    .host_ptr(&e.reservation)
+                    .map(|ptr| (sums, SendPtr(ptr)))
+            });
             // Both submits below rely on this: the memory stays committed and unchanged until the completion has
             // run: the buffer is marked PagingOut below (under the same lock), `free` defers while an operation is
             // in flight, and the address space is kept alive by the ticket, whose finish waits for the completion.
             let submitted = match hashed {
-                Some(ptr) => {
+                Some((sums, ptr)) => {
                     let device = Arc::clone(&pool.device);
                     let done = Completion::new(&op);
                     let reservation = e.reservation;
@@ -1072,7 +1071,7 @@ impl AddressSpace {
                     // SAFETY: see above.
                     unsafe {
                         submit_hashed(
-                            pool,
+                            sums,
                             Direction::Write,
                             &slot,
                             ptr,
@@ -1093,14 +1092,14 @@ impl AddressSpace {
                     );
                     // SAFETY: see above.
                     unsafe {
-                        pool.submit_transfer(
-                            Direction::Write,
-                            &slot,
-                            &e.reservation,
-                            e.io_bytes,
-                            None,
+                        pool.store_path.submit(Transfer {
+                            direction: Direction::Write,
+                            range: &e.reservation,
+                            copy: &slot,
+                            io_bytes: e.io_bytes,
+                            after: None,
                             on_done,
-                        )
+                        })
                     }
                 }
             };
@@ -1220,39 +1219,38 @@ impl AddressSpace {
                 }
             }
         };
-        let hashed = pool
-            .device
-            .host_ptr(&e.reservation)
-            .map(SendPtr)
-            .filter(|_| pool.verify_checksums)
-            .zip(e.checksum.clone());
+        let hashed = pool.checksummed.as_ref().and_then(|sums| {
+            pool.device
+                .host_ptr(&e.reservation)
+                .map(|ptr| (sums, SendPtr(ptr)))
+                .zip(e.checksum.clone())
+        });
         match (&e.host, &pool.host_tier, &e.slot) {
             (Some(hs), Some(tier), _) => {
-                let on_done: crate::staging::TransferCallback =
+                let on_done: TransferCallback =
                     Box::new(move |r| settle(r.map_err(OpFailure::from)));
                 // SAFETY: as below.
                 unsafe {
-                    tier.submit(
-                        Arc::clone(&pool.device),
-                        e.reservation.addr,
-                        hs,
-                        e.io_bytes,
-                        false,
-                        prelude.clone(),
+                    tier.path().submit(Transfer {
+                        direction: Direction::Read,
+                        range: &e.reservation,
+                        copy: hs,
+                        io_bytes: e.io_bytes,
+                        after: prelude.clone(),
                         on_done,
-                    )
+                    })
                 }
                 .map_err(undo)?;
             }
             (_, _, Some(slot)) => match hashed {
-                Some((ptr, expected)) => {
+                Some(((sums, ptr), expected)) => {
                     let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
                     // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its
                     // ticket's finish has waited for the completion, and nothing else touches the memory meanwhile;
                     // under an arbiter the pieces wait for the commit.
                     unsafe {
                         submit_hashed(
-                            pool,
+                            sums,
                             Direction::Read,
                             slot,
                             ptr,
@@ -1266,18 +1264,18 @@ impl AddressSpace {
                     .map_err(undo)?;
                 }
                 None => {
-                    let on_done: crate::staging::TransferCallback =
+                    let on_done: TransferCallback =
                         Box::new(move |r| settle(r.map_err(OpFailure::from)));
                     // SAFETY: as above.
                     unsafe {
-                        pool.submit_transfer(
-                            Direction::Read,
-                            slot,
-                            &e.reservation,
-                            e.io_bytes,
-                            prelude.clone(),
+                        pool.store_path.submit(Transfer {
+                            direction: Direction::Read,
+                            range: &e.reservation,
+                            copy: slot,
+                            io_bytes: e.io_bytes,
+                            after: prelude.clone(),
                             on_done,
-                        )
+                        })
                     }
                     .map_err(undo)?;
                 }
@@ -1812,7 +1810,7 @@ impl SpaceShared {
     /// Gives the entry's host-tier copy back, if it has one.
     fn release_host_copy(&self, e: &mut Entry) {
         if let (Some(hs), Some(tier)) = (e.host.take(), &self.pool.host_tier) {
-            tier.release(hs);
+            tier.tier().release(hs);
         }
     }
 
@@ -1866,11 +1864,11 @@ impl Drop for AccessGuard<'_> {
 /// submitted (then `finish` never runs). Under an arbiter, with `after`, every piece waits for that commit.
 ///
 /// # Safety
-/// As [`PoolShared::submit_transfer`]: `ptr..ptr + io_bytes` stays valid and otherwise untouched, and the slot
-/// allocated, until `finish` has run.
+/// As [`TransferPath::submit`](crate::transfer::TransferPath::submit): `ptr..ptr + io_bytes` stays valid and
+/// otherwise untouched, and the slot allocated, until `finish` has run.
 #[allow(clippy::too_many_arguments)]
 unsafe fn submit_hashed(
-    pool: &PoolShared,
+    sums: &Checksummed,
     direction: Direction,
     slot: &Slot,
     ptr: SendPtr,
@@ -1911,12 +1909,9 @@ unsafe fn submit_hashed(
                 piece_set.done(1);
             }
         };
-        let hasher = pool.hasher.clone();
-        let run_hash = move |hash: Box<dyn FnOnce() + Send>| match hasher {
-            // On a checksum thread, so the engine's thread goes back to its queue at once.
-            Some(h) => h.run(hash),
-            None => hash(),
-        };
+        let hasher = Arc::clone(&sums.hasher);
+        // On a checksum thread, so the engine's thread goes back to its queue at once.
+        let run_hash = move |hash: Box<dyn FnOnce() + Send>| hasher.run(hash);
         let (on_done, later_hash): (oversub_io::IoCallback, Option<Box<dyn FnOnce() + Send>>) =
             if hash_early {
                 let piece_set = Arc::clone(&set);
@@ -1949,7 +1944,10 @@ unsafe fn submit_hashed(
                 .map_err(|_| PagerError::InvalidSize("buffer too large".into()))?,
         };
         // SAFETY: forwarded from our caller; the piece lies inside the range and the slot.
-        match unsafe { pool.submit_io_part(direction, slot, start, mem, after.clone(), on_done) } {
+        match unsafe {
+            sums.pieces
+                .submit_piece(direction, slot, start, mem, after.clone(), on_done)
+        } {
             // A read's piece is hashed by its completion.
             Ok(()) => {
                 if let Some(hash) = later_hash {
