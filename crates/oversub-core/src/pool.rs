@@ -139,7 +139,7 @@ pub(crate) struct PoolShared {
     /// device memory.
     pub(crate) checksummed: Option<Checksummed>,
     /// The host-memory tier and its path, when configured.
-    pub(crate) host_tier: Option<HostTierPath>,
+    pub(crate) host_tier: Option<Arc<HostTierPath>>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     /// The process that made the pool: a forked child has its memory but not its I/O threads.
@@ -225,7 +225,7 @@ impl Pool {
                     Some(pacer) => Box::new(Gated::new(Arc::clone(&tier), Arc::clone(pacer))),
                     None => Box::new(Arc::clone(&tier)),
                 };
-                Some(HostTierPath::new(tier, path))
+                Some(Arc::new(HostTierPath::new(tier, path)))
             }
             None => None,
         };

@@ -8,7 +8,7 @@ use oversub_io::{Direction, IoError, IoVec, Slot};
 
 use crate::pool::{Checksummed, PoolShared};
 use crate::transfer::gated::{MmLane, Prelude};
-use crate::transfer::host_tier::HostSlot;
+use crate::transfer::host_tier::HostCopy;
 use crate::transfer::{Transfer, TransferCallback, TransferError};
 use crate::PagerError;
 
@@ -432,6 +432,58 @@ impl OpState {
 
 pub(crate) use oversub_base::sync::lock;
 
+/// Where a buffer's copy is kept, if it has one: a store slot or room in the host tier, never both.
+#[derive(Debug)]
+enum Backing {
+    /// No copy: a resident read-write buffer (or one whose page-out failed before it got one).
+    None,
+    /// A slot of the swap store, with the checksum of its bytes when one was taken (checksums on,
+    /// host-addressable memory).
+    Store {
+        slot: Slot,
+        checksum: Option<Checksums>,
+    },
+    /// Room in the host-memory tier (never checksummed).
+    Host(HostCopy),
+}
+
+impl Backing {
+    /// A store slot without a checksum.
+    fn store(slot: Slot) -> Backing {
+        Backing::Store {
+            slot,
+            checksum: None,
+        }
+    }
+}
+
+/// A buffer's state, with the operation in flight when there is one (so an in-flight state without its operation,
+/// or an operation on a settled buffer, cannot be built).
+#[derive(Debug)]
+enum State {
+    Resident,
+    PagingOut(Arc<OpState>),
+    PagedOut,
+    PagingIn(Arc<OpState>),
+}
+
+impl State {
+    /// The state as callers see it.
+    fn public(&self) -> BufferState {
+        match self {
+            State::Resident => BufferState::Resident,
+            State::PagingOut(_) => BufferState::PagingOut,
+            State::PagedOut => BufferState::PagedOut,
+            State::PagingIn(_) => BufferState::PagingIn,
+        }
+    }
+
+    /// Whether an operation is in flight.
+    fn in_flight(&self) -> bool {
+        matches!(self, State::PagingOut(_) | State::PagingIn(_))
+    }
+}
+
 #[derive(Debug)]
 struct Entry {
     reservation: Reservation,
@@ -439,17 +491,13 @@ struct Entry {
     /// Bytes moved to and from the store: the size rounded up to the store's alignment.
     io_bytes: u64,
     flags: BufferFlags,
-    state: BufferState,
-    slot: Option<Slot>,
-    /// The buffer's copy in the host-memory tier (instead of `slot`).
-    host: Option<HostSlot>,
-    /// The slot (or host copy) holds the buffer's current bytes.
+    state: State,
+    /// Where the buffer's copy is kept.
+    backing: Backing,
+    /// The backing holds the buffer's current bytes.
     stored: bool,
-    /// The stored copy's checksum, when it was taken (checksums on, host-addressable memory, written to the store).
-    checksum: Option<Checksums>,
-    op: Option<Arc<OpState>>,
-    /// A copy or direct store transfer is using the buffer without the space lock (see [`AccessGuard`]); paging
-    /// calls wait for it to end. While it runs, the entry's slot is held by the guard.
+    /// A direct store transfer or a copy is using the buffer without the space lock (see [`AccessGuard`]); paging
+    /// calls wait for it to end. While a direct store transfer runs, the guard holds the entry's slot.
     busy: bool,
     /// The buffer was freed while an operation or access used it: callers no longer see it, and it is released
     /// when that ends.
@@ -475,12 +523,9 @@ impl Entry {
             size_bytes,
             io_bytes,
             flags,
-            state: BufferState::PagedOut,
-            slot: Some(slot),
-            host: None,
+            state: State::PagedOut,
+            backing: Backing::store(slot),
             stored: true,
-            checksum: None,
-            op: None,
             busy: false,
             free_pending: false,
             charged: false,
@@ -664,12 +709,9 @@ impl AddressSpace {
             size_bytes,
             io_bytes,
             flags,
-            state: BufferState::Resident,
-            slot: None,
-            host: None,
+            state: State::Resident,
+            backing: Backing::None,
             stored: false,
-            checksum: None,
-            op: None,
             busy: false,
             free_pending: false,
             charged: true,
@@ -758,7 +800,7 @@ impl AddressSpace {
         let entry = {
             let mut st = lock(&self.shared.state);
             let e = self.shared.entry_mut(&mut st, buffer)?;
-            if e.op.is_some() || e.busy {
+            if e.state.in_flight() || e.busy {
                 e.free_pending = true;
                 tracing::debug!(%buffer, "free deferred until its operation ends");
                 return Ok(());
@@ -780,9 +822,9 @@ impl AddressSpace {
             size_bytes: e.size_bytes,
             reserved_bytes: e.reservation.len as u64,
             flags: e.flags,
-            state: e.state,
+            state: e.state.public(),
             stored: e.stored,
-            in_host_tier: e.host.is_some(),
+            in_host_tier: matches!(e.backing, Backing::Host(_)),
         })
     }
 
@@ -867,7 +909,7 @@ impl AddressSpace {
             .shared
             .in_bounds(&mut st, buffer, offset, out.len() as u64)?;
         match e.state {
-            BufferState::Resident => {
+            State::Resident => {
                 let src = e.reservation.addr.offset(offset);
                 let _access = self.shared.begin_access(e, buffer);
                 drop(st);
@@ -882,22 +924,24 @@ impl AddressSpace {
                     })?;
                 Ok(())
             }
-            BufferState::PagedOut => {
-                if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
+            State::PagedOut => match std::mem::replace(&mut e.backing, Backing::None) {
+                Backing::Host(copy) => {
                     // A memory copy: quick enough to do under the lock.
-                    tier.tier().read(hs, offset, out);
-                    return Ok(());
+                    copy.read(offset, out);
+                    e.backing = Backing::Host(copy);
+                    Ok(())
                 }
-                let access = self.shared.begin_access(e, buffer);
-                drop(st);
-                let slot = access
-                    .slot
-                    .as_ref()
-                    .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
-                self.shared
-                    .store_range(slot, offset, StoreAccess::Read(out))
-            }
-            state => Err(PagerError::OperationInFlight { buffer, state }),
+                Backing::Store { slot, checksum } => {
+                    let access = self.shared.lend_slot(e, buffer, slot, checksum);
+                    drop(st);
+                    access.store_range(offset, StoreAccess::Read(out))
+                }
+                Backing::None => Err(PagerError::Internal("paged-out buffer has no stored copy")),
+            },
+            State::PagingOut(_) | State::PagingIn(_) => Err(PagerError::OperationInFlight {
+                buffer,
+                state: e.state.public(),
+            }),
         }
     }
 
@@ -914,7 +958,7 @@ impl AddressSpace {
             return Err(PagerError::ReadOnly(buffer));
         }
         match e.state {
-            BufferState::Resident => {
+            State::Resident => {
                 let dst = e.reservation.addr.offset(offset);
                 let _access = self.shared.begin_access(e, buffer);
                 drop(st);
@@ -929,24 +973,25 @@ impl AddressSpace {
                     })?;
                 Ok(())
             }
-            BufferState::PagedOut => {
-                // The checksum taken at page-out no longer describes the stored bytes (even if this write fails
-                // half-way, so drop it first).
-                e.checksum = None;
-                if let (Some(hs), Some(tier)) = (&e.host, &self.shared.pool.host_tier) {
-                    tier.tier().write(hs, offset, data);
-                    return Ok(());
+            State::PagedOut => match std::mem::replace(&mut e.backing, Backing::None) {
+                Backing::Host(copy) => {
+                    copy.write(offset, data);
+                    e.backing = Backing::Host(copy);
+                    Ok(())
                 }
-                let access = self.shared.begin_access(e, buffer);
-                drop(st);
-                let slot = access
-                    .slot
-                    .as_ref()
-                    .ok_or(PagerError::Internal("paged-out buffer has no store slot"))?;
-                self.shared
-                    .store_range(slot, offset, StoreAccess::Write(data))
-            }
-            state => Err(PagerError::OperationInFlight { buffer, state }),
+                // The checksum taken at page-out no longer describes the stored bytes (even if this write fails
+                // half-way, so it is dropped first).
+                Backing::Store { slot, .. } => {
+                    let access = self.shared.lend_slot(e, buffer, slot, None);
+                    drop(st);
+                    access.store_range(offset, StoreAccess::Write(data))
+                }
+                Backing::None => Err(PagerError::Internal("paged-out buffer has no stored copy")),
+            },
+            State::PagingOut(_) | State::PagingIn(_) => Err(PagerError::OperationInFlight {
+                buffer,
+                state: e.state.public(),
+            }),
         }
     }
 
@@ -989,9 +1034,14 @@ impl AddressSpace {
             return Err(PagerError::Unpageable(buffer));
         }
         match e.state {
-            BufferState::Resident => {}
-            BufferState::PagedOut => return Err(PagerError::AlreadyPagedOut(buffer)),
-            state => return Err(PagerError::OperationInFlight { buffer, state }),
+            State::Resident => {}
+            State::PagedOut => return Err(PagerError::AlreadyPagedOut(buffer)),
+            State::PagingOut(_) | State::PagingIn(_) => {
+                return Err(PagerError::OperationInFlight {
+                    buffer,
+                    state: e.state.public(),
+                })
+            }
         }
         let op = Arc::new(OpState::default());
         // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
@@ -1007,11 +1057,7 @@ impl AddressSpace {
                     done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
                 })
             };
-        } else if let Some((tier, hs)) = pool
-            .host_tier
-            .as_ref()
-            .and_then(|t| t.tier().allocate(e.io_bytes).map(|hs| (t, hs)))
-        {
+        } else if let Some(copy) = pool.host_tier.as_ref().and_then(|t| t.allocate(e.io_bytes)) {
             let on_done = release_when_copied(
                 Arc::clone(&pool.device),
                 mm,
@@ -1020,21 +1066,13 @@ impl AddressSpace {
             );
             // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
             // the entry's alone.
-            if let Err(err) = unsafe {
-                tier.path().submit(Transfer {
-                    direction: Direction::Write,
-                    range: &e.reservation,
-                    copy: &hs,
-                    io_bytes: e.io_bytes,
-                    after: None,
-                    on_done,
-                })
-            } {
-                tier.tier().release(hs);
+            let submitted =
+                unsafe { copy.submit(Direction::Write, &e.reservation, e.io_bytes, None, on_done) };
+            if let Err(err) = submitted {
+                copy.release();
                 return Err(err);
             }
-            e.host = Some(hs);
-            e.checksum = None;
+            e.backing = Backing::Host(copy);
         } else {
             let mut slot = pool.store.allocate(e.io_bytes)?;
             slot.set_priority(Arc::clone(&shared.usage.io_priority));
@@ -1107,11 +1145,9 @@ impl AddressSpace {
                 pool.store.release(slot);
                 return Err(err);
             }
-            e.slot = Some(slot);
-            e.checksum = None;
+            e.backing = Backing::store(slot);
         }
-        e.state = BufferState::PagingOut;
-        e.op = Some(Arc::clone(&op));
+        e.state = State::PagingOut(Arc::clone(&op));
         tracing::debug!(%buffer, "page-out started");
         Ok(Ticket {
             space: Arc::clone(shared),
@@ -1135,11 +1171,16 @@ impl AddressSpace {
             return Err(PagerError::Unpageable(buffer));
         }
         match e.state {
-            BufferState::PagedOut => {}
-            BufferState::Resident => return Err(PagerError::AlreadyResident(buffer)),
-            state => return Err(PagerError::OperationInFlight { buffer, state }),
+            State::PagedOut => {}
+            State::Resident => return Err(PagerError::AlreadyResident(buffer)),
+            State::PagingOut(_) | State::PagingIn(_) => {
+                return Err(PagerError::OperationInFlight {
+                    buffer,
+                    state: e.state.public(),
+                })
+            }
         }
-        if e.slot.is_none() && e.host.is_none() {
+        if let Backing::None = e.backing {
             return Err(PagerError::Internal("paged-out buffer has no stored copy"));
         }
         let charge_bytes = e.reservation.len as u64;
@@ -1219,68 +1260,70 @@ impl AddressSpace {
                 }
             }
         };
-        let hashed = pool.checksummed.as_ref().and_then(|sums| {
-            pool.device
-                .host_ptr(&e.reservation)
-                .map(|ptr| (sums, SendPtr(ptr)))
-                .zip(e.checksum.clone())
-        });
-        match (&e.host, &pool.host_tier, &e.slot) {
-            (Some(hs), Some(tier), _) => {
+        match &e.backing {
+            Backing::Host(copy) => {
                 let on_done: TransferCallback =
                     Box::new(move |r| settle(r.map_err(OpFailure::from)));
                 // SAFETY: as below.
                 unsafe {
-                    tier.path().submit(Transfer {
-                        direction: Direction::Read,
-                        range: &e.reservation,
-                        copy: hs,
-                        io_bytes: e.io_bytes,
-                        after: prelude.clone(),
+                    copy.submit(
+                        Direction::Read,
+                        &e.reservation,
+                        e.io_bytes,
+                        prelude.clone(),
                         on_done,
-                    })
+                    )
                 }
                 .map_err(undo)?;
             }
-            (_, _, Some(slot)) => match hashed {
-                Some(((sums, ptr), expected)) => {
-                    let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
-                    // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until its
-                    // ticket's finish has waited for the completion, and nothing else touches the memory meanwhile;
-                    // under an arbiter the pieces wait for the commit.
-                    unsafe {
-                        submit_hashed(
-                            sums,
-                            Direction::Read,
-                            slot,
-                            ptr,
-                            e.io_bytes,
-                            e.size_bytes,
-                            Some(expected),
-                            prelude.clone(),
-                            finish,
-                        )
+            Backing::Store { slot, checksum } => {
+                let hashed = pool.checksummed.as_ref().and_then(|sums| {
+                    pool.device
+                        .host_ptr(&e.reservation)
+                        .map(|ptr| (sums, SendPtr(ptr)))
+                        .zip(checksum.clone())
+                });
+                match hashed {
+                    Some(((sums, ptr), expected)) => {
+                        let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
+                        // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until
+                        // its ticket's finish has waited for the completion, and nothing else touches the memory
+                        // meanwhile; under an arbiter the pieces wait for the commit.
+                        unsafe {
+                            submit_hashed(
+                                sums,
+                                Direction::Read,
+                                slot,
+                                ptr,
+                                e.io_bytes,
+                                e.size_bytes,
+                                Some(expected),
+                                prelude.clone(),
+                                finish,
+                            )
+                        }
+                        .map_err(undo)?;
                     }
-                    .map_err(undo)?;
-                }
-                None => {
-                    let on_done: TransferCallback =
-                        Box::new(move |r| settle(r.map_err(OpFailure::from)));
-                    // SAFETY: as above.
-                    unsafe {
-                        pool.store_path.submit(Transfer {
-                            direction: Direction::Read,
-                            range: &e.reservation,
-                            copy: slot,
-                            io_bytes: e.io_bytes,
-                            after: prelude.clone(),
-                            on_done,
-                        })
+                    None => {
+                        let on_done: TransferCallback =
+                            Box::new(move |r| settle(r.map_err(OpFailure::from)));
+                        // SAFETY: as above.
+                        unsafe {
+                            pool.store_path.submit(Transfer {
+                                direction: Direction::Read,
+                                range: &e.reservation,
+                                copy: slot,
+                                io_bytes: e.io_bytes,
+                                after: prelude.clone(),
+                                on_done,
+                            })
+                        }
+                        .map_err(undo)?;
                     }
-                    .map_err(undo)?;
                 }
-            },
-            _ => {
+            }
+            // Refused above, before anything was charged.
+            Backing::None => {
                 return Err(undo(PagerError::Internal(
                     "paged-out buffer has no stored copy",
                 )))
@@ -1290,10 +1333,9 @@ impl AddressSpace {
             // The transfer is queued and waits for this.
             mm.commit(e.reservation, prelude);
         }
-        e.state = BufferState::PagingIn;
+        e.state = State::PagingIn(Arc::clone(&op));
         e.charged = true;
         e.last_use = shared.usage.tick();
-        e.op = Some(Arc::clone(&op));
         tracing::debug!(%buffer, "page-in started");
         Ok(Ticket {
             space: Arc::clone(shared),
@@ -1343,7 +1385,7 @@ impl AddressSpace {
             let st = lock(&self.shared.state);
             st.buffers
                 .iter()
-                .filter(|(_, e)| e.state == from && !e.flags.unpageable && !e.free_pending)
+                .filter(|(_, e)| e.state.public() == from && !e.flags.unpageable && !e.free_pending)
                 .map(|(&index, _)| Buffer {
                     space: self.shared.id,
                     index,
@@ -1479,9 +1521,9 @@ impl SpaceShared {
             .buffers
             .iter()
             .filter(|(_, e)| {
-                e.state == BufferState::Resident
+                // A resident buffer has no operation in flight.
+                matches!(e.state, State::Resident)
                     && !e.flags.unpageable
-                    && e.op.is_none()
                     && !e.busy
                     && !e.free_pending
             })
@@ -1531,21 +1573,38 @@ impl SpaceShared {
         Ok(st)
     }
 
-    /// Marks `e` busy for an access that runs after the space lock is dropped, and takes its slot into the guard
-    /// for that time. The entry must not be busy (callers hold the guard of [`lock_idle`](Self::lock_idle)).
+    /// Marks `e` busy for a copy that runs after the space lock is dropped. The entry must not be busy (callers
+    /// hold the guard of [`lock_idle`](Self::lock_idle)).
     fn begin_access(&self, e: &mut Entry, buffer: Buffer) -> AccessGuard<'_> {
         e.busy = true;
         AccessGuard {
             space: self,
             buffer,
-            slot: e.slot.take(),
+            lent: None,
+        }
+    }
+
+    /// As [`begin_access`](Self::begin_access), for a direct store transfer on `slot`, taken out of `e`'s
+    /// backing: the guard holds it (with `checksum`) until it puts it back.
+    fn lend_slot(
+        &self,
+        e: &mut Entry,
+        buffer: Buffer,
+        slot: Slot,
+        checksum: Option<Checksums>,
+    ) -> AccessGuard<'_> {
+        e.busy = true;
+        AccessGuard {
+            space: self,
+            buffer,
+            lent: Some((slot, checksum)),
         }
     }
 
     /// Removes a freed entry whose last user is done; the caller releases it outside the lock.
     fn take_if_freed(&self, st: &mut SpaceState, buffer: Buffer) -> Option<Entry> {
         let e = self.any_entry_mut(st, buffer)?;
-        if e.free_pending && e.op.is_none() && !e.busy {
+        if e.free_pending && !e.state.in_flight() && !e.busy {
             st.buffers.remove(&buffer.index)
         } else {
             None
@@ -1687,10 +1746,10 @@ impl SpaceShared {
     ) -> Result<&'a mut Entry, PagerError> {
         let e = self.entry_mut(st, buffer)?;
         e.last_use = self.usage.tick();
-        if e.state != BufferState::Resident {
+        if !matches!(e.state, State::Resident) {
             return Err(PagerError::NotResident {
                 buffer,
-                state: e.state,
+                state: e.state.public(),
             });
         }
         if offset.checked_add(len).is_none_or(|end| end > e.size_bytes) {
@@ -1712,16 +1771,15 @@ impl SpaceShared {
         let e = self
             .any_entry_mut(&mut st, buffer)
             .ok_or(PagerError::UnknownBuffer(buffer))?;
-        if !e
-            .op
-            .as_ref()
-            .is_some_and(|current| Arc::ptr_eq(current, op))
-        {
+        let ours = match &e.state {
+            State::PagingOut(current) | State::PagingIn(current) => Arc::ptr_eq(current, op),
+            State::Resident | State::PagedOut => false,
+        };
+        if !ours {
             return Err(PagerError::Internal(
                 "ticket does not match the buffer's operation",
             ));
         }
-        e.op = None;
         let bytes = e.reservation.len as u64;
         let uncharge = |e: &mut Entry| {
             if e.charged {
@@ -1731,11 +1789,9 @@ impl SpaceShared {
         };
         let result = match (kind, outcome) {
             (OpKind::PageOut, Ok(())) => {
-                e.state = BufferState::PagedOut;
+                e.state = State::PagedOut;
                 e.stored = true;
-                if let Some(sums) = lock(&op.checksum).take() {
-                    e.checksum = Some(sums);
-                }
+                keep_checksum(e, op);
                 uncharge(e);
                 Ok(())
             }
@@ -1748,35 +1804,25 @@ impl SpaceShared {
             ) => {
                 // The bytes are safely stored, so the buffer counts as out; its memory may not be released, so it
                 // stays charged until a page-in (which commits the range again) or free.
-                e.state = BufferState::PagedOut;
+                e.state = State::PagedOut;
                 e.stored = true;
-                if let Some(sums) = lock(&op.checksum).take() {
-                    e.checksum = Some(sums);
-                }
+                keep_checksum(e, op);
                 Err(err.into())
             }
             (OpKind::PageOut, Err(failed)) => {
                 // The memory was never released, so the buffer is intact where it was; the slot goes back.
-                e.state = BufferState::Resident;
+                e.state = State::Resident;
                 if !e.stored {
-                    if let Some(slot) = e.slot.take() {
-                        pool.store.release(slot);
-                    }
-                    self.release_host_copy(e);
-                    e.checksum = None;
+                    self.release_backing(e);
                 }
                 Err(failure_to_error(buffer, failed.cause))
             }
             (OpKind::PageIn, Ok(())) => {
-                e.state = BufferState::Resident;
+                e.state = State::Resident;
                 if !e.flags.read_only {
                     // The bytes may change from now on, so the stored copy is stale: free its space.
-                    if let Some(slot) = e.slot.take() {
-                        pool.store.release(slot);
-                    }
-                    self.release_host_copy(e);
+                    self.release_backing(e);
                     e.stored = false;
-                    e.checksum = None;
                 }
                 Ok(())
             }
@@ -1786,7 +1832,7 @@ impl SpaceShared {
                 // leaks nothing. Under an arbiter a decommit here would run outside any grant (and wait for one
                 // under the space's lock), so the buffer stays charged instead, as after a failed release at
                 // page-out: its next page-in commits the range again, and free releases it.
-                e.state = BufferState::PagedOut;
+                e.state = State::PagedOut;
                 let retry_release = || {
                     // SAFETY: the operation is over (its outcome is in) and the buffer is not resident, so nothing
                     // of ours uses the memory.
@@ -1807,19 +1853,18 @@ impl SpaceShared {
         result
     }
 
-    /// Gives the entry's host-tier copy back, if it has one.
-    fn release_host_copy(&self, e: &mut Entry) {
-        if let (Some(hs), Some(tier)) = (e.host.take(), &self.pool.host_tier) {
-            tier.tier().release(hs);
+    /// Gives the entry's copy back (its store slot or its room in the host tier), if it has one.
+    fn release_backing(&self, e: &mut Entry) {
+        match std::mem::replace(&mut e.backing, Backing::None) {
+            Backing::None => {}
+            Backing::Store { slot, .. } => self.pool.store.release(slot),
+            Backing::Host(copy) => copy.release(),
         }
     }
 
     /// Gives back everything an entry holds.
     fn release_entry(&self, mut e: Entry) -> Result<(), PagerError> {
-        self.release_host_copy(&mut e);
-        if let Some(slot) = e.slot {
-            self.pool.store.release(slot);
-        }
+        self.release_backing(&mut e);
         if e.charged {
             self.refund(e.reservation.len as u64);
         }
@@ -1830,12 +1875,23 @@ impl SpaceShared {
 }
 
 /// A copy or direct store transfer running on a buffer without the space lock. While it lives the buffer is
-/// `busy` (paging calls on it wait, `free` defers) and its slot is held here; dropping it puts the slot back, wakes
-/// the waiters and releases the buffer if it was freed meanwhile.
+/// `busy` (paging calls on it wait, `free` defers) and, for a direct store transfer, its slot is lent here;
+/// dropping it puts the slot back, wakes the waiters and releases the buffer if it was freed meanwhile.
 struct AccessGuard<'a> {
     space: &'a SpaceShared,
     buffer: Buffer,
-    slot: Option<Slot>,
+    /// The entry's store slot and checksum, lent for a direct store transfer.
+    lent: Option<(Slot, Option<Checksums>)>,
+}
+
+impl AccessGuard<'_> {
+    /// Reads or writes `offset..` of the lent slot (nothing is lent only for copies, which never call this).
+    fn store_range(&self, offset: u64, access: StoreAccess<'_>) -> Result<(), PagerError> {
+        match &self.lent {
+            Some((slot, _)) => self.space.store_range(slot, offset, access),
+            None => Err(PagerError::Internal("no store slot lent to the access")),
+        }
+    }
 }
 
 impl Drop for AccessGuard<'_> {
@@ -1844,8 +1900,8 @@ impl Drop for AccessGuard<'_> {
             let mut st = lock(&self.space.state);
             if let Some(e) = self.space.any_entry_mut(&mut st, self.buffer) {
                 e.busy = false;
-                if let Some(slot) = self.slot.take() {
-                    e.slot = Some(slot);
+                if let Some((slot, checksum)) = self.lent.take() {
+                    e.backing = Backing::Store { slot, checksum };
                 }
             }
             self.space.take_if_freed(&mut st, self.buffer)
@@ -1965,6 +2021,15 @@ unsafe fn submit_hashed(
         }
     }
     Ok(())
+}
+
+/// Keeps the checksum a finished page-out took with the entry's store copy (only store copies are checksummed).
+fn keep_checksum(e: &mut Entry, op: &OpState) {
+    if let Some(sums) = lock(&op.checksum).take() {
+        if let Backing::Store { checksum, .. } = &mut e.backing {
+            *checksum = Some(sums);
+        }
+    }
 }
 
 fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError {
