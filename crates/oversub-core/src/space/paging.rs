@@ -3,6 +3,15 @@
 
 use super::*;
 
+/// Where a page-in reads from: the paged-out buffer's copy.
+enum Source<'a> {
+    Store {
+        slot: &'a Slot,
+        checksum: &'a Option<Checksums>,
+    },
+    Host(&'a HostCopy),
+}
+
 /// The completion of a page-out's copy away (to the store or the host tier): release the memory (under an arbiter,
 /// as a gated memory operation), then settle.
 pub(super) fn release_when_copied(
@@ -214,9 +223,14 @@ impl AddressSpace {
                 })
             }
         }
-        if let Backing::None = e.backing {
-            return Err(PagerError::Internal("paged-out buffer has no stored copy"));
-        }
+        // The copy to read back, taken before anything is charged.
+        let source = match &e.backing {
+            Backing::Store { slot, checksum } => Source::Store { slot, checksum },
+            Backing::Host(copy) => Source::Host(copy),
+            Backing::None => {
+                return Err(PagerError::Internal("paged-out buffer has no stored copy"))
+            }
+        };
         let charge_bytes = e.reservation.len as u64;
         // A buffer whose last release failed is still charged; never count it twice.
         let newly_charged = !e.charged;
@@ -294,8 +308,8 @@ impl AddressSpace {
                 }
             }
         };
-        match &e.backing {
-            Backing::Host(copy) => {
+        match source {
+            Source::Host(copy) => {
                 let on_done: TransferCallback =
                     Box::new(move |r| settle(r.map_err(OpFailure::from)));
                 // SAFETY: as below.
@@ -310,7 +324,7 @@ impl AddressSpace {
                 }
                 .map_err(undo)?;
             }
-            Backing::Store { slot, checksum } => {
+            Source::Store { slot, checksum } => {
                 let hashed = pool.checksummed.as_ref().and_then(|sums| {
                     pool.device
                         .host_ptr(&e.reservation)
@@ -355,12 +369,6 @@ impl AddressSpace {
                         .map_err(undo)?;
                     }
                 }
-            }
-            // Refused above, before anything was charged.
-            Backing::None => {
-                return Err(undo(PagerError::Internal(
-                    "paged-out buffer has no stored copy",
-                )))
             }
         }
         if let (Some(mm), Some(prelude)) = (&mm, &prelude) {
