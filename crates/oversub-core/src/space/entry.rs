@@ -6,7 +6,8 @@ use super::*;
 /// Where a buffer's copy is kept, if it has one: a store slot or room in the host tier, never both.
 #[derive(Debug)]
 pub(super) enum Backing {
-    /// No copy: a resident read-write buffer (or one whose page-out failed before it got one).
+    /// No copy: a resident buffer never stored (or whose stored copy went stale); also a paged-out buffer while a
+    /// direct store access borrows its slot (the buffer is `busy` then, so paging calls wait).
     None,
     /// A slot of the swap store, with the checksum of its bytes when one was taken (checksums on,
     /// host-addressable memory).
