@@ -34,14 +34,12 @@
 
 pub mod demand;
 mod error;
-mod gated;
 mod hasher;
-mod host_tier;
 mod pool;
 mod preempt;
 mod space;
-mod staging;
 mod tenant;
+mod transfer;
 
 pub use demand::{
     measure_demand_bandwidths, measure_demand_bandwidths_with, thread_faults, DemandAccess,
@@ -49,11 +47,11 @@ pub use demand::{
     TouchStats,
 };
 pub use error::PagerError;
-pub use gated::{GateCosts, MmCost};
-pub use host_tier::HostTierConfig;
 pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use preempt::SpinPreemption;
 pub use space::{AddressSpace, Buffer, BufferFlags, BufferInfo, BufferState, OpKind, Ticket};
-pub use staging::{StagingConfig, DEFAULT_STAGING_CHUNKS, DEFAULT_STAGING_CHUNK_BYTES};
 pub use tenant::{TenantConfig, TenantQuota};
+pub use transfer::gated::{GateCosts, MmCost};
+pub use transfer::host_tier::HostTierConfig;
+pub use transfer::staged::{StagingConfig, DEFAULT_STAGING_CHUNKS, DEFAULT_STAGING_CHUNK_BYTES};

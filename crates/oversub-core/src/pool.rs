@@ -5,13 +5,16 @@ use oversub_tenants::swap::AlphaRule;
 
 use oversub_accel::DeviceMemory;
 use oversub_arbiter::{Gate, WorkKind};
-use oversub_io::SwapStore;
+use oversub_io::{Slot, SwapStore};
 
-use crate::gated::{GateCosts, GatedIo, MmCost, MmLane, Prelude};
-use crate::host_tier::{HostTier, HostTierConfig};
+use crate::hasher::Hasher;
 use crate::space::AddressSpace;
-use crate::staging::{Staging, StagingConfig};
 use crate::tenant::{TenantConfig, TenantQuota, Tenants};
+use crate::transfer::direct::{Direct, PiecePath};
+use crate::transfer::gated::{GateCosts, Gated, GatedIo, MmCost, MmLane};
+use crate::transfer::host_tier::{HostTier, HostTierConfig, HostTierPath};
+use crate::transfer::staged::{Staging, StagingConfig};
+use crate::transfer::TransferPath;
 use crate::PagerError;
 
 /// Options of a [`Pool`].
@@ -127,15 +130,16 @@ pub struct Pool {
 pub(crate) struct PoolShared {
     pub(crate) device: Arc<dyn DeviceMemory>,
     pub(crate) store: Arc<SwapStore>,
-    pub(crate) verify_checksums: bool,
-    /// The arbitrated transfer path, when the pool obeys an arbiter.
+    /// The gated worker, when the pool obeys an arbiter: it runs the memory-map operations of paging and paces
+    /// the transfer paths (which it wraps).
     pub(crate) gated: Option<GatedIo>,
-    /// The staging path, when the device's memory is not host-addressable.
-    pub(crate) staging: Option<Staging>,
-    /// The host-memory tier, when configured.
-    pub(crate) host_tier: Option<HostTier>,
-    /// The checksum thread, when checksums are on and the host can address device memory.
-    pub(crate) hasher: Option<Arc<crate::hasher::Hasher>>,
+    /// How buffers move to and from the store: direct or staged, gated or not (chosen once, here).
+    pub(crate) store_path: Box<dyn TransferPath<Copy = Slot>>,
+    /// The direct path piece by piece, with the checksum thread, when checksums are on and the host can address
+    /// device memory.
+    pub(crate) checksummed: Option<Checksummed>,
+    /// The host-memory tier and its path, when configured.
+    pub(crate) host_tier: Option<Arc<HostTierPath>>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     /// The process that made the pool: a forked child has its memory but not its I/O threads.
@@ -182,39 +186,65 @@ impl Pool {
             }
             None => None,
         };
-        let staging = if device.host_accessible() {
-            None
-        } else {
-            Some(Staging::start(
-                config.staging,
-                Arc::clone(&device),
-                Arc::clone(&store),
-                gated.as_ref().map(|g| Arc::clone(g.gate())),
-            )?)
+        // The paths are chosen and composed here, once: direct where the host addresses device memory, else
+        // staged; each wrapped in the gate when the pool obeys an arbiter.
+        let pacer = gated.as_ref().map(|g| Arc::clone(g.pacer()));
+        let direct = device
+            .host_accessible()
+            .then(|| Direct::new(Arc::clone(&device), Arc::clone(&store)));
+        let (store_path, pieces): (
+            Box<dyn TransferPath<Copy = Slot>>,
+            Option<Arc<dyn PiecePath>>,
+        ) = match (direct, &pacer) {
+            (Some(direct), Some(pacer)) => {
+                let path = Arc::new(Gated::new(direct, Arc::clone(pacer)));
+                (Box::new(Arc::clone(&path)), Some(path))
+            }
+            (Some(direct), None) => {
+                let path = Arc::new(direct);
+                (Box::new(Arc::clone(&path)), Some(path))
+            }
+            (None, _) => {
+                let staging = Staging::start(
+                    config.staging,
+                    Arc::clone(&device),
+                    Arc::clone(&store),
+                    pacer.as_ref().map(|p| p.chunk_bytes()),
+                )?;
+                let path: Box<dyn TransferPath<Copy = Slot>> = match &pacer {
+                    Some(pacer) => Box::new(Gated::new(staging, Arc::clone(pacer))),
+                    None => Box::new(staging),
+                };
+                (path, None)
+            }
         };
         let host_tier = match config.host_tier {
-            Some(t) => Some(HostTier::new(
-                t,
-                device.as_ref(),
-                gated.as_ref().map(|g| Arc::clone(g.gate())),
-            )?),
+            Some(t) => {
+                let tier = Arc::new(HostTier::new(t, Arc::clone(&device))?);
+                let path: Box<dyn TransferPath<Copy = _>> = match &pacer {
+                    Some(pacer) => Box::new(Gated::new(Arc::clone(&tier), Arc::clone(pacer))),
+                    None => Box::new(Arc::clone(&tier)),
+                };
+                Some(Arc::new(HostTierPath::new(tier, path)))
+            }
             None => None,
         };
-        let hasher = if config.verify_checksums && device.host_accessible() {
-            // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the caller
-            // and the engine on small machines.
-            Some(Arc::new(crate::hasher::Hasher::start(1)?))
-        } else {
-            None
+        let checksummed = match pieces.filter(|_| config.verify_checksums) {
+            Some(pieces) => Some(Checksummed {
+                pieces,
+                // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the
+                // caller and the engine on small machines.
+                hasher: Arc::new(Hasher::start(1)?),
+            }),
+            None => None,
         };
         Ok(Pool {
             shared: Arc::new(PoolShared {
-                hasher,
                 device,
                 store,
-                verify_checksums: config.verify_checksums,
                 gated,
-                staging,
+                store_path,
+                checksummed,
                 host_tier,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
@@ -294,11 +324,7 @@ impl Pool {
     /// an integrated GPU), `"staging"` (through the ring of host staging buffers) or `"cufile"` (GPUDirect
     /// Storage).
     pub fn transfer_path(&self) -> &'static str {
-        match &self.shared.staging {
-            None => "direct",
-            Some(s) if s.is_direct() => "cufile",
-            Some(_) => "staging",
-        }
+        self.shared.store_path.name()
     }
 
     /// The host-memory tier's (free, total) bytes, when the pool has one.
@@ -306,21 +332,22 @@ impl Pool {
         self.shared
             .host_tier
             .as_ref()
-            .map(|t| (t.free_bytes(), t.capacity_bytes()))
+            .map(|t| (t.tier().free_bytes(), t.tier().capacity_bytes()))
     }
 
     /// Size of one chunk of a staged transfer (`None` when the pool does not stage).
     pub fn staging_chunk_bytes(&self) -> Option<u64> {
-        self.shared.staging.as_ref().map(|s| s.chunk_bytes())
+        self.shared.store_path.chunk_bytes()
     }
 }
 
-/// A transfer that waits for a gated commit, in a pool without a gate (a bug: refused rather than run into memory
-/// that is not committed).
-fn ungated_prelude() -> oversub_io::IoError {
-    oversub_io::IoError::InvalidArgument(
-        "a transfer waits for a gated commit, but the pool has no gate".into(),
-    )
+/// The direct path piece by piece and the thread that hashes the pieces: how checksummed transfers run.
+#[derive(Debug)]
+pub(crate) struct Checksummed {
+    /// The pool's direct path (gated or not), taking a transfer in pieces.
+    pub(crate) pieces: Arc<dyn PiecePath>,
+    /// The checksum thread.
+    pub(crate) hasher: Arc<Hasher>,
 }
 
 impl PoolShared {
@@ -356,89 +383,6 @@ impl PoolShared {
     /// The gated worker's lane of memory-map operations, when the pool obeys an arbiter.
     pub(crate) fn mm_lane(&self) -> Option<MmLane> {
         self.gated.as_ref().map(GatedIo::mm_lane)
-    }
-
-    /// Submits the transfer of `mem` to or from the part of `slot` that starts at `offset`: straight to the store,
-    /// or chunk by chunk under the arbiter's gate, after the commit `after` (given only under a gate).
-    ///
-    /// # Safety
-    /// As [`SwapStore::submit`]: `mem` stays valid (for reads, otherwise untouched) until `on_done` has run.
-    pub(crate) unsafe fn submit_io_part(
-        &self,
-        direction: oversub_io::Direction,
-        slot: &oversub_io::Slot,
-        offset: u64,
-        mem: oversub_io::IoVec,
-        after: Option<Arc<Prelude>>,
-        on_done: oversub_io::IoCallback,
-    ) -> Result<(), oversub_io::IoError> {
-        match &self.gated {
-            // SAFETY: forwarded from our caller.
-            Some(g) => unsafe { g.submit_part(direction, slot, offset, mem, after, on_done) },
-            None if after.is_some() => Err(ungated_prelude()),
-            None => {
-                let view = slot.view(offset, mem.len as u64)?;
-                // SAFETY: forwarded from our caller.
-                unsafe { self.store.submit_view(direction, &view, &[mem], on_done) }
-            }
-        }
-    }
-
-    /// Submits a whole-slot transfer: straight to the store, or chunk by chunk under the arbiter's gate, after the
-    /// commit `after` (given only under a gate).
-    ///
-    /// # Safety
-    /// As [`SwapStore::submit`]: `mem` stays valid (for reads, otherwise untouched) until `on_done` has run.
-    pub(crate) unsafe fn submit_io(
-        &self,
-        direction: oversub_io::Direction,
-        slot: &oversub_io::Slot,
-        mem: oversub_io::IoVec,
-        after: Option<Arc<Prelude>>,
-        on_done: oversub_io::IoCallback,
-    ) -> Result<(), oversub_io::IoError> {
-        match &self.gated {
-            // SAFETY: forwarded from our caller.
-            Some(g) => unsafe { g.submit_part(direction, slot, 0, mem, after, on_done) },
-            None if after.is_some() => Err(ungated_prelude()),
-            // SAFETY: forwarded from our caller.
-            None => unsafe { self.store.submit(direction, slot, &[mem], on_done) },
-        }
-    }
-
-    /// Submits the transfer of a buffer's `io_bytes` between its device memory and `slot`: straight between
-    /// host-addressable memory and the store (through the gate under an arbiter), or through the staging ring;
-    /// under a gate, after the commit `after` when given.
-    ///
-    /// # Safety
-    /// The range is committed (or, with `after`, will be once that commit succeeded) and nothing else uses it, and
-    /// the slot stays allocated, until `on_done` has run.
-    pub(crate) unsafe fn submit_transfer(
-        &self,
-        direction: oversub_io::Direction,
-        slot: &oversub_io::Slot,
-        range: &oversub_accel::Reservation,
-        io_bytes: u64,
-        after: Option<Arc<Prelude>>,
-        on_done: crate::staging::TransferCallback,
-    ) -> Result<(), PagerError> {
-        if let Some(ptr) = self.device.host_ptr(range) {
-            let mem = oversub_io::IoVec {
-                ptr,
-                len: usize::try_from(io_bytes)
-                    .map_err(|_| PagerError::InvalidSize("buffer too large".into()))?,
-            };
-            let cb: oversub_io::IoCallback = Box::new(move |r| {
-                on_done(r.map(|_| ()).map_err(crate::staging::TransferError::Io))
-            });
-            // SAFETY: forwarded from our caller; host-addressable memory is the range itself.
-            return Ok(unsafe { self.submit_io(direction, slot, mem, after, cb) }?);
-        }
-        let staging = self.staging.as_ref().ok_or(PagerError::Internal(
-            "device memory is not host-addressable and the pool has no staging ring",
-        ))?;
-        // SAFETY: forwarded from our caller.
-        Ok(unsafe { staging.submit(direction, slot, range.addr, after, on_done) }?)
     }
 
     /// Runs `copy(offset, len)` over `len` bytes: at once, or in admitted chunks under the arbiter's gate (each

@@ -1,7 +1,11 @@
-//! The arbitrated path: one worker thread runs every storage transfer of the pool in chunks, asking the arbiter's
-//! gate before each one, like a copy engine that is only allowed on the bus during compute phases; and it runs the
+//! The gate around the transfer paths: one worker thread runs every direct storage transfer of the pool in chunks,
+//! asking the arbiter's gate before each one, like a copy engine that is only allowed on the bus during compute phases; and it runs the
 //! memory-map operations of paging (the commit before a page-in, the decommit after a page-out) as gated memory
 //! operations, each admitted for its own measured worst-case cost ([`Gate::admit_for`]).
+//!
+//! The transfer paths obey the gate through [`Gated`], a wrapper around any [`TransferPath`] that hands it the
+//! gate's [`Pacer`]: the staged path and the host tier run each chunk as a step the pacer admits, and the direct
+//! path queues its store I/O to the worker here, which admits it in batches of chunks.
 //!
 //! A page-out or page-in waiting for a grant never blocks the caller: the ticket completes when the last chunk
 //! (and the decommit after it) has. Memory-map operations have a lane of their own that the worker serves before
@@ -19,6 +23,7 @@ use oversub_accel::{AccelError, DeviceMemory, Reservation};
 use oversub_arbiter::{Gate, WorkKind};
 use oversub_io::{Direction, IoCallback, IoDone, IoError, IoVec, Slot, SlotView, SwapStore};
 
+use super::{PacedPath, Transfer, TransferPath};
 use crate::space::lock;
 use crate::PagerError;
 
@@ -185,7 +190,7 @@ struct IoJob {
 }
 
 // SAFETY: the iovecs point at memory that the submitter keeps valid and untouched until on_done has run (the
-// contract of `GatedIo::submit_part`); the worker only hands them to the store.
+// contract of `Pacer::submit_io`); the worker only hands them to the store.
 unsafe impl Send for IoJob {}
 
 enum Next {
@@ -380,11 +385,154 @@ impl MmLane {
     }
 }
 
+/// The gate as the transfer paths see it: each step of a paced transfer is admitted here (and logged on the gate),
+/// and direct store I/O is queued to the gated worker, which admits it in batches. Only [`Gated`] hands it out.
+#[derive(Debug)]
+pub(crate) struct Pacer {
+    shared: Arc<Shared>,
+    /// Size of one chunk of the gated worker's store I/O (the gate's chunk, rounded up to the store's alignment).
+    io_chunk_bytes: u64,
+}
+
+impl Pacer {
+    /// The gate's chunk size (not rounded).
+    pub(crate) fn chunk_bytes(&self) -> u64 {
+        self.shared.gate.chunk_bytes()
+    }
+
+    /// Runs one step of `bytes` once the gate admits one chunk, logged as `what`: the step must end inside the
+    /// grant, so it is blocking (the chunk time T(Q) is calibrated on the same work).
+    pub(crate) fn step<T>(&self, what: WorkKind, bytes: u64, work: impl FnOnce() -> T) -> T {
+        self.shared.gate.admit();
+        self.shared.gate.record_run(what, bytes, work)
+    }
+
+    /// Waits until the gate admits one chunk (for a step logged with [`record_since`](Self::record_since)).
+    pub(crate) fn admit(&self) {
+        self.shared.gate.admit();
+    }
+
+    /// The arbiter's clock now, when the gate logs events.
+    pub(crate) fn now_if_recording(&self) -> Option<u64> {
+        let gate = &self.shared.gate;
+        gate.is_recording().then(|| gate.arbiter().clock().now_ns())
+    }
+
+    /// Logs a transfer of `bytes` that started at `start` (from [`now_if_recording`](Self::now_if_recording)).
+    pub(crate) fn record_since(&self, start: Option<u64>, bytes: u64) {
+        if let Some(start_ns) = start {
+            let gate = &self.shared.gate;
+            gate.record(oversub_arbiter::GateEvent {
+                start_ns,
+                end_ns: gate.arbiter().clock().now_ns(),
+                kind: oversub_arbiter::GateEventKind::Ran {
+                    what: WorkKind::Transfer,
+                    bytes,
+                },
+            });
+        }
+    }
+
+    /// Queues a transfer of `mem` (contiguous) to or from the part of `slot` that starts at `offset`, chunk by
+    /// chunk; when `after` is given, it starts only once that commit has run, and fails without moving a byte
+    /// if the commit failed.
+    ///
+    /// # Safety
+    /// As [`SwapStore::submit`]: `mem` stays valid (and, for reads, otherwise untouched) and the slot allocated
+    /// until `on_done` has run (and, with `after`, is committed device memory once that commit succeeded).
+    pub(crate) unsafe fn submit_io(
+        &self,
+        direction: Direction,
+        slot: &Slot,
+        offset: u64,
+        mem: IoVec,
+        after: Option<Arc<Prelude>>,
+        on_done: IoCallback,
+    ) -> Result<(), IoError> {
+        let end = offset
+            .checked_add(mem.len as u64)
+            .filter(|&end| end <= slot.len())
+            .ok_or_else(|| {
+                IoError::InvalidArgument(format!(
+                    "{} bytes at offset {offset} lie outside the slot of {} bytes",
+                    mem.len,
+                    slot.len()
+                ))
+            })?;
+        let mut chunks = Vec::new();
+        let mut off = offset;
+        while off < end {
+            let n = self.io_chunk_bytes.min(end - off);
+            chunks.push((
+                slot.view(off, n)?,
+                IoVec {
+                    ptr: mem.ptr.wrapping_add((off - offset) as usize),
+                    len: n as usize,
+                },
+            ));
+            off += n;
+        }
+        {
+            let mut q = lock(&self.shared.queue);
+            if q.closed {
+                return Err(IoError::Shutdown);
+            }
+            q.io.push_back(IoJob {
+                direction,
+                chunks,
+                after,
+                on_done,
+            });
+        }
+        self.shared.ready.notify_all();
+        Ok(())
+    }
+}
+
+/// A transfer path that obeys the arbiter: every transfer goes to the inner path with the gate's [`Pacer`], which
+/// admits each of its steps, so the inner path never asks the gate itself (the pattern of foyer's `monitor.rs`:
+/// a wrapper around any implementation of the trait).
+#[derive(Debug)]
+pub(crate) struct Gated<P> {
+    inner: P,
+    pacer: Arc<Pacer>,
+}
+
+impl<P: PacedPath> Gated<P> {
+    /// `inner`, paced by `pacer`.
+    pub(crate) fn new(inner: P, pacer: Arc<Pacer>) -> Self {
+        Gated { inner, pacer }
+    }
+
+    /// The pacer it runs under.
+    pub(crate) fn pacer(&self) -> &Arc<Pacer> {
+        &self.pacer
+    }
+}
+
+impl<P: PacedPath> TransferPath for Gated<P> {
+    type Copy = P::Copy;
+
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+
+    fn chunk_bytes(&self) -> Option<u64> {
+        self.inner.chunk_bytes()
+    }
+
+    unsafe fn submit(&self, transfer: Transfer<'_, P::Copy>) -> Result<(), PagerError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.submit_paced(transfer, &self.pacer) }
+    }
+}
+
 #[derive(Debug)]
 pub(crate) struct GatedIo {
     shared: Arc<Shared>,
     gate: Arc<Gate>,
     chunk_bytes: u64,
+    pacer: Arc<Pacer>,
     worker: Option<JoinHandle<()>>,
 }
 
@@ -421,16 +569,26 @@ impl GatedIo {
                     })
                 })?
         };
+        let pacer = Arc::new(Pacer {
+            shared: Arc::clone(&shared),
+            io_chunk_bytes: chunk_bytes,
+        });
         Ok(GatedIo {
             shared,
             gate,
             chunk_bytes,
+            pacer,
             worker: Some(worker),
         })
     }
 
     pub(crate) fn gate(&self) -> &Arc<Gate> {
         &self.gate
+    }
+
+    /// The pacer that [`Gated`] paths run their steps through.
+    pub(crate) fn pacer(&self) -> &Arc<Pacer> {
+        &self.pacer
     }
 
     /// A handle to the worker's lane of memory-map operations.
@@ -454,61 +612,6 @@ impl GatedIo {
     /// Sets the costs of commit and decommit.
     pub(crate) fn set_mm_costs(&self, commit: MmCost, decommit: MmCost) {
         *lock(&self.shared.costs) = (commit, decommit);
-    }
-
-    /// Queues a transfer of `mem` (contiguous) to or from the part of `slot` that starts at `offset`, chunk by
-    /// chunk; when `after` is given, it starts only once that commit has run, and fails without moving a byte
-    /// if the commit failed.
-    ///
-    /// # Safety
-    /// As [`SwapStore::submit`]: `mem` stays valid (and, for reads, otherwise untouched) and the slot allocated
-    /// until `on_done` has run (and, with `after`, is committed device memory once that commit succeeded).
-    pub(crate) unsafe fn submit_part(
-        &self,
-        direction: Direction,
-        slot: &Slot,
-        offset: u64,
-        mem: IoVec,
-        after: Option<Arc<Prelude>>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        let end = offset
-            .checked_add(mem.len as u64)
-            .filter(|&end| end <= slot.len())
-            .ok_or_else(|| {
-                IoError::InvalidArgument(format!(
-                    "{} bytes at offset {offset} lie outside the slot of {} bytes",
-                    mem.len,
-                    slot.len()
-                ))
-            })?;
-        let mut chunks = Vec::new();
-        let mut off = offset;
-        while off < end {
-            let n = self.chunk_bytes.min(end - off);
-            chunks.push((
-                slot.view(off, n)?,
-                IoVec {
-                    ptr: mem.ptr.wrapping_add((off - offset) as usize),
-                    len: n as usize,
-                },
-            ));
-            off += n;
-        }
-        {
-            let mut q = lock(&self.shared.queue);
-            if q.closed {
-                return Err(IoError::Shutdown);
-            }
-            q.io.push_back(IoJob {
-                direction,
-                chunks,
-                after,
-                on_done,
-            });
-        }
-        self.shared.ready.notify_all();
-        Ok(())
     }
 
     /// Measures T(Q) as the slowest one-chunk write or read through this store into device memory.

@@ -11,8 +11,9 @@
 //! (page-out) or hand the buffer to kernels (page-in) as soon as it hears back. With GPUDirect Storage (cuFile) on
 //! a store that supports it, the worker moves each extent straight between file and device instead.
 //!
-//! The staging path makes no memory-map operation of its own (its ring is allocated once, at start-up). Under an
-//! arbiter, the commit before a page-in and the decommit after a page-out are the pager's, run as gated memory
+//! Under an arbiter ([`Gated`](super::gated::Gated)) a transfer runs one chunk at a time, each admitted by the
+//! gate's pacer. The staging path makes no memory-map operation of its own (its ring is allocated once, at
+//! start-up): the commit before a page-in and the decommit after a page-out are the pager's, run as gated memory
 //! operations on the gated worker (`gated.rs`); a page-in's transfer here waits for its commit first.
 
 use std::collections::VecDeque;
@@ -21,10 +22,11 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use oversub_accel::{AccelError, DeviceMemory, DevicePtr, Fence, HostBuffer};
-use oversub_arbiter::{Gate, WorkKind};
-use oversub_io::{Direction, IoError, IoVec, SlotView, SwapStore};
+use oversub_arbiter::WorkKind;
+use oversub_io::{Direction, IoError, IoVec, Slot, SlotView, SwapStore};
 
-use crate::gated::Prelude;
+use super::gated::{Pacer, Prelude};
+use super::{PacedPath, Transfer, TransferCallback, TransferError, TransferPath};
 
 /// Default size of one staging buffer.
 pub const DEFAULT_STAGING_CHUNK_BYTES: u64 = 16 << 20;
@@ -55,15 +57,6 @@ impl Default for StagingConfig {
     }
 }
 
-/// Why a staged transfer failed.
-#[derive(Debug)]
-pub(crate) enum TransferError {
-    Io(IoError),
-    Copy(AccelError),
-}
-
-pub(crate) type TransferCallback = Box<dyn FnOnce(Result<(), TransferError>) + Send>;
-
 struct Job {
     direction: Direction,
     device: DevicePtr,
@@ -73,13 +66,14 @@ struct Job {
     chunk_bytes: u64,
     /// The commit the transfer must wait for (a page-in's, under an arbiter).
     after: Option<Arc<Prelude>>,
+    /// Under an arbiter: what admits each chunk.
+    pacer: Option<Arc<Pacer>>,
     on_done: TransferCallback,
 }
 
 struct Worker {
     device: Arc<dyn DeviceMemory>,
     store: Arc<SwapStore>,
-    gate: Option<Arc<Gate>>,
     buffers: Vec<HostBuffer>,
     direct: bool,
 }
@@ -101,13 +95,13 @@ impl Staging {
         config: StagingConfig,
         device: Arc<dyn DeviceMemory>,
         store: Arc<SwapStore>,
-        gate: Option<Arc<Gate>>,
+        paced_chunk_bytes: Option<u64>,
     ) -> Result<Staging, crate::PagerError> {
         let align = store.alignment() as u64;
         let mut chunk_bytes = config.chunk_bytes.max(1).next_multiple_of(align);
-        if let Some(g) = &gate {
+        if let Some(gate_chunk) = paced_chunk_bytes {
             // Under an arbiter a chunk is the arbiter's chunk: one admission covers one copy and one I/O.
-            chunk_bytes = g.chunk_bytes().max(1).next_multiple_of(align);
+            chunk_bytes = gate_chunk.max(1).next_multiple_of(align);
         }
         if config.chunks == 0 {
             return Err(crate::PagerError::InvalidSize(
@@ -159,7 +153,6 @@ impl Staging {
         let worker = Worker {
             device,
             store,
-            gate,
             buffers,
             direct,
         };
@@ -188,30 +181,17 @@ impl Staging {
         })
     }
 
-    /// Size of one chunk of a staged transfer.
-    pub(crate) fn chunk_bytes(&self) -> u64 {
-        self.chunk_bytes
-    }
-
-    /// Whether transfers go straight between file and device (cuFile).
-    pub(crate) fn is_direct(&self) -> bool {
-        self.direct
-    }
-
-    /// Queues a transfer of `len` bytes between the device at `device` and `slot`; when `after` is given, it
-    /// starts only once that commit has run, and fails without moving a byte if the commit failed.
+    /// Queues `transfer`, each chunk admitted by `pacer` when given; with `after`, it starts only once that
+    /// commit has run, and fails without moving a byte if the commit failed.
     ///
     /// # Safety
-    /// `[device, device + len)` is committed device memory (with `after`: once that commit succeeded) that nothing
-    /// else uses until `on_done` has run, and the slot stays allocated until then.
-    pub(crate) unsafe fn submit(
+    /// As [`TransferPath::submit`].
+    unsafe fn queue(
         &self,
-        direction: Direction,
-        slot: &oversub_io::Slot,
-        device: DevicePtr,
-        after: Option<Arc<Prelude>>,
-        on_done: TransferCallback,
+        transfer: Transfer<'_, Slot>,
+        pacer: Option<Arc<Pacer>>,
     ) -> Result<(), IoError> {
+        let slot = transfer.copy;
         let mut views = Vec::new();
         let mut off = 0u64;
         while off < slot.len() {
@@ -221,14 +201,47 @@ impl Staging {
         }
         let tx = self.tx.as_ref().ok_or(IoError::Shutdown)?;
         tx.send(Job {
-            direction,
-            device,
+            direction: transfer.direction,
+            device: transfer.range.addr,
             views,
             chunk_bytes: self.chunk_bytes,
-            after,
-            on_done,
+            after: transfer.after,
+            pacer,
+            on_done: transfer.on_done,
         })
         .map_err(|_| IoError::Shutdown)
+    }
+}
+
+impl TransferPath for Staging {
+    type Copy = Slot;
+
+    fn name(&self) -> &'static str {
+        if self.direct {
+            "cufile"
+        } else {
+            "staging"
+        }
+    }
+
+    fn chunk_bytes(&self) -> Option<u64> {
+        Some(self.chunk_bytes)
+    }
+
+    unsafe fn submit(&self, transfer: Transfer<'_, Slot>) -> Result<(), crate::PagerError> {
+        // SAFETY: forwarded from our caller.
+        Ok(unsafe { self.queue(transfer, None) }?)
+    }
+}
+
+impl PacedPath for Staging {
+    unsafe fn submit_paced(
+        &self,
+        transfer: Transfer<'_, Slot>,
+        pacer: &Arc<Pacer>,
+    ) -> Result<(), crate::PagerError> {
+        // SAFETY: forwarded from our caller.
+        Ok(unsafe { self.queue(transfer, Some(Arc::clone(pacer))) }?)
     }
 }
 
@@ -249,8 +262,8 @@ impl Worker {
         if self.direct && job.views.iter().all(|v| v.external().is_none()) {
             return self.run_direct(job);
         }
-        if self.gate.is_some() {
-            return self.run_gated(job);
+        if let Some(pacer) = &job.pacer {
+            return self.run_gated(job, pacer);
         }
         match job.direction {
             Direction::Write => self.page_out(job),
@@ -258,24 +271,12 @@ impl Worker {
         }
     }
 
-    fn admit(&self) {
-        if let Some(g) = &self.gate {
-            g.admit();
-        }
-    }
-
     /// Under an arbiter: one chunk at a time, each admitted and finished (copy and I/O) before the next, since
     /// an admission promises that the chunk ends inside the grant: the chunk time T(Q) is calibrated on the same
     /// copy plus I/O.
-    fn run_gated(&self, job: &Job) -> Result<(), TransferError> {
-        let Some(gate) = &self.gate else {
-            return Err(TransferError::Io(IoError::InvalidArgument(
-                "the gated staging path has no gate".into(),
-            )));
-        };
+    fn run_gated(&self, job: &Job, pacer: &Pacer) -> Result<(), TransferError> {
         for (i, view) in job.views.iter().enumerate() {
-            gate.admit();
-            gate.record_run(WorkKind::Transfer, view.len(), || {
+            pacer.step(WorkKind::Transfer, view.len(), || {
                 self.gated_chunk(job, view, i as u64 * job.chunk_bytes)
             })?;
         }
@@ -518,9 +519,12 @@ impl Worker {
         };
         let fd = self.store.fd();
         let mut at = job.device;
+        let pacer = job.pacer.as_deref();
         for view in &job.views {
-            self.admit();
-            let start = self.now_if_recording();
+            let start = pacer.and_then(|p| {
+                p.admit();
+                p.now_if_recording()
+            });
             for extent in view.extents() {
                 let len = extent.len as usize;
                 // SAFETY: the device range is committed and ours for the job; the extent is the slot's.
@@ -533,30 +537,10 @@ impl Worker {
                 r.map_err(TransferError::Copy)?;
                 at = at.offset(extent.len);
             }
-            self.record_since(start, view.len());
+            if let Some(p) = pacer {
+                p.record_since(start, view.len());
+            }
         }
         Ok(())
-    }
-
-    /// The arbiter's clock now, when the gate logs events.
-    fn now_if_recording(&self) -> Option<u64> {
-        self.gate
-            .as_ref()
-            .filter(|g| g.is_recording())
-            .map(|g| g.arbiter().clock().now_ns())
-    }
-
-    /// Logs a transfer of `bytes` that started at `start` (from [`now_if_recording`](Self::now_if_recording)).
-    fn record_since(&self, start: Option<u64>, bytes: u64) {
-        if let (Some(g), Some(start_ns)) = (&self.gate, start) {
-            g.record(oversub_arbiter::GateEvent {
-                start_ns,
-                end_ns: g.arbiter().clock().now_ns(),
-                kind: oversub_arbiter::GateEventKind::Ran {
-                    what: WorkKind::Transfer,
-                    bytes,
-                },
-            });
-        }
     }
 }

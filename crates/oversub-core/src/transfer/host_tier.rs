@@ -2,8 +2,9 @@
 //! machines whose host memory is plentiful. A page-out that finds room in the tier copies the buffer there and
 //! releases its device memory; a page-in copies it back. The tier is one allocation carved into extents, so
 //! pinning (slow: the kernel locks every page) happens once, at pool start-up. Copies run on the tier's own thread,
-//! in chunks of the arbiter's size (each admitted) when the pool obeys an arbiter, so the caller of an async
-//! page-out or page-in never blocks on them.
+//! in chunks of the arbiter's size (each admitted by the gate's pacer) when the pool obeys an arbiter (the path is
+//! then wrapped in [`Gated`](super::gated::Gated)), so the caller of an async page-out or page-in never blocks on
+//! them.
 //!
 //! The tier makes no memory-map operation of its own (its memory is allocated, and pinned, once). Under an
 //! arbiter, the commit before a page-in and the decommit after a page-out are the pager's, run as gated memory
@@ -13,12 +14,12 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use oversub_accel::{DeviceMemory, DevicePtr, Fence, HostBuffer};
-use oversub_arbiter::{Gate, WorkKind};
-use oversub_io::{Extent, ExtentAllocator, IoError};
+use oversub_accel::{DeviceMemory, Fence, HostBuffer};
+use oversub_arbiter::WorkKind;
+use oversub_io::{Direction, Extent, ExtentAllocator, IoError};
 
-use crate::gated::Prelude;
-use crate::staging::{TransferCallback, TransferError};
+use super::gated::{Pacer, Prelude};
+use super::{PacedPath, Transfer, TransferError, TransferPath};
 use crate::PagerError;
 
 /// Granule of the tier's allocator.
@@ -35,7 +36,7 @@ pub struct HostTierConfig {
     pub pinned: bool,
 }
 
-/// Where a paged-out buffer's bytes are in the tier.
+/// Where a paged-out buffer's bytes are in the tier (the entry holds it as a [`HostCopy`]).
 #[derive(Debug)]
 pub(crate) struct HostSlot {
     extents: Vec<Extent>,
@@ -45,9 +46,9 @@ type Job = Box<dyn FnOnce() + Send>;
 
 #[derive(Debug)]
 pub(crate) struct HostTier {
+    device: Arc<dyn DeviceMemory>,
     memory: HostBuffer,
     alloc: Mutex<ExtentAllocator>,
-    gate: Option<Arc<Gate>>,
     tx: Option<Sender<Job>>,
     worker: Option<JoinHandle<()>>,
 }
@@ -62,8 +63,7 @@ unsafe impl Send for TierPtr {}
 impl HostTier {
     pub(crate) fn new(
         config: HostTierConfig,
-        device: &dyn DeviceMemory,
-        gate: Option<Arc<Gate>>,
+        device: Arc<dyn DeviceMemory>,
     ) -> Result<HostTier, PagerError> {
         let capacity = config.capacity_bytes / TIER_ALIGN * TIER_ALIGN;
         if capacity == 0 {
@@ -95,9 +95,9 @@ impl HostTier {
             "host-memory tier ready"
         );
         Ok(HostTier {
+            device,
             memory,
             alloc: Mutex::new(ExtentAllocator::new(capacity, TIER_ALIGN)),
-            gate,
             tx: Some(tx),
             worker: Some(worker),
         })
@@ -105,19 +105,19 @@ impl HostTier {
 
     /// Room for `len` bytes, or `None` when the tier is too full (the buffer goes to the store instead).
     pub(crate) fn allocate(&self, len: u64) -> Option<HostSlot> {
-        crate::space::lock(&self.alloc)
+        oversub_base::sync::lock(&self.alloc)
             .allocate(len.next_multiple_of(TIER_ALIGN))
             .ok()
             .map(|extents| HostSlot { extents })
     }
 
     pub(crate) fn release(&self, slot: HostSlot) {
-        crate::space::lock(&self.alloc).free(&slot.extents);
+        oversub_base::sync::lock(&self.alloc).free(&slot.extents);
     }
 
     /// Free bytes of the tier.
     pub(crate) fn free_bytes(&self) -> u64 {
-        crate::space::lock(&self.alloc).free_bytes()
+        oversub_base::sync::lock(&self.alloc).free_bytes()
     }
 
     /// The tier's size.
@@ -162,28 +162,28 @@ impl HostTier {
         }
     }
 
-    /// Queues the copy of `len` bytes between the device at `addr` and the slot on the tier's thread
-    /// (`to_host`: device → tier), then `on_done` with the outcome. With `after`, the copy starts only once that
-    /// commit has run, and fails without copying a byte if the commit failed.
+    /// Queues the copy of the transfer's bytes between the device and the slot on the tier's thread, then its
+    /// completion with the outcome: in chunks of `chunk` bytes, each admitted by `pacer` when given. With `after`,
+    /// the copy starts only once that commit has run, and fails without copying a byte if the commit failed.
     ///
     /// # Safety
-    /// The device range is committed (with `after`: once that commit succeeded) and unused, and the slot's extents
-    /// are untouched, until `on_done` has run.
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) unsafe fn submit(
+    /// As [`TransferPath::submit`].
+    unsafe fn queue(
         &self,
-        device: Arc<dyn DeviceMemory>,
-        addr: DevicePtr,
-        slot: &HostSlot,
-        len: u64,
-        to_host: bool,
-        after: Option<Arc<Prelude>>,
-        on_done: TransferCallback,
+        transfer: Transfer<'_, HostSlot>,
+        chunk: u64,
+        pacer: Option<Arc<Pacer>>,
     ) -> Result<(), PagerError> {
-        let chunk = self
-            .gate
-            .as_ref()
-            .map_or(COPY_CHUNK_BYTES, |g| g.chunk_bytes().max(TIER_ALIGN));
+        let Transfer {
+            direction,
+            range,
+            copy: slot,
+            io_bytes: len,
+            after,
+            on_done,
+        } = transfer;
+        let (device, addr) = (Arc::clone(&self.device), range.addr);
+        let to_host = direction == Direction::Write;
         // Split at extent boundaries and at the chunk size.
         let mut parts = Vec::new();
         for (at, off, n) in self.pieces(slot, 0, len) {
@@ -198,7 +198,6 @@ impl HostTier {
                 done += m;
             }
         }
-        let gate = self.gate.clone();
         let job: Job = Box::new(move || {
             if let Some(p) = &after {
                 if !p.wait() {
@@ -219,15 +218,12 @@ impl HostTier {
                         device.copy_from_host_async(dev, at.0, n)
                     }
                 };
-                let issued = match &gate {
+                let issued = match &pacer {
                     None => issue(),
-                    Some(g) => {
-                        g.admit();
-                        // One admitted chunk at a time: it must end inside its grant.
-                        g.record_run(WorkKind::Copy, n as u64, || {
-                            issue().and_then(|f| device.fence_wait(f).map(|()| Fence::COMPLETE))
-                        })
-                    }
+                    // One admitted chunk at a time: it must end inside its grant.
+                    Some(p) => p.step(WorkKind::Copy, n as u64, || {
+                        issue().and_then(|f| device.fence_wait(f).map(|()| Fence::COMPLETE))
+                    }),
                 };
                 match issued {
                     Ok(f) => fences.push(f),
@@ -253,6 +249,31 @@ impl HostTier {
     }
 }
 
+impl TransferPath for HostTier {
+    type Copy = HostSlot;
+
+    fn name(&self) -> &'static str {
+        "host tier"
+    }
+
+    unsafe fn submit(&self, transfer: Transfer<'_, HostSlot>) -> Result<(), PagerError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.queue(transfer, COPY_CHUNK_BYTES, None) }
+    }
+}
+
+impl PacedPath for HostTier {
+    unsafe fn submit_paced(
+        &self,
+        transfer: Transfer<'_, HostSlot>,
+        pacer: &Arc<Pacer>,
+    ) -> Result<(), PagerError> {
+        let chunk = pacer.chunk_bytes().max(TIER_ALIGN);
+        // SAFETY: forwarded from our caller.
+        unsafe { self.queue(transfer, chunk, Some(Arc::clone(pacer))) }
+    }
+}
+
 impl Drop for HostTier {
     fn drop(&mut self) {
         drop(self.tx.take());
@@ -260,6 +281,84 @@ impl Drop for HostTier {
             if worker.thread().id() != std::thread::current().id() {
                 let _ = worker.join();
             }
+        }
+    }
+}
+
+/// The host tier with the path its copies take (gated or not), as the pool composed them.
+#[derive(Debug)]
+pub(crate) struct HostTierPath {
+    tier: Arc<HostTier>,
+    path: Box<dyn TransferPath<Copy = HostSlot>>,
+}
+
+impl HostTierPath {
+    /// `tier`, copied through `path` (the tier itself, or the tier wrapped in a gate).
+    pub(crate) fn new(tier: Arc<HostTier>, path: Box<dyn TransferPath<Copy = HostSlot>>) -> Self {
+        HostTierPath { tier, path }
+    }
+
+    /// The tier's memory.
+    pub(crate) fn tier(&self) -> &HostTier {
+        &self.tier
+    }
+
+    /// Room for a buffer's copy of `len` bytes, or `None` when the tier is too full (the buffer goes to the
+    /// store instead).
+    pub(crate) fn allocate(self: &Arc<Self>, len: u64) -> Option<HostCopy> {
+        self.tier.allocate(len).map(|slot| HostCopy {
+            slot,
+            tier: Arc::clone(self),
+        })
+    }
+}
+
+/// A buffer's copy in the host tier: its room there, and the tier with its path (so that a buffer whose copy is in
+/// the tier can always reach it).
+#[derive(Debug)]
+pub(crate) struct HostCopy {
+    slot: HostSlot,
+    tier: Arc<HostTierPath>,
+}
+
+impl HostCopy {
+    /// Gives the room back to the tier.
+    pub(crate) fn release(self) {
+        self.tier.tier.release(self.slot);
+    }
+
+    /// Copies bytes of the copy into `out` (the buffer is paged out with no operation in flight).
+    pub(crate) fn read(&self, offset: u64, out: &mut [u8]) {
+        self.tier.tier.read(&self.slot, offset, out);
+    }
+
+    /// Copies `data` into the copy (as [`read`](Self::read)).
+    pub(crate) fn write(&self, offset: u64, data: &[u8]) {
+        self.tier.tier.write(&self.slot, offset, data);
+    }
+
+    /// Queues the copy of `io_bytes` between the device range and this copy through the tier's path.
+    ///
+    /// # Safety
+    /// As [`TransferPath::submit`].
+    pub(crate) unsafe fn submit(
+        &self,
+        direction: oversub_io::Direction,
+        range: &oversub_accel::Reservation,
+        io_bytes: u64,
+        after: Option<Arc<Prelude>>,
+        on_done: super::TransferCallback,
+    ) -> Result<(), PagerError> {
+        // SAFETY: forwarded from our caller.
+        unsafe {
+            self.tier.path.submit(Transfer {
+                direction,
+                range,
+                copy: &self.slot,
+                io_bytes,
+                after,
+                on_done,
+            })
         }
     }
 }

@@ -1,0 +1,553 @@
+//! Paging: starting page-outs and page-ins on the pool's transfer paths, and settling a buffer when its ticket
+//! finishes.
+
+use super::*;
+
+/// Where a page-in reads from: the paged-out buffer's copy.
+enum Source<'a> {
+    Store {
+        slot: &'a Slot,
+        checksum: &'a Option<Checksums>,
+    },
+    Host(&'a HostCopy),
+}
+
+/// The completion of a page-out's copy away (to the store or the host tier): release the memory (under an arbiter,
+/// as a gated memory operation), then settle.
+pub(super) fn release_when_copied(
+    device: Arc<dyn DeviceMemory>,
+    mm: Option<MmLane>,
+    done: Completion,
+    reservation: Reservation,
+) -> TransferCallback {
+    Box::new(move |result: Result<(), TransferError>| match result {
+        // SAFETY: the copy is complete and the buffer is PagingOut, so nothing uses its memory.
+        Ok(()) => unsafe {
+            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
+            })
+        },
+        Err(err) => done.complete(Err(Failed::kept_memory(err.into()))),
+    })
+}
+
+/// Releases the memory of `reservation`, then calls `then` with the outcome: here and now without an arbiter;
+/// under one, as a gated memory operation on the pool's gated worker, admitted for its measured worst-case cost
+/// (this thread does not wait for the grant, and `then` runs on the worker).
+///
+/// # Safety
+/// As [`DeviceMemory::decommit`]: nothing uses the range's memory any more.
+pub(super) unsafe fn release_then(
+    mm: Option<&MmLane>,
+    device: &dyn DeviceMemory,
+    reservation: Reservation,
+    then: impl FnOnce(Result<(), AccelError>) + Send + 'static,
+) {
+    match mm {
+        // SAFETY: forwarded from our caller.
+        Some(mm) => unsafe { mm.decommit(reservation, then) },
+        // SAFETY: forwarded from our caller.
+        None => then(unsafe { device.decommit(&reservation) }),
+    }
+}
+
+impl AddressSpace {
+    /// Pages a buffer out and waits: write to the store, then release its memory.
+    pub fn page_out(&self, buffer: Buffer) -> Result<(), PagerError> {
+        self.page_out_async(buffer)?.finish()
+    }
+
+    /// Pages a buffer in and waits: commit memory at the same address, then read from the store.
+    pub fn page_in(&self, buffer: Buffer) -> Result<(), PagerError> {
+        self.page_in_async(buffer)?.finish()
+    }
+
+    /// Starts a page-out: the write is submitted when this returns; the memory is released by the I/O side as soon
+    /// as the write completes, and [`Ticket::finish`] marks the buffer paged out. With checksums on, the bytes are
+    /// hashed on the I/O side, piece by piece as their writes complete.
+    pub fn page_out_async(&self, buffer: Buffer) -> Result<Ticket, PagerError> {
+        let shared = &self.shared;
+        let pool = &shared.pool;
+        pool.check_fork()?;
+        // Outstanding accelerator work may still write the buffer. A device-wide wait, so not under the space lock.
+        pool.device.synchronize()?;
+        let mut st = shared.lock_idle(buffer)?;
+        let e = shared.entry_mut(&mut st, buffer)?;
+        if e.flags.unpageable {
+            return Err(PagerError::Unpageable(buffer));
+        }
+        match e.state {
+            State::Resident => {}
+            State::PagedOut => return Err(PagerError::AlreadyPagedOut(buffer)),
+            State::PagingOut(_) | State::PagingIn(_) => {
+                return Err(PagerError::OperationInFlight {
+                    buffer,
+                    state: e.state.public(),
+                })
+            }
+        }
+        let op = Arc::new(OpState::default());
+        // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
+        let mm = pool.mm_lane();
+        if e.flags.read_only && e.stored {
+            // The store already holds these bytes: only the memory goes.
+            let done = Completion::new(&op);
+            // SAFETY: the buffer is resident with no operation or access in flight and the space lock is held, so
+            // nothing of ours uses its memory; callers' own pointers are void once they page the buffer out. It is
+            // PagingOut (below, under this lock) until the decommit has completed the operation.
+            unsafe {
+                release_then(mm.as_ref(), pool.device.as_ref(), e.reservation, move |r| {
+                    done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
+                })
+            };
+        } else if let Some(copy) = pool.host_tier.as_ref().and_then(|t| t.allocate(e.io_bytes)) {
+            let on_done = release_when_copied(
+                Arc::clone(&pool.device),
+                mm,
+                Completion::new(&op),
+                e.reservation,
+            );
+            // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
+            // the entry's alone.
+            let submitted =
+                unsafe { copy.submit(Direction::Write, &e.reservation, e.io_bytes, None, on_done) };
+            if let Err(err) = submitted {
+                copy.release();
+                return Err(err);
+            }
+            e.backing = Backing::Host(copy);
+        } else {
+            let mut slot = pool.store.allocate(e.io_bytes)?;
+            slot.set_priority(Arc::clone(&shared.usage.io_priority));
+            // Checksums are taken where the host can read the buffer (not through the staging path).
+            let hashed = pool.checksummed.as_ref().and_then(|sums| {
+                pool.device
+                    .host_ptr(&e.reservation)
+                    .map(|ptr| (sums, SendPtr(ptr)))
+            });
+            // Both submits below rely on this: the memory stays committed and unchanged until the completion has
+            // run: the buffer is marked PagingOut below (under the same lock), `free` defers while an operation is
+            // in flight, and the address space is kept alive by the ticket, whose finish waits for the completion.
+            let submitted = match hashed {
+                Some((sums, ptr)) => {
+                    let device = Arc::clone(&pool.device);
+                    let done = Completion::new(&op);
+                    let reservation = e.reservation;
+                    // Runs where the last piece ends (the I/O side or a checksum thread); under an arbiter the
+                    // decommit is queued to the gated worker from there.
+                    let finish: PiecesDone = Box::new(move |hashed| match hashed {
+                        Ok(sums) => {
+                            *lock(&done.op.checksum) = Some(sums);
+                            // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
+                            unsafe {
+                                release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                                    done.complete(
+                                        r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
+                                    )
+                                })
+                            }
+                        }
+                        Err(cause) => done.complete(Err(Failed::kept_memory(cause))),
+                    });
+                    // SAFETY: see above.
+                    unsafe {
+                        submit_hashed(
+                            sums,
+                            Direction::Write,
+                            &slot,
+                            ptr,
+                            e.io_bytes,
+                            e.size_bytes,
+                            None,
+                            None,
+                            finish,
+                        )
+                    }
+                }
+                None => {
+                    let on_done = release_when_copied(
+                        Arc::clone(&pool.device),
+                        mm,
+                        Completion::new(&op),
+                        e.reservation,
+                    );
+                    // SAFETY: see above.
+                    unsafe {
+                        pool.store_path.submit(Transfer {
+                            direction: Direction::Write,
+                            range: &e.reservation,
+                            copy: &slot,
+                            io_bytes: e.io_bytes,
+                            after: None,
+                            on_done,
+                        })
+                    }
+                }
+            };
+            if let Err(err) = submitted {
+                pool.store.release(slot);
+                return Err(err);
+            }
+            e.backing = Backing::store(slot);
+        }
+        e.state = State::PagingOut(Arc::clone(&op));
+        tracing::debug!(%buffer, "page-out started");
+        Ok(Ticket {
+            space: Arc::clone(shared),
+            buffer,
+            kind: OpKind::PageOut,
+            op,
+            finished: false,
+        })
+    }
+
+    /// Starts a page-in: memory is committed at the buffer's address and the read submitted when this returns;
+    /// [`Ticket::finish`] waits for the read (and the checksum, if on, verified piece by piece on the I/O side)
+    /// and marks the buffer resident.
+    pub fn page_in_async(&self, buffer: Buffer) -> Result<Ticket, PagerError> {
+        let shared = &self.shared;
+        let pool = &shared.pool;
+        pool.check_fork()?;
+        let mut st = shared.lock_idle(buffer)?;
+        let e = shared.entry_mut(&mut st, buffer)?;
+        if e.flags.unpageable {
+            return Err(PagerError::Unpageable(buffer));
+        }
+        match e.state {
+            State::PagedOut => {}
+            State::Resident => return Err(PagerError::AlreadyResident(buffer)),
+            State::PagingOut(_) | State::PagingIn(_) => {
+                return Err(PagerError::OperationInFlight {
+                    buffer,
+                    state: e.state.public(),
+                })
+            }
+        }
+        // The copy to read back, taken before anything is charged.
+        let source = match &e.backing {
+            Backing::Store { slot, checksum } => Source::Store { slot, checksum },
+            Backing::Host(copy) => Source::Host(copy),
+            Backing::None => {
+                return Err(PagerError::Internal("paged-out buffer has no stored copy"))
+            }
+        };
+        let charge_bytes = e.reservation.len as u64;
+        // A buffer whose last release failed is still charged; never count it twice.
+        let newly_charged = !e.charged;
+        if newly_charged {
+            shared
+                .charge(charge_bytes)
+                .map_err(|err| err.with_buffer(buffer))?;
+        }
+        // Under an arbiter the commit is a gated memory operation on the gated worker, admitted for its measured
+        // cost: it is queued below once the transfer is, and the transfer waits for it (`prelude`), so this thread
+        // never waits for a grant, and a transfer that cannot be queued leaves no commit to undo.
+        let mm = pool.mm_lane();
+        let prelude = mm.as_ref().map(|_| Arc::new(Prelude::default()));
+        let undo = |err: PagerError| {
+            match &prelude {
+                // Nothing was committed.
+                Some(_) => {
+                    if newly_charged {
+                        shared.refund(charge_bytes);
+                    }
+                }
+                None => {
+                    // SAFETY: the read was not submitted, so nothing uses the memory just committed.
+                    if unsafe { pool.device.decommit(&e.reservation) }.is_ok() && newly_charged {
+                        shared.refund(charge_bytes);
+                    }
+                }
+            }
+            err
+        };
+        if prelude.is_none() {
+            pool.device
+                .commit(&e.reservation)
+                .map_err(|x| undo(x.into()))?;
+        }
+        let op = Arc::new(OpState::default());
+        let settle = {
+            let device = Arc::clone(&pool.device);
+            let done = Completion::new(&op);
+            let reservation = e.reservation;
+            let mm = mm.clone();
+            let prelude = prelude.clone();
+            move |outcome: Result<(), OpFailure>| {
+                // A failed commit is the cause, whatever its transfer reported (it did not run).
+                let outcome = match prelude.as_ref().and_then(|p| p.take_failure()) {
+                    Some(Some(err)) => Err(OpFailure::Commit(err)),
+                    Some(None) => Err(OpFailure::Lost(
+                        "the commit before the page-in never ran (a panic in a device backend or worker)",
+                    )),
+                    None => outcome,
+                };
+                match outcome {
+                    Ok(()) => done.complete(Ok(())),
+                    Err(cause) => {
+                        // Give the memory back now (under an arbiter, as a gated memory operation); finish only has
+                        // to settle the state.
+                        // SAFETY: the read is over (or never ran) and the buffer is PagingIn, so nothing uses its
+                        // memory.
+                        unsafe {
+                            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                                let released = match r {
+                                    Ok(()) => true,
+                                    Err(err) => {
+                                        tracing::warn!("decommit after a failed page-in: {err}");
+                                        false
+                                    }
+                                };
+                                done.complete(Err(Failed {
+                                    cause,
+                                    memory_released: released,
+                                }));
+                            })
+                        }
+                    }
+                }
+            }
+        };
+        match source {
+            Source::Host(copy) => {
+                let on_done: TransferCallback =
+                    Box::new(move |r| settle(r.map_err(OpFailure::from)));
+                // SAFETY: as below.
+                unsafe {
+                    copy.submit(
+                        Direction::Read,
+                        &e.reservation,
+                        e.io_bytes,
+                        prelude.clone(),
+                        on_done,
+                    )
+                }
+                .map_err(undo)?;
+            }
+            Source::Store { slot, checksum } => {
+                let hashed = pool.checksummed.as_ref().and_then(|sums| {
+                    pool.device
+                        .host_ptr(&e.reservation)
+                        .map(|ptr| (sums, SendPtr(ptr)))
+                        .zip(checksum.clone())
+                });
+                match hashed {
+                    Some(((sums, ptr), expected)) => {
+                        let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
+                        // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until
+                        // its ticket's finish has waited for the completion, and nothing else touches the memory
+                        // meanwhile; under an arbiter the pieces wait for the commit.
+                        unsafe {
+                            submit_hashed(
+                                sums,
+                                Direction::Read,
+                                slot,
+                                ptr,
+                                e.io_bytes,
+                                e.size_bytes,
+                                Some(expected),
+                                prelude.clone(),
+                                finish,
+                            )
+                        }
+                        .map_err(undo)?;
+                    }
+                    None => {
+                        let on_done: TransferCallback =
+                            Box::new(move |r| settle(r.map_err(OpFailure::from)));
+                        // SAFETY: as above.
+                        unsafe {
+                            pool.store_path.submit(Transfer {
+                                direction: Direction::Read,
+                                range: &e.reservation,
+                                copy: slot,
+                                io_bytes: e.io_bytes,
+                                after: prelude.clone(),
+                                on_done,
+                            })
+                        }
+                        .map_err(undo)?;
+                    }
+                }
+            }
+        }
+        if let (Some(mm), Some(prelude)) = (&mm, &prelude) {
+            // The transfer is queued and waits for this.
+            mm.commit(e.reservation, prelude);
+        }
+        e.state = State::PagingIn(Arc::clone(&op));
+        e.charged = true;
+        e.last_use = shared.usage.tick();
+        tracing::debug!(%buffer, "page-in started");
+        Ok(Ticket {
+            space: Arc::clone(shared),
+            buffer,
+            kind: OpKind::PageIn,
+            op,
+            finished: false,
+        })
+    }
+
+    /// Completes an operation started by this space (same as [`Ticket::finish`]).
+    pub fn finish(&self, ticket: Ticket) -> Result<(), PagerError> {
+        if ticket.space.id != self.shared.id || !Arc::ptr_eq(&ticket.space, &self.shared) {
+            return Err(PagerError::WrongAddressSpace(ticket.buffer));
+        }
+        ticket.finish()
+    }
+
+    /// Starts a page-out of every resident pageable buffer. Buffers that other threads free or page meanwhile are
+    /// skipped. If one cannot start (full store, I/O error), those already started are finished and the error is
+    /// returned.
+    pub fn page_out_all_async(&self) -> Result<Vec<Ticket>, PagerError> {
+        self.start_all(BufferState::Resident, |b| self.page_out_async(b))
+    }
+
+    /// Starts a page-in of every paged-out buffer, as [`page_out_all_async`](Self::page_out_all_async).
+    pub fn page_in_all_async(&self) -> Result<Vec<Ticket>, PagerError> {
+        self.start_all(BufferState::PagedOut, |b| self.page_in_async(b))
+    }
+
+    /// Pages out every resident pageable buffer and waits; unpageable buffers stay.
+    pub fn page_out_all(&self) -> Result<(), PagerError> {
+        finish_all(self.page_out_all_async()?)
+    }
+
+    /// Pages in every paged-out buffer and waits.
+    pub fn page_in_all(&self) -> Result<(), PagerError> {
+        finish_all(self.page_in_all_async()?)
+    }
+
+    pub(super) fn start_all(
+        &self,
+        from: BufferState,
+        start: impl Fn(Buffer) -> Result<Ticket, PagerError>,
+    ) -> Result<Vec<Ticket>, PagerError> {
+        let targets: Vec<Buffer> = {
+            let st = lock(&self.shared.state);
+            st.buffers
+                .iter()
+                .filter(|(_, e)| e.state.public() == from && !e.flags.unpageable && !e.free_pending)
+                .map(|(&index, _)| Buffer {
+                    space: self.shared.id,
+                    index,
+                })
+                .collect()
+        };
+        let mut tickets = Vec::with_capacity(targets.len());
+        for buffer in targets {
+            match start(buffer) {
+                Ok(t) => tickets.push(t),
+                // Another thread freed or paged this buffer since the list was taken: not ours to do any more.
+                Err(
+                    PagerError::UnknownBuffer(_)
+                    | PagerError::AlreadyPagedOut(_)
+                    | PagerError::AlreadyResident(_)
+                    | PagerError::OperationInFlight { .. },
+                ) => {}
+                Err(e) => {
+                    let _ = finish_all(tickets);
+                    return Err(e);
+                }
+            }
+        }
+        Ok(tickets)
+    }
+}
+
+impl SpaceShared {
+    /// Settles a buffer after its I/O side is done.
+    pub(super) fn finish(
+        &self,
+        buffer: Buffer,
+        kind: OpKind,
+        op: &Arc<OpState>,
+    ) -> Result<(), PagerError> {
+        let outcome = op.wait();
+        let pool = &self.pool;
+        let mut st = lock(&self.state);
+        let e = self
+            .any_entry_mut(&mut st, buffer)
+            .ok_or(PagerError::UnknownBuffer(buffer))?;
+        let ours = match &e.state {
+            State::PagingOut(current) | State::PagingIn(current) => Arc::ptr_eq(current, op),
+            State::Resident | State::PagedOut => false,
+        };
+        if !ours {
+            return Err(PagerError::Internal(
+                "ticket does not match the buffer's operation",
+            ));
+        }
+        let bytes = e.reservation.len as u64;
+        let uncharge = |e: &mut Entry| {
+            if e.charged {
+                self.refund(bytes);
+                e.charged = false;
+            }
+        };
+        let result = match (kind, outcome) {
+            (OpKind::PageOut, Ok(())) => {
+                e.state = State::PagedOut;
+                e.stored = true;
+                keep_checksum(e, op);
+                uncharge(e);
+                Ok(())
+            }
+            (
+                OpKind::PageOut,
+                Err(Failed {
+                    cause: OpFailure::Release(err),
+                    ..
+                }),
+            ) => {
+                // The bytes are safely stored, so the buffer counts as out; its memory may not be released, so it
+                // stays charged until a page-in (which commits the range again) or free.
+                e.state = State::PagedOut;
+                e.stored = true;
+                keep_checksum(e, op);
+                Err(err.into())
+            }
+            (OpKind::PageOut, Err(failed)) => {
+                // The memory was never released, so the buffer is intact where it was; the slot goes back.
+                e.state = State::Resident;
+                if !e.stored {
+                    self.release_backing(e);
+                }
+                Err(failure_to_error(buffer, failed.cause))
+            }
+            (OpKind::PageIn, Ok(())) => {
+                e.state = State::Resident;
+                if !e.flags.read_only {
+                    // The bytes may change from now on, so the stored copy is stale: free its space.
+                    self.release_backing(e);
+                    e.stored = false;
+                }
+                Ok(())
+            }
+            (OpKind::PageIn, Err(failed)) => {
+                // The stored copy is untouched; the memory was given back by the completion unless that failed or
+                // never ran to its end: then, without an arbiter, try once more here, so that a lost completion
+                // leaks nothing. Under an arbiter a decommit here would run outside any grant (and wait for one
+                // under the space's lock), so the buffer stays charged instead, as after a failed release at
+                // page-out: its next page-in commits the range again, and free releases it.
+                e.state = State::PagedOut;
+                let retry_release = || {
+                    // SAFETY: the operation is over (its outcome is in) and the buffer is not resident, so nothing
+                    // of ours uses the memory.
+                    pool.gated.is_none() && unsafe { pool.device.decommit(&e.reservation) }.is_ok()
+                };
+                if failed.memory_released || retry_release() {
+                    uncharge(e);
+                }
+                Err(failure_to_error(buffer, failed.cause))
+            }
+        };
+        tracing::debug!(%buffer, ?kind, ok = result.is_ok(), "finished");
+        let freed = self.take_if_freed(&mut st, buffer);
+        drop(st);
+        if let Some(entry) = freed {
+            self.release_logged(buffer, entry);
+        }
+        result
+    }
+}
