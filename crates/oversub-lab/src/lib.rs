@@ -5,12 +5,17 @@
 //!
 //! - [`harness`]: what measurements share (cache drop, `O_DIRECT` files, the raw io_uring limit, CPU pinning,
 //!   aligned and anonymous memory, the RNG, the median).
+//! - [`interference`]: DRAM thrashers against paging (Figs. 14-15) and a PREM task against transfers under the SiΓ
+//!   arbiter; its PREM task runs in a process of its own started from a command the front end gives.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod error;
 pub mod harness;
+pub mod interference;
 
+pub use error::LabError;
 pub use harness::{no_progress, Progress};

@@ -23,7 +23,7 @@ pub enum BenchCommand {
     Tenants(tenants::TenantsArgs),
     /// The PREM task of `bench interference`, run in a process of its own (spoken to on stdin/stdout).
     #[command(hide = true)]
-    PremTask(interference::prem::child::PremTaskArgs),
+    PremTask(oversub_lab::interference::PremTaskOptions),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
@@ -31,6 +31,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
         BenchCommand::Paging(args) => paging::run(args),
         BenchCommand::Interference(args) => interference::run(args),
         BenchCommand::Tenants(args) => tenants::run(args),
-        BenchCommand::PremTask(args) => interference::prem::child::serve(args),
+        BenchCommand::PremTask(args) => interference::serve_prem_task(args),
     }
 }
