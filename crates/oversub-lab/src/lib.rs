@@ -7,6 +7,8 @@
 //!   aligned and anonymous memory, the RNG, the median).
 //! - [`interference`]: DRAM thrashers against paging (Figs. 14-15) and a PREM task against transfers under the SiΓ
 //!   arbiter; its PREM task runs in a process of its own started from a command the front end gives.
+//! - [`tenants`]: several tenants oversubscribing one pool, alone, under LRU swapping (the baseline, here) and under
+//!   the contention-aware plan; the cold-start FIFO vs priority-I/O experiment.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
@@ -16,6 +18,7 @@
 mod error;
 pub mod harness;
 pub mod interference;
+pub mod tenants;
 
 pub use error::LabError;
 pub use harness::{no_progress, Progress};
