@@ -26,6 +26,8 @@ pub enum LabError {
     Arbiter(#[from] oversub_arbiter::ArbiterError),
     #[error(transparent)]
     Tenants(#[from] oversub_tenants::TenantError),
+    #[error(transparent)]
+    Cgroup(#[from] crate::tasks::cgroup::CgroupError),
     /// A message to or from a child process, or a file the experiment writes, did not (de)serialize.
     #[error(transparent)]
     Json(#[from] serde_json::Error),

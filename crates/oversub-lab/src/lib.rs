@@ -9,6 +9,8 @@
 //!   arbiter; its PREM task runs in a process of its own started from a command the front end gives.
 //! - [`tenants`]: several tenants oversubscribing one pool, alone, under LRU swapping (the baseline, here) and under
 //!   the contention-aware plan; the cold-start FIFO vs priority-I/O experiment.
+//! - [`tasks`]: the cgroup case study (real commands under memory cgroup limits planned by Alg. 1 and 2), with
+//!   [`tasks::cgroup`], the process control it runs on, and the built-in tasks' worker.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
@@ -18,6 +20,7 @@
 mod error;
 pub mod harness;
 pub mod interference;
+pub mod tasks;
 pub mod tenants;
 
 pub use error::LabError;
