@@ -11,7 +11,7 @@ use oversub_lab::interference::{
 };
 use oversub_report::{text_table, BarChart, BarSeries, BoxPlot, BoxSeries};
 
-use super::BoxError;
+use crate::error::BoxError;
 
 fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     oversub_arbiter::parse_duration(s).map_err(|e| e.to_string())

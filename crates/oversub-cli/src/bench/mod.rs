@@ -7,7 +7,8 @@ pub mod paging;
 mod paging_cuda;
 pub mod tenants;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+// Kept here for the modules that still import it from `bench` (paging, probe).
+pub use crate::error::BoxError;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {

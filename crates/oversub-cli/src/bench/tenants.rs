@@ -13,7 +13,7 @@ use oversub_lab::tenants::{
 use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
 
 use super::paging::EngineArg;
-use super::BoxError;
+use crate::error::BoxError;
 
 /// A comma-separated list of durations (one clap value, not many).
 #[derive(Debug, Clone)]

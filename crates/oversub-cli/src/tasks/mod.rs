@@ -11,7 +11,7 @@ use oversub_lab::tasks::{
 use oversub_report::{format_bytes, text_table};
 use oversub_tenants::swap::AlphaRule;
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 mod worker;
 

@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::{Args, Subcommand};
 use oversub_lab::tasks::worker::{file_io, FileIo};
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 /// The hidden worker subcommands.
 #[derive(Debug, Subcommand)]
