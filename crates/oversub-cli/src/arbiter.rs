@@ -12,7 +12,7 @@ use oversub_arbiter::{
 use oversub_report::{format_seconds, text_table};
 use serde::Serialize;
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 fn dur(s: &str) -> Result<Duration, String> {
     parse_duration(s).map_err(|e| e.to_string())

@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 
 mod arbiter;
 mod bench;
+mod error;
 mod mem;
 mod probe;
 mod sched;

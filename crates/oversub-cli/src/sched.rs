@@ -15,7 +15,7 @@ use oversub_sched::setup::{self, StoreSpeed};
 use oversub_sched::{Bandwidths, Mode, PlanDoc, Readahead, RunOptions, RunResult, System};
 use serde::Serialize;
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub enum ModeArg {

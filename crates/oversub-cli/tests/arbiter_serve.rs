@@ -5,14 +5,11 @@
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdout, Command, Output, Stdio};
+use std::process::{Child, ChildStdout, Output, Stdio};
 use std::time::Duration;
 
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
+mod common;
+use common::oversub;
 
 fn name(tag: &str) -> String {
     format!("clisig-{tag}-{}", std::process::id())

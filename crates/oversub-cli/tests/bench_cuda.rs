@@ -3,13 +3,8 @@
 //! with a GPU, a tiny real run whose JSON holds every measurement.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
+mod common;
+use common::oversub;
 
 fn real_gpu() -> bool {
     std::env::var("OVERSUB_TEST_CUDA").as_deref() == Ok("1")

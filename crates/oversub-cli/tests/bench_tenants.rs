@@ -2,13 +2,8 @@
 //! lowest-ranked tenant the victim, the chart is written, and bad input is refused clearly. No timing is asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
+mod common;
+use common::{oversub, read_json};
 
 #[test]
 fn tenants_benchmark_writes_json_and_chart() {
@@ -42,7 +37,7 @@ fn tenants_benchmark_writes_json_and_chart() {
     );
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(stdout.contains("highest-priority tenant"), "{stdout}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v: serde_json::Value = read_json(&json);
     let rows = v["rows"].as_array().unwrap();
     assert_eq!(rows.len(), 3);
     for r in rows {

@@ -2,11 +2,8 @@
 //! clear refusals.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-
-fn oversub() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oversub"))
-}
+mod common;
+use common::oversub_bare as oversub;
 
 #[test]
 fn every_subcommand_has_help() {

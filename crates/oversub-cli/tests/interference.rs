@@ -3,14 +3,10 @@
 //! clearly. No timing is asserted.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
 use std::time::Duration;
 
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
+mod common;
+use common::{oversub, read_json};
 
 fn positive(v: &serde_json::Value, what: &str) -> f64 {
     let x = v
@@ -63,7 +59,7 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(stdout.contains("PREM task vs transfers"), "{stdout}");
-    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let v: serde_json::Value = read_json(&json);
 
     let thrashing = v["thrashing"].as_array().unwrap();
     assert_eq!(

@@ -2,13 +2,8 @@
 //! `oversub probe` end to end at tiny sizes: the table, the JSON, the figures, the profile (read back by the
 //! profile crate and by `plan`'s reader), and clear refusals.
 
-use std::process::Command;
-
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
+mod common;
+use common::oversub;
 
 #[test]
 fn storage_and_copy_probe_writes_a_valid_profile() {

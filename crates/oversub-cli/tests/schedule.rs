@@ -2,11 +2,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
-use std::process::Command;
 
-fn oversub() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oversub"))
-}
+mod common;
+use common::oversub_bare as oversub;
 
 fn examples() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"))

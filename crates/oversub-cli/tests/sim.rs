@@ -2,15 +2,8 @@
 //! clear refusals of unknown names and bad files.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-
-fn oversub() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_oversub"))
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+mod common;
+use common::{oversub_bare as oversub, stderr};
 
 #[test]
 fn sim_subcommands_have_help() {

@@ -2,17 +2,8 @@
 //! and impossible scenarios.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::process::Command;
-
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
-
-fn stderr(out: &std::process::Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
+mod common;
+use common::{oversub, stderr};
 
 #[test]
 fn fig6_writes_json_and_a_figure() {

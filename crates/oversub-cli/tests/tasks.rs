@@ -4,20 +4,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn oversub() -> Command {
-    let mut c = Command::new(env!("CARGO_BIN_EXE_oversub"));
-    c.env("OVERSUB_NO_PROGRESS", "1");
-    c
-}
-
-fn text(out: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
-}
+mod common;
+use common::{oversub, text};
 
 /// Runs `oversub tasks ARGS`, expecting a refusal whose message contains `expected`.
 fn refused(args: &[&str], expected: &str) {

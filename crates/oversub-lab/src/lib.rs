@@ -5,12 +5,23 @@
 //!
 //! - [`harness`]: what measurements share (cache drop, `O_DIRECT` files, the raw io_uring limit, CPU pinning,
 //!   aligned and anonymous memory, the RNG, the median).
+//! - [`interference`]: DRAM thrashers against paging (Figs. 14-15) and a PREM task against transfers under the SiΓ
+//!   arbiter; its PREM task runs in a process of its own started from a command the front end gives.
+//! - [`tenants`]: several tenants oversubscribing one pool, alone, under LRU swapping (the baseline, here) and under
+//!   the contention-aware plan; the cold-start FIFO vs priority-I/O experiment.
+//! - [`tasks`]: the cgroup case study (real commands under memory cgroup limits planned by Alg. 1 and 2), with
+//!   [`tasks::cgroup`], the process control it runs on, and the built-in tasks' worker.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod error;
 pub mod harness;
+pub mod interference;
+pub mod tasks;
+pub mod tenants;
 
+pub use error::LabError;
 pub use harness::{no_progress, Progress};

@@ -1,4 +1,4 @@
-/// Everything the planner and the cgroup runner can refuse or fail with.
+/// Everything the planner can refuse.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TenantError {
@@ -16,28 +16,5 @@ pub enum TenantError {
         limit_bytes: u64,
         /// What has that limit ("the store", "memory and store together").
         what: &'static str,
-    },
-    /// The machine has no usable memory cgroup controller.
-    #[error("no memory cgroup controller: {0}")]
-    NoCgroup(String),
-    /// The memory cgroup controller is there but we may not use it.
-    #[error("no permission to manage memory cgroups under {path}: {source} (run as root, or delegate a cgroup to this user)")]
-    Permission {
-        /// The cgroup directory or file.
-        path: String,
-        /// The refusal.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A system call or file operation failed.
-    #[error("{op} {path}: {source}")]
-    Os {
-        /// What was being done.
-        op: &'static str,
-        /// The file or command it was about.
-        path: String,
-        /// The OS error.
-        #[source]
-        source: std::io::Error,
     },
 }

@@ -5,8 +5,8 @@
 //! suffer from running together (Alg. 1: the contention degree W_i), and [`swap`] picks the lowest-ranked ones as
 //! victims and decides what fraction α_i of each victim's memory stays on storage, accessed there directly instead
 //! of being swapped in and out (Alg. 2). The result is a resident quota per tenant; the pager
-//! (`oversub-core`), the simulator (`oversub sim swap`) and the cgroup runner ([`cgroup`], `oversub tasks`) apply
-//! it. Nothing here prints.
+//! (`oversub-core`), the simulator (`oversub sim swap`) and the cgroup case study (`oversub_lab::tasks`, `oversub
+//! tasks`) apply it. Pure planning: no process control, no unsafe code, nothing printed.
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -30,7 +30,8 @@
 //! # }
 //! ```
 
-pub mod cgroup;
+#![forbid(unsafe_code)]
+
 mod error;
 pub mod priority;
 pub mod swap;

@@ -7,7 +7,8 @@ pub mod paging;
 mod paging_cuda;
 pub mod tenants;
 
-pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+// Kept here for the modules that still import it from `bench` (paging, probe).
+pub use crate::error::BoxError;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
@@ -23,7 +24,7 @@ pub enum BenchCommand {
     Tenants(tenants::TenantsArgs),
     /// The PREM task of `bench interference`, run in a process of its own (spoken to on stdin/stdout).
     #[command(hide = true)]
-    PremTask(interference::prem::child::PremTaskArgs),
+    PremTask(oversub_lab::interference::PremTaskOptions),
 }
 
 pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
@@ -31,6 +32,6 @@ pub fn run(cmd: BenchCommand) -> Result<(), BoxError> {
         BenchCommand::Paging(args) => paging::run(args),
         BenchCommand::Interference(args) => interference::run(args),
         BenchCommand::Tenants(args) => tenants::run(args),
-        BenchCommand::PremTask(args) => interference::prem::child::serve(args),
+        BenchCommand::PremTask(args) => interference::serve_prem_task(args),
     }
 }

@@ -2,7 +2,7 @@
 
 use clap::Subcommand;
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 mod ray;
 pub mod swap;

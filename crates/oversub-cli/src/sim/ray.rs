@@ -5,7 +5,7 @@
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 /// The interpreter: `$OVERSUB_PYTHON`, else `python3` on the PATH.
 fn python() -> String {

@@ -14,7 +14,7 @@ use oversub_sim::swap::{
 };
 use oversub_tenants::swap::AlphaRule;
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 enum PriorityArg {

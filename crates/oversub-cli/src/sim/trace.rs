@@ -10,7 +10,7 @@ use oversub_sim::uvm::workload::{self, WorkloadKind};
 use oversub_sim::uvm::PAGE_BYTES;
 
 use super::uvm::WorkloadOpts;
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 #[derive(Debug, Subcommand)]
 pub enum TraceCommand {

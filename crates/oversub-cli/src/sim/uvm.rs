@@ -21,7 +21,7 @@ use oversub_sim::uvm::suite::{
 };
 use oversub_sim::uvm::workload::{self, WorkloadKind, WorkloadParams, WorkloadSize};
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
 /// Size, seed and graph of generated workloads.
 #[derive(Debug, Args, Clone)]

@@ -1,34 +1,19 @@
-//! `oversub tasks`: the paper's real-platform case study (Yang & Chen, Sec. V-C) on Linux memory cgroups.
-//!
-//! Several commands share an emulated memory: the run's cgroup is limited to `--capacity`. Their priorities come
-//! from Alg. 1 (each alone, then all together: the contention degree W_i) or are given; Alg. 2 picks victims and
-//! their swap ratios; then all tasks run at once twice, "default" (only the shared limit: Linux decides whose pages
-//! to reclaim) and "planned" (each victim's own group limited to its resident share), and their response times are
-//! compared. See docs/tasks.md.
+//! `oversub tasks`: flags and rendering of the cgroup case study ([`oversub_lab::tasks`]: Yang & Chen, Sec. V-C,
+//! on Linux memory cgroups; see docs/tasks.md).
 
-use std::path::{Path, PathBuf};
-use std::time::Instant;
+use std::path::PathBuf;
 
-use clap::{Args, Subcommand, ValueEnum};
+use clap::{Args, Subcommand};
+use oversub_lab::tasks::{
+    self as lab, spec, spec::TaskArg, Builtin, Priorities, TaskReport, TasksOptions,
+    TasksReport as Report, WorkerCommand,
+};
 use oversub_report::{format_bytes, text_table};
-use oversub_tenants::cgroup::Controller;
-use oversub_tenants::priority::{self, Contention, Ranking};
-use oversub_tenants::swap::{self, AlphaRule, Plan};
-use oversub_tenants::TenantError;
-use serde::Serialize;
+use oversub_tenants::swap::AlphaRule;
 
-use crate::bench::BoxError;
+use crate::error::BoxError;
 
-mod experiment;
-mod spec;
 mod worker;
-
-use spec::{TaskArg, TaskSpec};
-
-const PAGE: u64 = 4096;
-
-/// Default oversubscription of the emulated memory: the tasks' total demand / 1.3.
-const DEFAULT_OVERSUBSCRIPTION: f64 = 1.3;
 
 #[derive(Debug, Args)]
 #[command(args_conflicts_with_subcommands = true)]
@@ -115,25 +100,6 @@ enum TasksCommand {
     Worker(worker::WorkerCommand),
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum Builtin {
-    /// Three tasks that each write a file of --size and read it back --passes times.
-    FileIo,
-    /// Three tasks that differ (Alg. 1 can tell them apart): `stream` (--size, read 4×, pure I/O), `compute`
-    /// (--size/2, read 3×, 3 hash rounds per byte) and `bulk` (1.5 × --size, read 2×, 1 hash round).
-    Mixed,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-enum Priorities {
-    /// Alg. 1: run each task alone, then all together, and rank by W_i = (C_i(N) − C_i(1)) / C_i(1) / n_i.
-    Measured,
-    /// The order the tasks are listed, first is highest.
-    Given,
-}
-
 pub fn run(args: TasksArgs) -> Result<(), BoxError> {
     if let Some(TasksCommand::Worker(cmd)) = args.command {
         return worker::run(cmd);
@@ -141,13 +107,13 @@ pub fn run(args: TasksArgs) -> Result<(), BoxError> {
     if args.detect {
         return detect();
     }
-    experiment_cmd(&args)
+    experiment_cmd(args)
 }
 
 fn detect() -> Result<(), BoxError> {
-    let controller = Controller::detect()?;
+    let (controller, access) = lab::detect()?;
     println!("{}", controller.describe());
-    match controller.check_access() {
+    match access {
         Ok(()) => {
             println!(
                 "usable: yes (created, limited and removed a probe group under {})",
@@ -162,223 +128,37 @@ fn detect() -> Result<(), BoxError> {
     }
 }
 
-/// A directory removed with everything in it when dropped.
-#[derive(Debug)]
-struct WorkDir(PathBuf);
-
-impl WorkDir {
-    fn create(base: Option<&Path>) -> Result<WorkDir, BoxError> {
-        let base = base.map_or_else(std::env::temp_dir, Path::to_path_buf);
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.subsec_nanos())
-            .unwrap_or(0);
-        let path = base.join(format!("oversub-tasks-{}-{nanos:08x}", std::process::id()));
-        std::fs::create_dir(&path)
-            .map_err(|e| format!("cannot create the work directory {}: {e}", path.display()))?;
-        Ok(WorkDir(path))
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        if let Err(e) = std::fs::remove_dir_all(&self.0) {
-            tracing::warn!("could not remove {}: {e}", self.0.display());
-        }
-    }
-}
-
-/// Everything the checks before any run need, and what the report says about where the tasks came from.
-#[derive(Debug)]
-struct Inputs {
-    tasks: Vec<TaskSpec>,
-    capacity_bytes: u64,
-    capacity_default: bool,
-    builtin: Option<Builtin>,
-}
-
-fn inputs(args: &TasksArgs, work: Option<&Path>) -> Result<Inputs, BoxError> {
-    let (mut tasks, file_capacity, builtin) = if let Some(path) = &args.config {
-        let (t, c) = spec::load_config(path)?;
-        (t, c, None)
-    } else if !args.tasks.is_empty() {
-        (spec::from_args(&args.tasks), None, None)
-    } else {
+fn experiment_cmd(args: TasksArgs) -> Result<(), BoxError> {
+    let builtin = args.config.is_none() && args.tasks.is_empty();
+    let worker = if builtin {
+        // The built-in tasks are this binary again, as the hidden `tasks worker`.
         let exe = std::env::current_exe()
             .map_err(|e| format!("cannot find the oversub binary for the built-in tasks: {e}"))?;
-        if args.size == 0 {
-            return Err("--size must be more than 0 bytes".into());
-        }
-        // Without a work directory (the checks before it exists), the paths are placeholders.
-        let dir = work.map_or_else(std::env::temp_dir, Path::to_path_buf);
-        let b = args.builtin.unwrap_or(Builtin::FileIo);
-        let tasks = match b {
-            Builtin::FileIo => spec::builtin_file_io(&exe, &dir, args.size, args.passes, 3),
-            Builtin::Mixed => spec::builtin_mixed(&exe, &dir, args.size),
-        };
-        (tasks, None, Some(b))
+        Some(WorkerCommand {
+            program: exe,
+            args: vec!["tasks".into(), "worker".into()],
+        })
+    } else {
+        None
     };
-    spec::finish(&mut tasks, &args.subtasks)?;
-    if tasks.len() < 2 {
-        return Err(format!(
-            "{} task given: contention needs at least two tasks",
-            tasks.len()
-        )
-        .into());
-    }
-    let total: u64 = tasks
-        .iter()
-        .try_fold(0u64, |acc, t| acc.checked_add(t.demand_bytes))
-        .ok_or("the demands add up to more than 2^64 bytes")?;
-    let capacity_default = args.capacity.is_none() && file_capacity.is_none();
-    let capacity = match args.capacity.or(file_capacity) {
-        Some(c) => c,
-        None => ((total as f64 / DEFAULT_OVERSUBSCRIPTION) as u64) / PAGE * PAGE,
+    let opts = TasksOptions {
+        tasks: args.tasks,
+        config: args.config,
+        builtin: args.builtin,
+        size: args.size,
+        passes: args.passes,
+        dir: args.dir,
+        capacity: args.capacity,
+        priorities: args.priorities,
+        subtasks: args.subtasks,
+        alpha_rule: args.alpha_rule,
+        min_limit: args.min_limit,
+        repeat: args.repeat,
+        warmup: args.warmup,
+        worker,
     };
-    if capacity == 0 {
-        return Err("--capacity must be more than 0 bytes".into());
-    }
-    for t in &tasks {
-        if t.demand_bytes > capacity {
-            let e = TenantError::TooLarge {
-                tenant: t.name.clone(),
-                demand_bytes: t.demand_bytes,
-                limit_bytes: capacity,
-                what: "the emulated memory (--capacity)",
-            };
-            return Err(format!(
-                "{e}: a task must fit the emulated memory alone (C_i(1) is measured there); give a larger \
-                 --capacity or a smaller demand"
-            )
-            .into());
-        }
-    }
-    if let Some(mem) = mem_total() {
-        if capacity > mem {
-            return Err(format!(
-                "the emulated memory ({}) is more than this machine's {}: its limit would never bind; give a \
-                 smaller --capacity or smaller tasks",
-                format_bytes(capacity),
-                format_bytes(mem)
-            )
-            .into());
-        }
-    }
-    if args.min_limit == 0 {
-        return Err("--min-limit must be more than 0 bytes: a process cannot run in none".into());
-    }
-    Ok(Inputs {
-        tasks,
-        capacity_bytes: capacity,
-        capacity_default,
-        builtin,
-    })
-}
-
-/// MemTotal from /proc/meminfo.
-fn mem_total() -> Option<u64> {
-    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let line = text.lines().find(|l| l.starts_with("MemTotal:"))?;
-    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
-    kb.checked_mul(1024)
-}
-
-fn median(samples: &[f64]) -> f64 {
-    oversub_report::quartiles(samples).map_or(f64::NAN, |(_, median, _)| median)
-}
-
-fn median_u64(samples: &[Option<u64>]) -> Option<u64> {
-    let mut s: Vec<u64> = samples.iter().copied().collect::<Option<Vec<_>>>()?;
-    s.sort_unstable();
-    s.get(s.len() / 2).copied()
-}
-
-/// Per task, per kind of run: the samples.
-#[derive(Debug, Default, Clone, Serialize)]
-struct Samples {
-    alone_s: Vec<f64>,
-    together_s: Vec<f64>,
-    default_s: Vec<f64>,
-    planned_s: Vec<f64>,
-    default_peak_bytes: Vec<Option<u64>>,
-    planned_peak_bytes: Vec<Option<u64>>,
-    default_refaults: Vec<Option<u64>>,
-    planned_refaults: Vec<Option<u64>>,
-}
-
-#[derive(Debug, Serialize)]
-struct TaskReport {
-    name: String,
-    command: String,
-    demand_bytes: u64,
-    subtasks: u32,
-    /// W_i (measured priorities only), from the medians.
-    degree: Option<f64>,
-    /// W_i of each repetition alone (its own alone and together runs): the run-to-run spread, (min, max).
-    degree_range: Option<(f64, f64)>,
-    /// 1 is the highest priority.
-    priority: usize,
-    victim: bool,
-    alpha: f64,
-    /// The plan's resident limit, before the floor.
-    planned_resident_bytes: u64,
-    /// The limit applied in the planned run (None: only the shared limit).
-    limit_bytes: Option<u64>,
-    alone_s: Option<f64>,
-    together_s: Option<f64>,
-    default_s: f64,
-    planned_s: f64,
-    change_s: f64,
-    change_pct: f64,
-    default_peak_bytes: Option<u64>,
-    planned_peak_bytes: Option<u64>,
-    /// Pages of files evicted and read back (`workingset_refault_file` of the task's group), median.
-    default_refaults: Option<u64>,
-    planned_refaults: Option<u64>,
-    samples: Samples,
-}
-
-#[derive(Debug, Serialize)]
-struct Totals {
-    default_s: f64,
-    planned_s: f64,
-    change_s: f64,
-    change_pct: f64,
-    /// Σ (response − alone), when the alone times were measured.
-    lengthened_default_s: Option<f64>,
-    lengthened_planned_s: Option<f64>,
-    lengthened_change_pct: Option<f64>,
-    /// The change of the total within each repetition (default and planned runs of the same repetition are
-    /// neighbours in time), in percent.
-    per_repetition_change_pct: Vec<f64>,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    controller: Controller,
-    swap_capped: bool,
-    builtin: Option<Builtin>,
-    size_bytes: Option<u64>,
-    passes: Option<u32>,
-    capacity_bytes: u64,
-    capacity_default: bool,
-    total_demand_bytes: u64,
-    priorities: Priorities,
-    alpha_rule: AlphaRule,
-    min_limit_bytes: u64,
-    floor_applied: bool,
-    repeat: u32,
-    warmup: u32,
-    ranking: Ranking,
-    plan: Plan,
-    tasks: Vec<TaskReport>,
-    total: Totals,
-    wall_s: f64,
-}
-
-fn experiment_cmd(args: &TasksArgs) -> Result<(), BoxError> {
-    // Bad input is refused before any cgroup is touched.
-    inputs(args, None)?;
+    // Bad input is refused before any cgroup is touched, and before the JSON's directory is looked at.
+    opts.check()?;
     if let Some(path) = &args.json {
         let parent = path.parent().filter(|p| !p.as_os_str().is_empty());
         if parent.is_some_and(|p| !p.is_dir()) {
@@ -389,258 +169,24 @@ fn experiment_cmd(args: &TasksArgs) -> Result<(), BoxError> {
             .into());
         }
     }
-    let controller = Controller::detect()?;
-    controller.check_access()?;
-    let swept = controller.sweep_stale();
-    if swept > 0 {
-        tracing::info!("removed {swept} cgroup(s) left behind by earlier runs");
-    }
-
-    let work = WorkDir::create(args.dir.as_deref())?;
-    let Inputs {
-        tasks,
-        capacity_bytes,
-        capacity_default,
-        builtin,
-    } = inputs(args, Some(&work.0))?;
-    let n = tasks.len();
-    let total_demand: u64 = tasks.iter().map(|t| t.demand_bytes).sum();
-    let repeat = args.repeat as usize;
-
-    let parent = controller.create_group("tasks")?;
-    parent.set_limit(Some(capacity_bytes))?;
-    let swap_capped = parent.caps_swap();
-
-    let measured = args.priorities == Priorities::Measured;
-    let runs =
-        u64::from(args.warmup) + repeat as u64 * (if measured { n as u64 + 1 } else { 0 } + 2);
-    let bar = crate::progress_bar(runs, "tasks", " runs", false);
-    let wall = Instant::now();
-    let unlimited = vec![None; n];
-    let mut samples = vec![Samples::default(); n];
-    let all: Vec<usize> = (0..n).collect();
-
-    for w in 0..args.warmup as usize {
-        bar.set_message("warm-up");
-        experiment::run_together(&parent, &tasks, &all, &unlimited, "warmup", w, &work.0)?;
+    let bar = crate::progress_bar(lab::steps(&opts)?, "tasks", " runs", false);
+    let report = lab::run(&opts, &|stage: &str| {
         bar.inc(1);
-    }
-
-    // Alg. 1's measurements: each alone, then all together, all under the shared limit only.
-    let ranking = if measured {
-        for r in 0..repeat {
-            for i in 0..n {
-                bar.set_message(format!("{} alone", tasks[i].name));
-                let out = experiment::run_together(
-                    &parent,
-                    &tasks,
-                    &[i],
-                    &unlimited,
-                    "alone",
-                    r,
-                    &work.0,
-                )?;
-                samples[i].alone_s.push(out[0].elapsed_s);
-                bar.inc(1);
-            }
-            bar.set_message("all together");
-            let out = experiment::run_together(
-                &parent, &tasks, &all, &unlimited, "together", r, &work.0,
-            )?;
-            for (i, o) in out.iter().enumerate() {
-                samples[i].together_s.push(o.elapsed_s);
-            }
-            bar.inc(1);
-        }
-        let apps = tasks
-            .iter()
-            .zip(&samples)
-            .map(|(t, s)| {
-                Contention::new(
-                    t.name.clone(),
-                    median(&s.alone_s),
-                    median(&s.together_s),
-                    t.subtasks,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        priority::assign(&apps)?
-    } else {
-        let weights: Vec<f64> = (0..n).rev().map(|w| w as f64).collect();
-        priority::from_weights(&weights)?
-    };
-
-    // Alg. 2 over the demands in priority order; quotas mapped back to the tasks.
-    let by_priority: Vec<u64> = ranking
-        .order
-        .iter()
-        .map(|&i| tasks[i].demand_bytes)
-        .collect();
-    let plan = swap::plan(
-        &by_priority,
-        capacity_bytes,
-        &swap::Options {
-            rule: args.alpha_rule,
-            page_bytes: PAGE,
-        },
-    )?;
-    let quota = |i: usize| plan.tenants[ranking.rank[i]];
-    let mut floor_applied = false;
-    let limits: Vec<Option<u64>> = (0..n)
-        .map(|i| {
-            let q = quota(i);
-            q.victim.then(|| {
-                if q.resident_limit_bytes < args.min_limit {
-                    floor_applied = true;
-                    args.min_limit.div_ceil(PAGE) * PAGE
-                } else {
-                    q.resident_limit_bytes.div_ceil(PAGE) * PAGE
-                }
-            })
-        })
-        .collect();
-
-    // The comparison; which goes first alternates, so that drift and warm-up hit both alike.
-    for r in 0..repeat {
-        let order = if r % 2 == 0 {
-            [(false, "default"), (true, "planned")]
-        } else {
-            [(true, "planned"), (false, "default")]
-        };
-        for (planned, name) in order {
-            bar.set_message(format!("{name} run {}/{repeat}", r + 1));
-            let lim = if planned { &limits } else { &unlimited };
-            let out = experiment::run_together(&parent, &tasks, &all, lim, name, r, &work.0)?;
-            for (i, o) in out.iter().enumerate() {
-                if planned {
-                    samples[i].planned_s.push(o.elapsed_s);
-                    samples[i].planned_peak_bytes.push(o.peak_bytes);
-                    samples[i].planned_refaults.push(o.refaults);
-                } else {
-                    samples[i].default_s.push(o.elapsed_s);
-                    samples[i].default_peak_bytes.push(o.peak_bytes);
-                    samples[i].default_refaults.push(o.refaults);
-                }
-            }
-            bar.inc(1);
-        }
-    }
+        bar.set_message(stage.to_string());
+    });
     bar.finish_and_clear();
-    let wall_s = wall.elapsed().as_secs_f64();
-    parent.remove()?;
-
-    let task_reports: Vec<TaskReport> = (0..n)
-        .map(|i| {
-            let q = quota(i);
-            let s = &samples[i];
-            let default_s = median(&s.default_s);
-            let planned_s = median(&s.planned_s);
-            TaskReport {
-                name: tasks[i].name.clone(),
-                command: tasks[i].program.display(),
-                demand_bytes: tasks[i].demand_bytes,
-                subtasks: tasks[i].subtasks,
-                degree: measured.then(|| ranking.degrees[i]),
-                degree_range: measured
-                    .then(|| degree_range(&s.alone_s, &s.together_s, tasks[i].subtasks))
-                    .flatten(),
-                priority: ranking.rank[i] + 1,
-                victim: q.victim,
-                alpha: q.alpha,
-                planned_resident_bytes: q.resident_limit_bytes,
-                limit_bytes: limits[i],
-                alone_s: measured.then(|| median(&s.alone_s)),
-                together_s: measured.then(|| median(&s.together_s)),
-                default_s,
-                planned_s,
-                change_s: planned_s - default_s,
-                change_pct: pct(planned_s, default_s),
-                default_peak_bytes: median_u64(&s.default_peak_bytes),
-                planned_peak_bytes: median_u64(&s.planned_peak_bytes),
-                default_refaults: median_u64(&s.default_refaults),
-                planned_refaults: median_u64(&s.planned_refaults),
-                samples: s.clone(),
-            }
-        })
-        .collect();
-    let default_total: f64 = task_reports.iter().map(|t| t.default_s).sum();
-    let planned_total: f64 = task_reports.iter().map(|t| t.planned_s).sum();
-    let alone_total: Option<f64> = task_reports.iter().map(|t| t.alone_s).sum();
-    let total = Totals {
-        default_s: default_total,
-        planned_s: planned_total,
-        change_s: planned_total - default_total,
-        change_pct: pct(planned_total, default_total),
-        lengthened_default_s: alone_total.map(|a| default_total - a),
-        lengthened_planned_s: alone_total.map(|a| planned_total - a),
-        lengthened_change_pct: alone_total.map(|a| pct(planned_total - a, default_total - a)),
-        per_repetition_change_pct: (0..repeat)
-            .map(|r| {
-                let d: f64 = samples.iter().map(|s| s.default_s[r]).sum();
-                let p: f64 = samples.iter().map(|s| s.planned_s[r]).sum();
-                pct(p, d)
-            })
-            .collect(),
-    };
-    let report = Report {
-        controller,
-        swap_capped,
-        builtin,
-        size_bytes: builtin.map(|_| args.size),
-        passes: builtin.map(|_| args.passes),
-        capacity_bytes,
-        capacity_default,
-        total_demand_bytes: total_demand,
-        priorities: args.priorities,
-        alpha_rule: args.alpha_rule,
-        min_limit_bytes: args.min_limit,
-        floor_applied,
-        repeat: args.repeat,
-        warmup: args.warmup,
-        ranking,
-        plan,
-        tasks: task_reports,
-        total,
-        wall_s,
-    };
+    let report = report?;
     if let Some(path) = &args.json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     }
     print!("{}", render(&report));
-    drop(work);
     Ok(())
-}
-
-/// (new − old) / old in percent.
-fn pct(new: f64, old: f64) -> f64 {
-    if old == 0.0 {
-        f64::NAN
-    } else {
-        (new - old) / old * 100.0
-    }
 }
 
 fn secs(s: f64) -> String {
     format!("{s:.2} s")
-}
-
-/// W_i = (C(N) − C(1)) / C(1) / n of each repetition, (min, max); None without samples.
-fn degree_range(alone: &[f64], together: &[f64], subtasks: u32) -> Option<(f64, f64)> {
-    let w: Vec<f64> = alone
-        .iter()
-        .zip(together)
-        .filter(|(a, _)| **a > 0.0)
-        .map(|(a, t)| (t - a) / a / f64::from(subtasks.max(1)))
-        .collect();
-    if w.is_empty() {
-        return None;
-    }
-    Some((
-        w.iter().copied().fold(f64::INFINITY, f64::min),
-        w.iter().copied().fold(f64::NEG_INFINITY, f64::max),
-    ))
 }
 
 fn signed(s: f64, pct: f64) -> String {
@@ -832,7 +378,7 @@ fn render(r: &Report) -> String {
     }
     out.push('\n');
     let bytes = |p: Option<u64>| p.map_or_else(|| "-".to_string(), format_bytes);
-    let pages = |p: Option<u64>| bytes(p.map(|n| n.saturating_mul(PAGE)));
+    let pages = |p: Option<u64>| bytes(p.map(|n| n.saturating_mul(lab::PAGE)));
     let memory_rows: Vec<Vec<String>> = r
         .tasks
         .iter()
@@ -871,28 +417,4 @@ fn render(r: &Report) -> String {
         secs(r.wall_s)
     ));
     out
-}
-
-#[cfg(test)]
-mod tests {
-    #![allow(clippy::unwrap_used)]
-    use super::*;
-
-    #[test]
-    fn degree_ranges_come_from_each_repetition() {
-        // Alone 1 s, 2 s; together 2 s, 3 s: W = 1.0 and 0.5 per repetition (n = 1), halved with n = 2.
-        assert_eq!(degree_range(&[1.0, 2.0], &[2.0, 3.0], 1), Some((0.5, 1.0)));
-        assert_eq!(degree_range(&[1.0, 2.0], &[2.0, 3.0], 2), Some((0.25, 0.5)));
-        assert_eq!(degree_range(&[], &[], 1), None);
-        assert_eq!(degree_range(&[0.0], &[1.0], 1), None);
-    }
-
-    #[test]
-    fn the_mixed_builtin_has_three_different_tasks() {
-        let t = spec::builtin_mixed(Path::new("/bin/true"), Path::new("/tmp"), 1 << 30);
-        let names: Vec<&str> = t.iter().map(|t| t.name.as_str()).collect();
-        assert_eq!(names, ["stream", "compute", "bulk"]);
-        let demands: Vec<u64> = t.iter().map(|t| t.demand_bytes).collect();
-        assert_eq!(demands, [1 << 30, 1 << 29, 3 << 29]);
-    }
 }

@@ -1,9 +1,15 @@
 //! What the experiments share. The leaf helpers (one median, one RNG, one `pin_to_cpu`) come from
 //! `oversub-base` and are re-exported here so that an experiment imports its tools from one place.
 
+pub mod cpu;
+mod fill;
+mod steps;
+
+pub use fill::fill_random;
 pub use oversub_base::cpu::{pin_thread_to_cpu, pin_to_cpu};
 pub use oversub_base::rng::Rng;
 pub use oversub_base::stats::{median, median_u64};
+pub use steps::Steps;
 
 /// Called by long experiments between their steps, with a short description of the step that starts, so a front
 /// end can draw a progress bar or log; the same shape as `oversub_probe::Tick`.

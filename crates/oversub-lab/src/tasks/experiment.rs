@@ -5,10 +5,10 @@ use std::io::{Read, Seek, SeekFrom};
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use oversub_tenants::cgroup::{Exit, Group};
+use super::cgroup::{CgroupError, Exit, Group};
 
 use super::spec::{Program, TaskSpec};
-use crate::bench::BoxError;
+use crate::LabError;
 
 /// What one task did in one run.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -32,7 +32,7 @@ pub fn run_together(
     phase: &str,
     rep: usize,
     work_dir: &Path,
-) -> Result<Vec<TaskRun>, BoxError> {
+) -> Result<Vec<TaskRun>, LabError> {
     let mut started = Vec::with_capacity(which.len());
     for &i in which {
         let task = &tasks[i];
@@ -80,7 +80,7 @@ pub fn run_together(
         waiting.push(spawned);
         rest.push((i, group, log));
     }
-    let exits: Vec<Result<Exit, oversub_tenants::TenantError>> = std::thread::scope(|s| {
+    let exits: Vec<Result<Exit, CgroupError>> = std::thread::scope(|s| {
         let handles: Vec<_> = waiting
             .into_iter()
             .map(|spawned| s.spawn(move || spawned.wait()))
@@ -89,7 +89,7 @@ pub fn run_together(
             .into_iter()
             .map(|h| {
                 h.join().unwrap_or_else(|_| {
-                    Err(oversub_tenants::TenantError::InvalidInput(
+                    Err(CgroupError::InvalidInput(
                         "a waiting thread panicked".into(),
                     ))
                 })
@@ -98,14 +98,14 @@ pub fn run_together(
     });
 
     let mut runs = Vec::with_capacity(rest.len());
-    let mut failure: Option<BoxError> = None;
+    let mut failure: Option<LabError> = None;
     for ((i, group, mut log), exit) in rest.into_iter().zip(exits) {
         let task = &tasks[i];
         let exit = exit?;
         if !exit.status.success() && failure.is_none() {
             let oom = group.oom_kills().ok().flatten().unwrap_or(0);
             let limit_note = match limits[i] {
-                Some(l) => format!(" under a limit of {}", oversub_report::format_bytes(l)),
+                Some(l) => format!(" under a limit of {}", oversub_base::format_bytes(l)),
                 None => String::new(),
             };
             let oom_note = match (oom > 0, limits[i]) {

@@ -23,7 +23,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use indicatif::ProgressBar;
+use crate::harness::Steps;
 use oversub_accel::{HostMemory, HostMemoryConfig, PageRelease};
 use oversub_arbiter::analysis::{transfer_bound, PremPhases};
 use oversub_arbiter::{
@@ -34,17 +34,18 @@ use oversub_core::{BufferFlags, Pool, PoolConfig};
 use oversub_io::SwapStore;
 use serde::Serialize;
 
-use super::cpu;
-use crate::bench::BoxError;
+use crate::harness::cpu;
+use crate::LabError;
 use attribution::{Attribution, Trace};
-use child::PremProcess;
+use child::{PremProcess, PremTaskCommand};
 use task::{Announce, IterationRecord, PremTask, PAPER_TX1_US};
 
 /// SCHED_FIFO priority of the interferer and its pool's threads (the PREM task runs at 99).
 const TRANSFER_PRIORITY: i32 = 50;
 
 /// Where the PREM task runs relative to the transfer side.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum Placement {
     /// A process of its own, against the arbiter in /dev/shm (the paper's setting: the CPU task and the GPU driver
@@ -64,7 +65,8 @@ impl Placement {
 }
 
 /// What the interferer does.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[serde(rename_all = "kebab-case")]
 pub enum InterfererKind {
     /// Page buffers out and in through oversub's pager (host backend with lazy page release, swap store).
@@ -115,6 +117,8 @@ pub struct PremOptions {
     pub trace: Option<PathBuf>,
     /// The conditions run in this many interleaved rounds.
     pub rounds: usize,
+    /// Runs the PREM task in a process of its own.
+    pub task_command: PremTaskCommand,
 }
 
 /// min / mean / p99 / max in microseconds.
@@ -335,8 +339,8 @@ impl Runner {
         iterations: usize,
         announce: Option<Announce>,
         lead: Duration,
-        progress: &ProgressBar,
-    ) -> Result<Vec<IterationRecord>, BoxError> {
+        progress: &Steps<'_>,
+    ) -> Result<Vec<IterationRecord>, LabError> {
         match self {
             Runner::Child(p) => {
                 let mut seen = 0;
@@ -362,7 +366,7 @@ impl Runner {
                         })
                     })
                     .join()
-                    .map_err(|_| BoxError::from("the PREM thread panicked"))?
+                    .map_err(|_| LabError::from("the PREM thread panicked"))?
                 })
             }
         }
@@ -487,7 +491,7 @@ fn run_interferer(
     gate: Option<Arc<Gate>>,
     stop: &AtomicBool,
     ready: &Barrier,
-) -> Result<Interferer, BoxError> {
+) -> Result<Interferer, LabError> {
     if let Err(e) = cpu::pin_to_cpu(opts.interferer_cpu) {
         tracing::warn!(
             "cannot pin the interferer to CPU {}: {e}",
@@ -636,9 +640,9 @@ fn run_condition(
     interferer: Option<(InterfererKind, Option<Arc<Gate>>)>,
     announce: Option<Announce>,
     lead: Duration,
-    progress: &ProgressBar,
+    progress: &Steps<'_>,
     threads: Option<&mut Vec<ThreadPlace>>,
-) -> Result<(Vec<IterationRecord>, Option<Interferer>), BoxError> {
+) -> Result<(Vec<IterationRecord>, Option<Interferer>), LabError> {
     let stop = AtomicBool::new(false);
     let ready = Barrier::new(2);
     let pid = runner.pid();
@@ -661,7 +665,7 @@ fn run_condition(
         let inter = match handle {
             Some(h) => Some(
                 h.join()
-                    .map_err(|_| BoxError::from("the interferer thread panicked"))??,
+                    .map_err(|_| LabError::from("the interferer thread panicked"))??,
             ),
             None => None,
         };
@@ -753,8 +757,8 @@ fn arbiter_name() -> String {
 
 pub fn run(
     opts: &PremOptions,
-    progress: &ProgressBar,
-) -> Result<(PremResult, Vec<StarvationRow>), BoxError> {
+    progress: &Steps<'_>,
+) -> Result<(PremResult, Vec<StarvationRow>), LabError> {
     // Everything of the transfer side runs on the interferer's CPU; the PREM task pins itself to its own.
     pin_process_to(opts.interferer_cpu);
     let arbiter = Arbiter::create_shared(
@@ -772,6 +776,7 @@ pub fn run(
 
     // The PREM child first: it measures whether SCHED_FIFO is allowed and the rest it needs.
     let mut child = PremProcess::spawn(
+        &opts.task_command,
         opts.task_cpu,
         opts.llc_bytes,
         opts.data_bytes,
@@ -844,7 +849,7 @@ pub fn run(
             None,
             None,
             lead,
-            &ProgressBar::hidden(),
+            &Steps::hidden(),
             None,
         )?;
         let warm = Condition::of(warm);
@@ -860,7 +865,7 @@ pub fn run(
         let mut per_kind: Vec<KindAccumulator> = opts
             .interferers
             .iter()
-            .map(|&kind| -> Result<KindAccumulator, BoxError> {
+            .map(|&kind| -> Result<KindAccumulator, LabError> {
                 let gate = Arc::new(Gate::new(arbiter.clone()));
                 // The paging interferer's pool measures T(Q) on its store when it starts; the copy loop's is a
                 // memcpy's.
@@ -973,7 +978,7 @@ pub fn run(
                         std::thread::sleep(Duration::from_secs_f64(secs));
                         stop.store(true, Ordering::Relaxed);
                         h.join()
-                            .map_err(|_| BoxError::from("the interferer thread panicked"))?
+                            .map_err(|_| LabError::from("the interferer thread panicked"))?
                     })?;
                     interferer_alone.push((kind, i.mean_op(), i.mbs()));
                     (i.mean_op(), i.mbs())
@@ -1119,8 +1124,8 @@ fn starvation(
     arbiter: &Arbiter,
     announce: Announce,
     realtime: bool,
-    progress: &ProgressBar,
-) -> Result<Vec<StarvationRow>, BoxError> {
+    progress: &Steps<'_>,
+) -> Result<Vec<StarvationRow>, LabError> {
     let copy_time = arbiter.chunk_time();
     let chunk_bytes = arbiter.chunk_bytes() as usize;
     let src = vec![0x3cu8; 64 << 20];
@@ -1142,7 +1147,7 @@ fn starvation(
             let locked = AtomicBool::new(true);
             let stop = AtomicBool::new(false);
             let ready = Barrier::new(2);
-            std::thread::scope(|s| -> Result<(), BoxError> {
+            std::thread::scope(|s| -> Result<(), LabError> {
                 let worker = s.spawn(|| {
                     if let Err(e) = cpu::pin_to_cpu(opts.interferer_cpu) {
                         tracing::debug!("pin: {e}");
@@ -1186,7 +1191,7 @@ fn starvation(
                         prem.run(iterations, Some((&task, announce)), Duration::ZERO, || {})
                     })
                     .join()
-                    .map_err(|_| BoxError::from("the PREM thread panicked"))
+                    .map_err(|_| LabError::from("the PREM thread panicked"))
                     .and_then(|r| r)
                 });
                 locked.store(false, Ordering::Relaxed);
@@ -1195,7 +1200,7 @@ fn starvation(
                 drop(task);
                 worker
                     .join()
-                    .map_err(|_| BoxError::from("the starvation worker panicked"))?;
+                    .map_err(|_| LabError::from("the starvation worker panicked"))?;
                 r.map(|_| ())
             })?;
             counts[which] = done.load(Ordering::Relaxed);

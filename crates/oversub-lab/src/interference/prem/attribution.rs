@@ -12,7 +12,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use super::task::{IterationRecord, PhaseRecord};
-use crate::bench::BoxError;
+use crate::LabError;
 
 /// A memory phase above this multiple of the longest alone is an outlier.
 pub const OUTLIER_RATIO: f64 = 1.05;
@@ -393,7 +393,7 @@ impl Trace {
         }
     }
 
-    pub fn write(&self, path: &Path) -> Result<(), BoxError> {
+    pub fn write(&self, path: &Path) -> Result<(), LabError> {
         let doc = json!({"traceEvents": self.events, "displayTimeUnit": "ms"});
         std::fs::write(path, serde_json::to_vec(&doc)?)?;
         Ok(())

@@ -1,39 +1,50 @@
 //! The PREM task in a process of its own, as on the paper's platform, where the CPU task and the GPU driver do not
-//! share an address space: the benchmark re-runs its own binary as `oversub bench prem-task` (hidden), which
-//! registers with the shared arbiter in /dev/shm and runs iterations on request. Requests and replies are JSON
-//! lines on the child's stdin and stdout; its stderr is the benchmark's.
+//! share an address space: the benchmark starts a command given by its front end ([`PremTaskCommand`]; the
+//! `oversub` binary re-runs itself as `oversub bench prem-task`, hidden), which calls [`serve`]: it registers with
+//! the shared arbiter in /dev/shm and runs iterations on request. Requests and replies are JSON lines on the
+//! child's stdin and stdout; its stderr is the benchmark's.
 
+use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::time::Duration;
 
-use clap::Args;
 use oversub_arbiter::Arbiter;
 use serde::{Deserialize, Serialize};
 
 use super::task::{Announce, IterationRecord, PremTask};
 use super::{enter_task_cpu, rt_throttle_share};
-use crate::bench::BoxError;
+use crate::LabError;
 
 /// Replies carry a progress line this often during a run.
 const PROGRESS_EVERY: usize = 25;
 
-/// `oversub bench prem-task`: the PREM side of `bench interference --part prem`, spoken to through stdin/stdout.
-#[derive(Debug, Args)]
-pub struct PremTaskArgs {
+/// The PREM side of the interference benchmark's PREM part, spoken to through stdin/stdout; the benchmark passes
+/// these as the flags `--cpu`, `--llc`, `--data` and `--arbiter` after the [`PremTaskCommand`]'s own arguments.
+#[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct PremTaskOptions {
     /// The CPU to run on.
-    #[arg(long)]
-    cpu: usize,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub cpu: usize,
     /// Last-level cache size, bytes.
-    #[arg(long)]
-    llc: u64,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub llc: u64,
     /// Pixel data walked per pass, bytes.
-    #[arg(long)]
-    data: u64,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub data: u64,
     /// The shared arbiter's file (`/dev/shm/oversub-arbiter-NAME`).
-    #[arg(long)]
-    arbiter: PathBuf,
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub arbiter: PathBuf,
+}
+
+/// The command that runs the PREM task in a process of its own: a program and its first arguments, which end in
+/// a call of [`serve`] with the [`PremTaskOptions`] parsed from the flags appended to them.
+#[derive(Debug, Clone)]
+pub struct PremTaskCommand {
+    pub program: PathBuf,
+    pub args: Vec<OsString>,
 }
 
 #[derive(Debug, Serialize, Deserialize)]
@@ -68,8 +79,13 @@ pub struct ChildInfo {
     pub iterations_per_pass: usize,
 }
 
-/// The child's main.
-pub fn serve(args: PremTaskArgs) -> Result<(), BoxError> {
+/// The child's main: requests are read from `input` and replies written to `output` (the process's stdin and
+/// stdout), until `input` ends.
+pub fn serve(
+    args: &PremTaskOptions,
+    input: impl BufRead,
+    mut output: impl Write,
+) -> Result<(), LabError> {
     // Everything of this process (there is one thread) runs on the task CPU.
     let realtime = enter_task_cpu(args.cpu, true);
     let arbiter = Arbiter::open_at(&args.arbiter)?;
@@ -80,16 +96,19 @@ pub fn serve(args: PremTaskArgs) -> Result<(), BoxError> {
             prem.rest_fraction = 2.0 * share;
         }
     }
-    send(&Reply::Ready(ChildInfo {
-        pid: std::process::id(),
-        realtime,
-        rest_fraction: prem.rest_fraction,
-        working_set_bytes: prem.working_set(),
-        data_bytes: prem.data_bytes(),
-        iterations_per_pass: prem.iterations_per_pass(),
-    }))?;
+    send(
+        &mut output,
+        &Reply::Ready(ChildInfo {
+            pid: std::process::id(),
+            realtime,
+            rest_fraction: prem.rest_fraction,
+            working_set_bytes: prem.working_set(),
+            data_bytes: prem.data_bytes(),
+            iterations_per_pass: prem.iterations_per_pass(),
+        }),
+    )?;
     let task = arbiter.register_task()?;
-    for line in std::io::stdin().lock().lines() {
+    for line in input.lines() {
         let line = line?;
         let reply = match serde_json::from_str::<Request>(&line)? {
             Request::SetComputeReps { reps } => {
@@ -112,7 +131,7 @@ pub fn serve(args: PremTaskArgs) -> Result<(), BoxError> {
                         // Between iterations, in the rest that follows the unload: the parent's reader wakes on
                         // its own CPU.
                         if done % PROGRESS_EVERY == 0 && failed.is_none() {
-                            failed = send(&Reply::Progress { done }).err();
+                            failed = send(&mut output, &Reply::Progress { done }).err();
                         }
                     },
                 );
@@ -125,22 +144,22 @@ pub fn serve(args: PremTaskArgs) -> Result<(), BoxError> {
                 }
             }
         };
-        send(&reply)?;
+        send(&mut output, &reply)?;
     }
     drop(task);
     Ok(())
 }
 
-fn send(reply: &Reply) -> Result<(), BoxError> {
+fn send(out: &mut impl Write, reply: &Reply) -> Result<(), LabError> {
     let mut line = serde_json::to_vec(reply)?;
     line.push(b'\n');
-    let mut out = std::io::stdout().lock();
     out.write_all(&line)?;
     out.flush()?;
     Ok(())
 }
 
 /// The parent's handle on a PREM child. Dropping it ends the child.
+#[derive(Debug)]
 pub struct PremProcess {
     child: Child,
     stdin: Option<ChildStdin>,
@@ -149,23 +168,17 @@ pub struct PremProcess {
 }
 
 impl PremProcess {
-    /// Starts this binary as `bench prem-task` on `cpu`, against the arbiter in `arbiter_path`.
+    /// Starts `command` on `cpu`, against the arbiter in `arbiter_path`.
     pub fn spawn(
+        command: &PremTaskCommand,
         cpu: usize,
         llc: u64,
         data: u64,
         arbiter_path: &std::path::Path,
-    ) -> Result<PremProcess, BoxError> {
-        let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
-            .args([
-                "bench",
-                "prem-task",
-                "--cpu",
-                &cpu.to_string(),
-                "--llc",
-                &llc.to_string(),
-            ])
+    ) -> Result<PremProcess, LabError> {
+        let mut child = Command::new(&command.program)
+            .args(&command.args)
+            .args(["--cpu", &cpu.to_string(), "--llc", &llc.to_string()])
             .args(["--data", &data.to_string(), "--arbiter"])
             .arg(arbiter_path)
             .stdin(Stdio::piped())
@@ -196,7 +209,7 @@ impl PremProcess {
         Ok(p)
     }
 
-    fn receive(&mut self) -> Result<Reply, BoxError> {
+    fn receive(&mut self) -> Result<Reply, LabError> {
         let mut line = String::new();
         if self.stdout.read_line(&mut line)? == 0 {
             let status = self.child.wait()?;
@@ -205,7 +218,7 @@ impl PremProcess {
         Ok(serde_json::from_str(&line)?)
     }
 
-    fn request(&mut self, r: &Request) -> Result<Reply, BoxError> {
+    fn request(&mut self, r: &Request) -> Result<Reply, LabError> {
         let stdin = self
             .stdin
             .as_mut()
@@ -216,7 +229,7 @@ impl PremProcess {
         self.receive()
     }
 
-    pub fn set_compute_reps(&mut self, reps: usize) -> Result<(), BoxError> {
+    pub fn set_compute_reps(&mut self, reps: usize) -> Result<(), LabError> {
         match self.request(&Request::SetComputeReps { reps })? {
             Reply::Error(e) => Err(e.into()),
             _ => Ok(()),
@@ -231,7 +244,7 @@ impl PremProcess {
         announce: Option<Announce>,
         lead: Duration,
         mut progress: impl FnMut(usize),
-    ) -> Result<Vec<IterationRecord>, BoxError> {
+    ) -> Result<Vec<IterationRecord>, LabError> {
         let mut reply = self.request(&Request::Run {
             iterations,
             announce,

@@ -1,4 +1,4 @@
-//! Memory cgroups: where a [`crate::swap::Plan`] is applied to real processes (the paper's case study, Sec. V-C).
+//! Memory cgroups: where an `oversub_tenants::swap::Plan` is applied to real processes (the paper's case study, Sec. V-C).
 //!
 //! Linux cannot run a task "on storage directly", but a memory cgroup whose limit is below what the task touches
 //! keeps the rest of it out of memory: its own page cache and anonymous memory are reclaimed against its limit
@@ -14,8 +14,8 @@
 //! takes their text and a file-system root, so that detection can be tried on fixtures.
 //!
 //! ```no_run
-//! # fn main() -> Result<(), oversub_tenants::TenantError> {
-//! use oversub_tenants::cgroup::Controller;
+//! # fn main() -> Result<(), oversub_lab::tasks::cgroup::CgroupError> {
+//! use oversub_lab::tasks::cgroup::Controller;
 //!
 //! let controller = Controller::detect()?; // which version, where, and this process's own memory cgroup
 //! let run = controller.create_group("example")?; // a group under this process's own memory cgroup
@@ -41,7 +41,37 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::TenantError;
+/// Everything the cgroup runner can refuse or fail with.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum CgroupError {
+    /// A name or a kernel file that cannot be used (a bad group name, an unparsable `/proc/self/cgroup`).
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// The machine has no usable memory cgroup controller.
+    #[error("no memory cgroup controller: {0}")]
+    NoCgroup(String),
+    /// The memory cgroup controller is there but we may not use it.
+    #[error("no permission to manage memory cgroups under {path}: {source} (run as root, or delegate a cgroup to this user)")]
+    Permission {
+        /// The cgroup directory or file.
+        path: String,
+        /// The refusal.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A system call or file operation failed.
+    #[error("{op} {path}: {source}")]
+    Os {
+        /// What was being done.
+        op: &'static str,
+        /// The file or command it was about.
+        path: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
 
 /// How long dropping a group waits for its processes to die and for the kernel to let it be removed.
 const REMOVE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -186,12 +216,12 @@ pub struct Membership {
 
 /// Parses the text of `/proc/self/cgroup` (`ID:CONTROLLERS:PATH` per line). Blank lines are skipped; any other
 /// line without that shape is an error.
-pub fn parse_proc_cgroup(text: &str) -> Result<Vec<Membership>, TenantError> {
+pub fn parse_proc_cgroup(text: &str) -> Result<Vec<Membership>, CgroupError> {
     text.lines()
         .filter(|l| !l.trim().is_empty())
         .map(|line| {
             let bad = || {
-                TenantError::InvalidInput(format!(
+                CgroupError::InvalidInput(format!(
                     "a /proc/self/cgroup line must read ID:CONTROLLERS:PATH, not {line:?}"
                 ))
             };
@@ -236,18 +266,18 @@ fn cgroup_dir(mount_dir: &Path, mount_root: &str, cgroup_path: &str) -> PathBuf 
 }
 
 /// Maps an I/O error on a cgroup file to the error a user can act on: refusals (`EACCES`, `EPERM`, `EROFS`)
-/// become [`TenantError::Permission`], anything else [`TenantError::Os`].
-pub fn classify(op: &'static str, path: &Path, source: io::Error) -> TenantError {
+/// become [`CgroupError::Permission`], anything else [`CgroupError::Os`].
+pub fn classify(op: &'static str, path: &Path, source: io::Error) -> CgroupError {
     let refused = source.kind() == io::ErrorKind::PermissionDenied
         || source.raw_os_error() == Some(libc::EROFS)
         || source.raw_os_error() == Some(libc::EPERM);
     if refused {
-        TenantError::Permission {
+        CgroupError::Permission {
             path: path.display().to_string(),
             source,
         }
     } else {
-        TenantError::Os {
+        CgroupError::Os {
             op,
             path: path.display().to_string(),
             source,
@@ -255,12 +285,12 @@ pub fn classify(op: &'static str, path: &Path, source: io::Error) -> TenantError
     }
 }
 
-fn read_text(path: &Path) -> Result<String, TenantError> {
+fn read_text(path: &Path) -> Result<String, CgroupError> {
     fs::read_to_string(path).map_err(|e| classify("read", path, e))
 }
 
 /// Writes a control file in one write(2), as the kernel expects; never creates one.
-fn write_text(path: &Path, value: &str) -> Result<(), TenantError> {
+fn write_text(path: &Path, value: &str) -> Result<(), CgroupError> {
     fs::OpenOptions::new()
         .write(true)
         .open(path)
@@ -268,9 +298,9 @@ fn write_text(path: &Path, value: &str) -> Result<(), TenantError> {
         .map_err(|e| classify("write", path, e))
 }
 
-fn read_u64(path: &Path) -> Result<u64, TenantError> {
+fn read_u64(path: &Path) -> Result<u64, CgroupError> {
     let text = read_text(path)?;
-    text.trim().parse().map_err(|_| TenantError::Os {
+    text.trim().parse().map_err(|_| CgroupError::Os {
         op: "parse",
         path: path.display().to_string(),
         source: io::Error::new(
@@ -300,13 +330,13 @@ static NEXT_GROUP: AtomicU64 = AtomicU64::new(0);
 
 impl Controller {
     /// Finds the memory controller from `/proc/self/mountinfo` (or `/proc/mounts`) and `/proc/self/cgroup`.
-    /// [`TenantError::NoCgroup`] says what was found instead when there is none this process can use.
-    pub fn detect() -> Result<Controller, TenantError> {
+    /// [`CgroupError::NoCgroup`] says what was found instead when there is none this process can use.
+    pub fn detect() -> Result<Controller, CgroupError> {
         let mounts = match fs::read_to_string("/proc/self/mountinfo") {
             Ok(text) => text,
             Err(e) => {
                 let text = fs::read_to_string("/proc/mounts").map_err(|_| {
-                    TenantError::NoCgroup(format!(
+                    CgroupError::NoCgroup(format!(
                         "cannot read /proc/self/mountinfo ({e}) nor /proc/mounts: is /proc mounted?"
                     ))
                 })?;
@@ -320,9 +350,9 @@ impl Controller {
         Self::detect_with(&mounts, &Self::read_proc_cgroup()?, Path::new("/"))
     }
 
-    fn read_proc_cgroup() -> Result<String, TenantError> {
+    fn read_proc_cgroup() -> Result<String, CgroupError> {
         fs::read_to_string("/proc/self/cgroup").map_err(|e| {
-            TenantError::NoCgroup(format!(
+            CgroupError::NoCgroup(format!(
                 "cannot read /proc/self/cgroup ({e}): the kernel has no cgroup support, or /proc is not mounted"
             ))
         })
@@ -335,7 +365,7 @@ impl Controller {
         mountinfo: &str,
         proc_cgroup: &str,
         fs_root: &Path,
-    ) -> Result<Controller, TenantError> {
+    ) -> Result<Controller, CgroupError> {
         Self::detect_in(&parse_mountinfo(mountinfo), proc_cgroup, fs_root)
     }
 
@@ -343,11 +373,11 @@ impl Controller {
         mounts: &[CgroupMount],
         proc_cgroup: &str,
         fs_root: &Path,
-    ) -> Result<Controller, TenantError> {
+    ) -> Result<Controller, CgroupError> {
         let memberships = parse_proc_cgroup(proc_cgroup)?;
         let mut notes = Vec::new();
         if mounts.is_empty() {
-            return Err(TenantError::NoCgroup(
+            return Err(CgroupError::NoCgroup(
                 "no cgroup or cgroup2 file system is mounted (the mount table lists none); mount one, e.g. \
                  `mount -t cgroup2 none /sys/fs/cgroup`"
                     .into(),
@@ -440,7 +470,7 @@ impl Controller {
                 dir.display()
             ));
         }
-        Err(TenantError::NoCgroup(notes.join("; ")))
+        Err(CgroupError::NoCgroup(notes.join("; ")))
     }
 
     /// A controller whose own cgroup directory is `dir`, for callers that know where to work (and for tests,
@@ -494,7 +524,7 @@ impl Controller {
     }
 
     /// Whether this process may create, limit and remove groups here: creates a probe group and removes it.
-    pub fn check_access(&self) -> Result<(), TenantError> {
+    pub fn check_access(&self) -> Result<(), CgroupError> {
         let probe = self.create_group("probe")?;
         probe.set_limit(Some(64 << 20))?;
         probe.remove()
@@ -503,7 +533,7 @@ impl Controller {
     /// Creates a group `oversub-LABEL-PID-N` under this process's own memory cgroup (on v2, where that cgroup holds
     /// processes and the memory controller is not enabled for its children, which the kernel then forbids, under
     /// the hierarchy's root instead). It is removed when the returned handle is dropped.
-    pub fn create_group(&self, label: &str) -> Result<Group, TenantError> {
+    pub fn create_group(&self, label: &str) -> Result<Group, CgroupError> {
         check_name(label)?;
         let name = format!(
             "oversub-{label}-{}-{}",
@@ -514,7 +544,7 @@ impl Controller {
             Version::V1 => Group::create(Version::V1, &self.dir, &name),
             Version::V2 => match enable_memory_for_children(&self.dir) {
                 Ok(()) => Group::create(Version::V2, &self.dir, &name),
-                Err(busy @ TenantError::Os { .. }) => {
+                Err(busy @ CgroupError::Os { .. }) => {
                     let root = self.mount_point.clone();
                     if root != self.dir && enable_memory_for_children(&root).is_ok() {
                         tracing::info!(
@@ -525,7 +555,7 @@ impl Controller {
                         );
                         Group::create(Version::V2, &root, &name)
                     } else {
-                        Err(TenantError::NoCgroup(format!(
+                        Err(CgroupError::NoCgroup(format!(
                             "cgroup v2: cannot enable the memory controller for the children of {} ({busy}); the \
                              kernel forbids it while that cgroup holds processes. Run oversub from a cgroup whose \
                              cgroup.subtree_control already lists memory, or as root",
@@ -583,7 +613,7 @@ fn subtree_has_procs(path: &Path) -> bool {
 }
 
 /// A group name must be one path component of printable characters.
-fn check_name(name: &str) -> Result<(), TenantError> {
+fn check_name(name: &str) -> Result<(), CgroupError> {
     let ok = !name.is_empty()
         && name != "."
         && name != ".."
@@ -594,14 +624,14 @@ fn check_name(name: &str) -> Result<(), TenantError> {
     if ok {
         Ok(())
     } else {
-        Err(TenantError::InvalidInput(format!(
+        Err(CgroupError::InvalidInput(format!(
             "a cgroup name must be 1 to 200 letters, digits, '-', '_' or '.', not {name:?}"
         )))
     }
 }
 
 /// v2: makes sure `dir`'s children get the memory controller (writes `+memory` to its `cgroup.subtree_control`).
-fn enable_memory_for_children(dir: &Path) -> Result<(), TenantError> {
+fn enable_memory_for_children(dir: &Path) -> Result<(), CgroupError> {
     let control = dir.join("cgroup.subtree_control");
     let current = read_text(&control)?;
     if current.split_whitespace().any(|c| c == "memory") {
@@ -611,7 +641,7 @@ fn enable_memory_for_children(dir: &Path) -> Result<(), TenantError> {
 }
 
 /// The process IDs in a group (its `cgroup.procs`), not those of its children.
-fn procs_in(path: &Path) -> Result<Vec<i32>, TenantError> {
+fn procs_in(path: &Path) -> Result<Vec<i32>, CgroupError> {
     let text = read_text(&path.join("cgroup.procs"))?;
     Ok(text
         .split_whitespace()
@@ -634,7 +664,7 @@ fn subgroups(path: &Path) -> Vec<PathBuf> {
 
 /// Kills everything in the group `path` and below, waits for it to empty and removes it, children first.
 /// A group that is already gone is fine.
-fn destroy(path: &Path, version: Version) -> Result<(), TenantError> {
+fn destroy(path: &Path, version: Version) -> Result<(), CgroupError> {
     if !path.exists() {
         return Ok(());
     }
@@ -652,7 +682,7 @@ fn destroy(path: &Path, version: Version) -> Result<(), TenantError> {
     loop {
         let procs = match procs_in(path) {
             Ok(p) => p,
-            Err(TenantError::Os { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
+            Err(CgroupError::Os { source, .. }) if source.kind() == io::ErrorKind::NotFound => {
                 return Ok(())
             }
             Err(e) => return Err(e),
@@ -668,7 +698,7 @@ fn destroy(path: &Path, version: Version) -> Result<(), TenantError> {
             }
         }
         if Instant::now() > deadline {
-            return Err(TenantError::Os {
+            return Err(CgroupError::Os {
                 op: "empty",
                 path: path.display().to_string(),
                 source: io::Error::new(
@@ -705,7 +735,7 @@ pub struct Group {
 }
 
 impl Group {
-    fn create(version: Version, parent: &Path, name: &str) -> Result<Group, TenantError> {
+    fn create(version: Version, parent: &Path, name: &str) -> Result<Group, CgroupError> {
         let path = parent.join(name);
         fs::create_dir(&path).map_err(|e| classify("create the cgroup", &path, e))?;
         // From here on the handle owns the directory: any error below drops it, which removes it.
@@ -729,7 +759,7 @@ impl Group {
 
     /// A child group `name` (letters, digits, `-`, `_`, `.`) below this one. On v2 this enables the memory
     /// controller for this group's children first; this group itself must then hold no process.
-    pub fn child(&self, name: &str) -> Result<Group, TenantError> {
+    pub fn child(&self, name: &str) -> Result<Group, CgroupError> {
         check_name(name)?;
         if self.version == Version::V2 {
             enable_memory_for_children(&self.path)?;
@@ -768,7 +798,7 @@ impl Group {
     /// the same limit), so a limited group reclaims instead of swapping. The kernel rounds limits down to whole
     /// pages. Lowering a limit below the current usage makes the kernel reclaim first, and fails (`EBUSY`) when
     /// it cannot.
-    pub fn set_limit(&self, bytes: Option<u64>) -> Result<(), TenantError> {
+    pub fn set_limit(&self, bytes: Option<u64>) -> Result<(), CgroupError> {
         let swap = self.swap_file();
         let has_swap = swap.exists();
         match self.version {
@@ -801,7 +831,7 @@ impl Group {
     }
 
     /// The memory limit as the kernel holds it (`None`: unlimited).
-    pub fn limit(&self) -> Result<Option<u64>, TenantError> {
+    pub fn limit(&self) -> Result<Option<u64>, CgroupError> {
         match self.version {
             Version::V2 => {
                 let path = self.file("memory.max");
@@ -820,7 +850,7 @@ impl Group {
     }
 
     /// Bytes charged to the group now (its processes' memory and the page cache they brought in).
-    pub fn usage(&self) -> Result<u64, TenantError> {
+    pub fn usage(&self) -> Result<u64, CgroupError> {
         read_u64(&self.file(match self.version {
             Version::V1 => "memory.usage_in_bytes",
             Version::V2 => "memory.current",
@@ -828,7 +858,7 @@ impl Group {
     }
 
     /// The most bytes ever charged to the group (`None` on v2 kernels before 5.19, which have no `memory.peak`).
-    pub fn peak(&self) -> Result<Option<u64>, TenantError> {
+    pub fn peak(&self) -> Result<Option<u64>, CgroupError> {
         let path = self.file(match self.version {
             Version::V1 => "memory.max_usage_in_bytes",
             Version::V2 => "memory.peak",
@@ -841,7 +871,7 @@ impl Group {
 
     /// How many times the group was killed by the out-of-memory killer (`oom_kill` of v1 `memory.oom_control` or v2
     /// `memory.events`); `None` where the kernel does not say.
-    pub fn oom_kills(&self) -> Result<Option<u64>, TenantError> {
+    pub fn oom_kills(&self) -> Result<Option<u64>, CgroupError> {
         let path = self.file(match self.version {
             Version::V1 => "memory.oom_control",
             Version::V2 => "memory.events",
@@ -859,7 +889,7 @@ impl Group {
     /// One counter of the group's `memory.stat` (both versions have `workingset_refault_file`: pages of files that
     /// were evicted and read back, the thrashing of the page cache; `pgmajfault`; `file` or `cache` ...). `None`
     /// when the kernel does not show that key.
-    pub fn stat(&self, key: &str) -> Result<Option<u64>, TenantError> {
+    pub fn stat(&self, key: &str) -> Result<Option<u64>, CgroupError> {
         let text = read_text(&self.file("memory.stat"))?;
         Ok(text.lines().find_map(|l| {
             let (k, v) = l.split_once(' ')?;
@@ -868,14 +898,14 @@ impl Group {
     }
 
     /// The IDs of the processes in this group (not in its children).
-    pub fn procs(&self) -> Result<Vec<i32>, TenantError> {
+    pub fn procs(&self) -> Result<Vec<i32>, CgroupError> {
         procs_in(&self.path)
     }
 
     /// Asks the kernel to give back what the group holds (page cache, and anonymous memory to swap where there is
     /// swap), so that nothing charged to it outlives it: v1 `memory.force_empty`, v2 `memory.reclaim` (5.19+).
     /// Best effort: what cannot be reclaimed stays charged.
-    pub fn reclaim(&self) -> Result<(), TenantError> {
+    pub fn reclaim(&self) -> Result<(), CgroupError> {
         match self.version {
             Version::V1 => {
                 let path = self.file("memory.force_empty");
@@ -891,7 +921,7 @@ impl Group {
                         match write_text(&path, &usage.to_string()) {
                             Ok(()) => {}
                             // EAGAIN: not all of it could be reclaimed.
-                            Err(TenantError::Os { source, .. })
+                            Err(CgroupError::Os { source, .. })
                                 if source.raw_os_error() == Some(libc::EAGAIN) => {}
                             Err(e) => return Err(e),
                         }
@@ -906,7 +936,7 @@ impl Group {
     /// calling process", to a `cgroup.procs` descriptor opened here beforehand), so it never runs a single
     /// instruction of the command outside the group. The command is consumed: the hook holds that descriptor's
     /// number, which means nothing once this call returns.
-    pub fn spawn(&self, mut cmd: Command) -> Result<Spawned, TenantError> {
+    pub fn spawn(&self, mut cmd: Command) -> Result<Spawned, CgroupError> {
         let procs_path = self.file("cgroup.procs");
         let procs = fs::OpenOptions::new()
             .write(true)
@@ -927,7 +957,7 @@ impl Group {
         let started = Instant::now();
         let child = cmd.spawn().map_err(|e| {
             if e.kind() == io::ErrorKind::NotFound {
-                TenantError::Os {
+                CgroupError::Os {
                     op: "start",
                     path: format!("{:?}", cmd.get_program()),
                     source: e,
@@ -946,7 +976,7 @@ impl Group {
 
     /// Kills what is left in the group and below, waits for it and removes the group, reporting any failure
     /// (dropping the handle does the same and logs failures).
-    pub fn remove(mut self) -> Result<(), TenantError> {
+    pub fn remove(mut self) -> Result<(), CgroupError> {
         self.removed = true;
         destroy(&self.path, self.version)
     }
@@ -997,8 +1027,8 @@ impl Spawned {
     }
 
     /// Waits for it to exit: its status and its response time.
-    pub fn wait(mut self) -> Result<Exit, TenantError> {
-        let status = self.child.wait().map_err(|e| TenantError::Os {
+    pub fn wait(mut self) -> Result<Exit, CgroupError> {
+        let status = self.child.wait().map_err(|e| CgroupError::Os {
             op: "wait for",
             path: format!("process {}", self.child.id()),
             source: e,
@@ -1211,7 +1241,7 @@ mod tests {
             root.path(),
         )
         .unwrap_err();
-        assert!(matches!(e, TenantError::NoCgroup(_)));
+        assert!(matches!(e, CgroupError::NoCgroup(_)));
         assert!(
             e.to_string()
                 .contains("no cgroup or cgroup2 file system is mounted"),
@@ -1268,7 +1298,7 @@ mod tests {
         let e = Controller::at(Version::V1, PathBuf::from(dir))
             .check_access()
             .unwrap_err();
-        assert!(matches!(e, TenantError::Permission { .. }), "{e}");
+        assert!(matches!(e, CgroupError::Permission { .. }), "{e}");
         println!("PERMISSION-ERROR: {e}");
     }
 
@@ -1285,7 +1315,7 @@ mod tests {
         if fs::create_dir(ro.join("try")).is_err() {
             // Not privileged: the refusal is this process's own.
             let e = Controller::at(Version::V1, &ro).check_access().unwrap_err();
-            assert!(matches!(e, TenantError::Permission { .. }), "{e}");
+            assert!(matches!(e, CgroupError::Permission { .. }), "{e}");
             let text = e.to_string();
             assert!(
                 text.contains("no permission") && text.contains("run as root"),
@@ -1300,7 +1330,7 @@ mod tests {
         use std::os::unix::process::CommandExt as _;
         let out = Command::new(std::env::current_exe().unwrap())
             .args([
-                "cgroup::tests::permission_child",
+                "tasks::cgroup::tests::permission_child",
                 "--exact",
                 "--nocapture",
                 "--test-threads=1",
@@ -1476,10 +1506,10 @@ mod tests {
         let p = Path::new("/sys/fs/cgroup/x");
         for errno in [libc::EACCES, libc::EPERM, libc::EROFS] {
             let e = classify("write", p, io::Error::from_raw_os_error(errno));
-            assert!(matches!(e, TenantError::Permission { .. }), "{e}");
+            assert!(matches!(e, CgroupError::Permission { .. }), "{e}");
             assert!(e.to_string().contains("run as root"), "{e}");
         }
         let e = classify("write", p, io::Error::from_raw_os_error(libc::EBUSY));
-        assert!(matches!(e, TenantError::Os { .. }), "{e}");
+        assert!(matches!(e, CgroupError::Os { .. }), "{e}");
     }
 }

@@ -1,5 +1,5 @@
-//! Which tasks `oversub tasks` runs: `--task NAME:DEMAND:COMMAND`, a `--config` file, or the built-in file I/O
-//! case study.
+//! Which tasks the case study runs: `--task NAME:DEMAND:COMMAND` arguments, a configuration file, or the built-in
+//! file I/O case studies.
 
 use std::collections::HashMap;
 use std::ffi::OsString;
@@ -7,7 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
-use crate::bench::BoxError;
+use super::WorkerCommand;
+use crate::LabError;
 
 /// How a task is started.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -86,7 +87,7 @@ pub fn parse_demand(text: &str) -> Result<u64, String> {
             "demand {text:?} is negative: a demand is the memory a task needs, e.g. 1GiB"
         ));
     }
-    let bytes = oversub_report::parse_size(text).map_err(|e| format!("demand {text:?}: {e}"))?;
+    let bytes = oversub_base::parse_size(text).map_err(|e| format!("demand {text:?}: {e}"))?;
     if bytes == 0 {
         return Err(format!(
             "demand {text:?} is zero: a task needs some memory, e.g. 1GiB"
@@ -176,10 +177,10 @@ struct ConfigTask {
 }
 
 /// Tasks and capacity from a configuration file.
-pub fn load_config(path: &Path) -> Result<(Vec<TaskSpec>, Option<u64>), BoxError> {
+pub fn load_config(path: &Path) -> Result<(Vec<TaskSpec>, Option<u64>), LabError> {
     let text = std::fs::read_to_string(path)
         .map_err(|e| format!("cannot read the task file {}: {e}", path.display()))?;
-    let bad = |what: String| -> BoxError { format!("{}: {what}", path.display()).into() };
+    let bad = |what: String| -> LabError { format!("{}: {what}", path.display()).into() };
     let file: ConfigFile = toml::from_str(&text).map_err(|e| bad(e.to_string()))?;
     if file.task.is_empty() {
         return Err(bad(
@@ -230,21 +231,21 @@ pub fn from_args(args: &[TaskArg]) -> Vec<TaskSpec> {
 /// The paper's real-platform case (Sec. V-C): three tasks that each write a file of `size` bytes and read it back
 /// `passes` times through the page cache, each with a demand of `size`.
 pub fn builtin_file_io(
-    exe: &Path,
+    worker: &WorkerCommand,
     dir: &Path,
     size: u64,
     passes: u32,
     count: usize,
 ) -> Vec<TaskSpec> {
     (1..=count)
-        .map(|i| file_io_task(exe, dir, &format!("T{i}"), size, passes, None))
+        .map(|i| file_io_task(worker, dir, &format!("T{i}"), size, passes, None))
         .collect()
 }
 
 /// Three tasks that differ in size and in compute per byte, so that Alg. 1 can tell them apart: `stream` (a file of
 /// `size`, read 4 times, no compute: pure I/O through the page cache), `compute` (`size`/2, read 3 times, 3 hash
 /// rounds per byte) and `bulk` (1.5 × `size`, read twice, one hash round).
-pub fn builtin_mixed(exe: &Path, dir: &Path, size: u64) -> Vec<TaskSpec> {
+pub fn builtin_mixed(worker: &WorkerCommand, dir: &Path, size: u64) -> Vec<TaskSpec> {
     let half = (size / 2).max(1);
     [
         ("stream", size, 4u32, 0u32),
@@ -252,14 +253,16 @@ pub fn builtin_mixed(exe: &Path, dir: &Path, size: u64) -> Vec<TaskSpec> {
         ("bulk", size + half, 2, 1),
     ]
     .into_iter()
-    .map(|(name, bytes, passes, rounds)| file_io_task(exe, dir, name, bytes, passes, Some(rounds)))
+    .map(|(name, bytes, passes, rounds)| {
+        file_io_task(worker, dir, name, bytes, passes, Some(rounds))
+    })
     .collect()
 }
 
 /// The built-in `file-io` worker as task `name`: a file of `size` in `dir`, read back `passes` times, with
 /// `hash_rounds` of compute per byte when given.
 fn file_io_task(
-    exe: &Path,
+    worker: &WorkerCommand,
     dir: &Path,
     name: &str,
     size: u64,
@@ -267,9 +270,8 @@ fn file_io_task(
     hash_rounds: Option<u32>,
 ) -> TaskSpec {
     let file = dir.join(format!("{name}.dat"));
-    let mut args: Vec<OsString> = vec![
-        "tasks".into(),
-        "worker".into(),
+    let mut args: Vec<OsString> = worker.args.clone();
+    args.extend([
         "file-io".into(),
         "--file".into(),
         file.clone().into_os_string(),
@@ -277,7 +279,7 @@ fn file_io_task(
         size.to_string().into(),
         "--passes".into(),
         passes.to_string().into(),
-    ];
+    ]);
     if let Some(rounds) = hash_rounds {
         args.extend(["--hash-rounds".into(), rounds.to_string().into()]);
     }
@@ -286,7 +288,7 @@ fn file_io_task(
         demand_bytes: size,
         subtasks: 1,
         program: Program::Exec {
-            program: exe.to_path_buf(),
+            program: worker.program.clone(),
             args,
         },
         data_file: Some(file),
@@ -294,7 +296,7 @@ fn file_io_task(
 }
 
 /// Applies `--subtasks NAME=N` and checks names are unique.
-pub fn finish(tasks: &mut [TaskSpec], subtasks: &[(String, u32)]) -> Result<(), BoxError> {
+pub fn finish(tasks: &mut [TaskSpec], subtasks: &[(String, u32)]) -> Result<(), LabError> {
     let mut seen = HashMap::new();
     for (i, t) in tasks.iter().enumerate() {
         if let Some(j) = seen.insert(t.name.clone(), i) {

@@ -1,4 +1,5 @@
-//! CPU helpers of the interference benchmarks: pinning, real-time priority, CPU count and last-level cache size.
+//! CPU facts and scheduling for the experiments: real-time priority, the online CPU count and the last-level
+//! cache size (pinning comes from `oversub_base::cpu`).
 
 use std::io;
 use std::path::Path;

@@ -9,7 +9,7 @@ use oversub_arbiter::{MonotonicClock, Task};
 use serde::{Deserialize, Serialize};
 
 use super::counters::{Counters, Delta};
-use crate::bench::BoxError;
+use crate::LabError;
 
 /// Table 2 of the SiΓ paper, TX1 averages (µs): the proportions the PREM task is tuned to.
 pub const PAPER_TX1_US: (f64, f64, f64) = (444.0, 8784.0, 716.0);
@@ -58,6 +58,16 @@ pub struct PremTask {
     counters: Counters,
 }
 
+impl std::fmt::Debug for PremTask {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PremTask")
+            .field("data_bytes", &self.input.len())
+            .field("compute_reps", &self.compute_reps)
+            .field("rest_fraction", &self.rest_fraction)
+            .finish_non_exhaustive()
+    }
+}
+
 impl PremTask {
     pub fn new(llc_bytes: u64, data_bytes: u64, cpu: usize) -> PremTask {
         // 85% of the LLC holds one iteration's input (3 bytes a pixel) and output (1 byte a pixel).
@@ -66,7 +76,7 @@ impl PremTask {
         let total_pixels = (data_bytes / 3) as usize / pixels * pixels;
         let total_pixels = total_pixels.max(pixels);
         let mut input = vec![0u8; total_pixels * 3];
-        crate::mem::fill_random(&mut input, 0x2545_F491_4F6C_DD1D);
+        crate::harness::fill_random(&mut input, 0x2545_F491_4F6C_DD1D);
         // Every buffer is written once here, so no phase pays for first-touch page faults.
         PremTask {
             input,
@@ -128,7 +138,7 @@ impl PremTask {
         task: Option<(&Task, Announce)>,
         lead: Duration,
         mut tick: impl FnMut(),
-    ) -> Result<Vec<IterationRecord>, BoxError> {
+    ) -> Result<Vec<IterationRecord>, LabError> {
         let per_pass = self.iterations_per_pass();
         let mut records = Vec::with_capacity(iterations);
         if let Some((t, _)) = task {

@@ -23,18 +23,19 @@
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
-use indicatif::ProgressBar;
+use crate::harness::Steps;
 use oversub_accel::HostMemory;
+use oversub_base::sync::{lock, wait};
 use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolConfig};
 use oversub_io::SwapStore;
 use serde::Serialize;
 
-use super::super::BoxError;
-use super::cpu;
-use crate::mem::fill_random;
+use crate::harness::cpu;
+use crate::harness::fill_random;
+use crate::LabError;
 
 /// Bytes of a cache line: the unit thrashers touch and count.
 const LINE_BYTES: u64 = 64;
@@ -110,7 +111,7 @@ pub fn windows(opts: &ThrashOptions) -> u64 {
 
 /// Runs the experiment: one row per kind and thrasher count, in `opts.kinds` order then by count. Advances
 /// `progress` by one per window.
-pub fn run(opts: &ThrashOptions, progress: &ProgressBar) -> Result<Vec<ThrashRow>, BoxError> {
+pub fn run(opts: &ThrashOptions, progress: &Steps<'_>) -> Result<Vec<ThrashRow>, LabError> {
     if opts.max_tasks == 0 {
         return Err("the thrasher count must be at least 1".into());
     }
@@ -220,7 +221,7 @@ struct WindowResult {
 }
 
 impl WindowResult {
-    fn min_bw_mbs(&self) -> Result<f64, BoxError> {
+    fn min_bw_mbs(&self) -> Result<f64, LabError> {
         self.thrasher_bw_mbs
             .iter()
             .copied()
@@ -228,7 +229,7 @@ impl WindowResult {
             .ok_or_else(|| "the window ran no thrasher".into())
     }
 
-    fn paging_mean_s(&self) -> Result<f64, BoxError> {
+    fn paging_mean_s(&self) -> Result<f64, LabError> {
         if self.paging_cycles_s.is_empty() {
             return Err("the paging loop completed no cycle in the window".into());
         }
@@ -254,7 +255,7 @@ impl Ctx {
         kind: ThrashKind,
         tasks: usize,
         pager: Option<&Pager>,
-    ) -> Result<WindowResult, BoxError> {
+    ) -> Result<WindowResult, LabError> {
         let parties = tasks + usize::from(pager.is_some()) + 1;
         let gate = StartGate::new(parties);
         let stop = AtomicBool::new(false);
@@ -262,7 +263,7 @@ impl Ctx {
         let pager_exited = AtomicBool::new(false);
 
         std::thread::scope(|s| {
-            let mut errors: Vec<BoxError> = Vec::new();
+            let mut errors: Vec<LabError> = Vec::new();
             let mut thrashers = Vec::with_capacity(tasks);
             for i in 0..tasks {
                 let (gate, stop) = (&gate, &stop);
@@ -372,7 +373,7 @@ fn bandwidth_mbs(lines: u64, elapsed: Duration) -> f64 {
 
 /// A thrasher's working set, `lines` lines of 8 words, every page touched. Sequential: all words non-zero.
 /// Random-dependent: word 0 of each line holds the word index of the next line of the chain.
-fn build_working_set(kind: ThrashKind, lines: usize, seed: u64) -> Result<Vec<u64>, BoxError> {
+fn build_working_set(kind: ThrashKind, lines: usize, seed: u64) -> Result<Vec<u64>, LabError> {
     match kind {
         ThrashKind::Sequential => alloc_lines(lines),
         ThrashKind::RandomDependent => build_chain(lines, seed),
@@ -381,7 +382,7 @@ fn build_working_set(kind: ThrashKind, lines: usize, seed: u64) -> Result<Vec<u6
 
 /// `lines` lines of words set to 1 (written, so every page is faulted in); an error rather than an abort when the
 /// memory is not there.
-fn alloc_lines(lines: usize) -> Result<Vec<u64>, BoxError> {
+fn alloc_lines(lines: usize) -> Result<Vec<u64>, LabError> {
     let len = lines
         .checked_mul(WORDS_PER_LINE)
         .ok_or("the working set is too large")?;
@@ -393,7 +394,7 @@ fn alloc_lines(lines: usize) -> Result<Vec<u64>, BoxError> {
 
 /// The random-dependent working set: a cyclic linked list through all `lines` lines in a random order, built with
 /// Sattolo's shuffle (which yields a single cycle) from a xorshift generator seeded with `seed`.
-fn build_chain(lines: usize, seed: u64) -> Result<Vec<u64>, BoxError> {
+fn build_chain(lines: usize, seed: u64) -> Result<Vec<u64>, LabError> {
     let mut words = alloc_lines(lines)?;
     // Identity first (line i -> i), then Sattolo: swapping only with earlier positions gives one n-cycle.
     for (i, line) in words.chunks_exact_mut(WORDS_PER_LINE).enumerate() {
@@ -487,7 +488,7 @@ struct Pager {
 }
 
 impl Pager {
-    fn new(bytes: u64, store_dirs: &[PathBuf]) -> Result<Pager, BoxError> {
+    fn new(bytes: u64, store_dirs: &[PathBuf]) -> Result<Pager, LabError> {
         let cap = bytes.next_multiple_of(2 * MIB) + 2 * MIB;
         let store = Arc::new(SwapStore::builder().capacity_bytes(cap).build(store_dirs)?);
         let pool = Pool::new(PoolConfig::new(cap), Arc::new(HostMemory::default()), store)?;
@@ -511,7 +512,7 @@ impl Pager {
     /// Pages the buffer out and in until `stop` is set, counting finished cycles in `done`; returns the time of
     /// every cycle that ended before `stop` was seen (the one that overlaps the stop is dropped, as its end may have
     /// run without the window's thrashers).
-    fn cycle_until(&self, stop: &AtomicBool, done: &AtomicU64) -> Result<Vec<f64>, BoxError> {
+    fn cycle_until(&self, stop: &AtomicBool, done: &AtomicU64) -> Result<Vec<f64>, LabError> {
         let mut cycles = Vec::new();
         loop {
             let t = Instant::now();
@@ -561,24 +562,20 @@ impl StartGate {
         }
     }
 
-    fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
     fn arrive(&self) -> bool {
-        let mut st = self.lock();
+        let mut st = lock(&self.state);
         st.arrived += 1;
         if st.arrived >= self.parties {
             self.cv.notify_all();
         }
         while st.arrived < self.parties && !st.cancelled {
-            st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = wait(&self.cv, st);
         }
         !st.cancelled
     }
 
     fn cancel(&self) {
-        self.lock().cancelled = true;
+        lock(&self.state).cancelled = true;
         self.cv.notify_all();
     }
 }
@@ -661,10 +658,12 @@ mod tests {
             paging_buffer_bytes: 2 * MIB,
             store_dirs: vec![std::env::temp_dir()],
         };
-        let bar = ProgressBar::hidden();
-        bar.set_length(windows(&opts));
-        let rows = run(&opts, &bar).unwrap();
-        assert_eq!(bar.position(), windows(&opts));
+        let calls = std::sync::atomic::AtomicU64::new(0);
+        let count = |_: &str| {
+            calls.fetch_add(1, Ordering::Relaxed);
+        };
+        let rows = run(&opts, &Steps::new(&count)).unwrap();
+        assert_eq!(calls.load(Ordering::Relaxed), windows(&opts));
         assert_eq!(rows.len(), 2);
         assert_eq!(rows[0].kind, "sequential");
         assert_eq!(rows[1].kind, "random");
@@ -691,6 +690,6 @@ mod tests {
             paging_buffer_bytes: MIB,
             store_dirs: vec![std::env::temp_dir()],
         };
-        assert!(run(&opts, &ProgressBar::hidden()).is_err());
+        assert!(run(&opts, &Steps::hidden()).is_err());
     }
 }

@@ -1,33 +1,20 @@
 //! `oversub bench interference`: how much paging and copies slow CPU tasks that thrash DRAM (the paper's Sec. V-C,
 //! Figs. 14-15), and how the SiΓ arbiter removes that interference for PREM tasks (SiΓ Figs. 5-8).
 
-pub mod cpu;
-pub mod prem;
-pub mod thrash;
-
 use std::path::PathBuf;
 use std::time::Duration;
 
-use clap::{Args, ValueEnum};
+use clap::Args;
+use oversub_lab::interference::{
+    self as lab, prem, InterferenceOptions, InterferenceReport as Report, InterfererKind, Part,
+    Placement, PremResult, PremTaskCommand, ThrashRow,
+};
 use oversub_report::{text_table, BarChart, BarSeries, BoxPlot, BoxSeries};
-use serde::Serialize;
 
-use super::BoxError;
-use prem::{InterfererKind, Placement, PremOptions, PremResult, StarvationRow};
-use thrash::{ThrashKind, ThrashOptions, ThrashRow};
+use crate::error::BoxError;
 
 fn parse_duration_arg(s: &str) -> Result<Duration, String> {
     oversub_arbiter::parse_duration(s).map_err(|e| e.to_string())
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Part {
-    /// Both experiments.
-    All,
-    /// Paging vs DRAM-thrashing tasks (Figs. 14-15).
-    Thrashing,
-    /// A PREM task vs transfers, alone / interfered / arbitrated, and the starvation curve (SiΓ Figs. 5-8).
-    Prem,
 }
 
 #[derive(Debug, Args)]
@@ -90,133 +77,43 @@ pub struct InterferenceArgs {
     data: u64,
 }
 
-#[derive(Debug, Serialize)]
-struct Machine {
-    cpus: usize,
-    llc_bytes: u64,
-    virtual_machine: bool,
-}
-
-#[derive(Debug, Serialize)]
-struct Report {
-    machine: Machine,
-    thrashing: Vec<ThrashRow>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    prem: Option<PremResult>,
-    starvation: Vec<StarvationRow>,
+impl InterferenceArgs {
+    fn options(&self) -> Result<InterferenceOptions, BoxError> {
+        Ok(InterferenceOptions {
+            quick: self.quick,
+            part: self.part,
+            store: self.store.clone(),
+            measure: self.measure,
+            paging_buffer: self.paging_buffer,
+            llc: self.llc,
+            iterations: self.iterations,
+            placement: self.placement.clone(),
+            interferers: self.interferers.clone(),
+            rounds: self.rounds,
+            trace: self.trace.clone(),
+            data: self.data,
+            // The PREM task's own process is this binary again, as the hidden `bench prem-task`.
+            prem_task: Some(PremTaskCommand {
+                program: std::env::current_exe()?,
+                args: vec!["bench".into(), "prem-task".into()],
+            }),
+        })
+    }
 }
 
 pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
-    let cpus = cpu::online_cpus();
-    if cpus < 2 {
-        return Err("the interference benchmarks need at least two CPUs (one for the tasks, one for paging)".into());
-    }
-    let llc = match args.llc.or_else(cpu::last_level_cache_bytes) {
-        Some(l) if l > 0 => l,
-        _ => {
-            tracing::warn!("last-level cache size unknown; assuming 8 MiB (give --llc)");
-            8 << 20
-        }
-    };
-    if args.paging_buffer < 4096 {
-        return Err("--paging-buffer must be at least 4KiB".into());
-    }
-    if args.data < (1 << 20) {
-        return Err("--data must be at least 1MiB".into());
-    }
-    if args.iterations == Some(0) {
-        return Err("--iterations must be at least 1".into());
-    }
-    if args.placement.is_empty() || args.interferers.is_empty() {
-        return Err("--placement and --interferers need at least one value each".into());
-    }
-    let store_dirs = if args.store.is_empty() {
-        vec![std::env::temp_dir()]
-    } else {
-        args.store.clone()
-    };
-    if let Some(d) = store_dirs.iter().find(|d| !d.is_dir()) {
-        return Err(format!("--store {} is not a directory", d.display()).into());
-    }
+    let opts = args.options()?;
+    opts.check()?;
     if let Some(dir) = &args.plot {
         std::fs::create_dir_all(dir)?;
     }
-    let virtual_machine = std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|c| {
-        c.lines()
-            .any(|l| l.starts_with("flags") && l.contains(" hypervisor"))
-    });
-    let measure = args
-        .measure
-        .unwrap_or(Duration::from_secs(if args.quick { 1 } else { 5 }));
-
-    let thrash_opts = ThrashOptions {
-        kinds: vec![ThrashKind::Sequential, ThrashKind::RandomDependent],
-        max_tasks: cpus - 1,
-        working_set_bytes: 4 * llc,
-        measure,
-        paging_buffer_bytes: args.paging_buffer,
-        store_dirs: store_dirs.clone(),
-    };
-    let gc_ratios: Vec<f64> = if args.quick {
-        vec![0.1, 0.3, 0.5, 0.7, 0.9, 1.1, 1.5, 2.0]
-    } else {
-        (1..=20).map(|i| i as f64 / 10.0).collect()
-    };
-    let prem_opts = PremOptions {
-        llc_bytes: llc,
-        data_bytes: args.data,
-        iterations: args
-            .iterations
-            .unwrap_or(if args.quick { 150 } else { 1350 }),
-        placements: dedup(&args.placement),
-        interferers: dedup(&args.interferers),
-        trace: args.trace.clone(),
-        rounds: args
-            .rounds
-            .unwrap_or(if args.quick { 3 } else { 10 })
-            .max(1),
-        paging_buffer_bytes: args.paging_buffer,
-        copy_bytes: if args.quick { 32 << 20 } else { 100_000_000 },
-        store_dirs,
-        task_cpu: 0,
-        interferer_cpu: cpus - 1,
-        gc_ratios,
-        starvation_iterations: if args.quick { 4 } else { 12 },
-    };
-    let do_thrash = matches!(args.part, Part::All | Part::Thrashing);
-    let do_prem = matches!(args.part, Part::All | Part::Prem);
-    let total = if do_thrash {
-        thrash::windows(&thrash_opts)
-    } else {
-        0
-    } + if do_prem { prem::steps(&prem_opts) } else { 0 };
-    let bar = crate::progress_bar(total, "interference", "", false);
-
-    let thrashing = if do_thrash {
-        bar.set_message("DRAM thrashers vs paging");
-        thrash::run(&thrash_opts, &bar)?
-    } else {
-        Vec::new()
-    };
-    let (prem, starvation) = if do_prem {
-        bar.set_message("PREM task vs transfers");
-        let (p, s) = prem::run(&prem_opts, &bar)?;
-        (Some(p), s)
-    } else {
-        (None, Vec::new())
-    };
+    let bar = crate::progress_bar(lab::steps(&opts), "interference", "", false);
+    let report = lab::run(&opts, &|stage: &str| {
+        bar.inc(1);
+        bar.set_message(stage.to_string());
+    })?;
     bar.finish_and_clear();
 
-    let report = Report {
-        machine: Machine {
-            cpus,
-            llc_bytes: llc,
-            virtual_machine,
-        },
-        thrashing,
-        prem,
-        starvation,
-    };
     print_report(&report);
     if let Some(path) = &args.json {
         std::fs::write(path, serde_json::to_string_pretty(&report)?)?;
@@ -229,14 +126,10 @@ pub fn run(args: InterferenceArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn dedup<T: PartialEq + Copy>(v: &[T]) -> Vec<T> {
-    let mut out = Vec::new();
-    for &x in v {
-        if !out.contains(&x) {
-            out.push(x);
-        }
-    }
-    out
+/// `oversub bench prem-task`: the PREM task's own process, spoken to on stdin and stdout.
+pub fn serve_prem_task(args: lab::PremTaskOptions) -> Result<(), BoxError> {
+    lab::serve_prem_task(&args, std::io::stdin().lock(), std::io::stdout())?;
+    Ok(())
 }
 
 fn pct_change(base: f64, with: f64) -> String {
