@@ -10,18 +10,7 @@ use common::*;
 use oversub_core::{AddressSpace, Buffer, BufferFlags, BufferState, PagerError};
 use proptest::prelude::*;
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use oversub_base::rng::Rng;
 
 fn expected_ok_or_refused(r: Result<(), PagerError>) {
     match r {
@@ -67,7 +56,7 @@ fn random_threads(engine: Arc<dyn oversub_io::IoEngine>) {
         .map(|t| {
             let bufs = Arc::clone(&bufs);
             std::thread::spawn(move || {
-                let mut rng = Rng(0x1234_5678 + t as u64 * 7919);
+                let mut rng = Rng::new(0x1234_5678 + t as u64 * 7919);
                 // version[i] for the buffers this thread owns (i % THREADS == t): only owners write.
                 let mut version = vec![0u64; BUFFERS];
                 for _ in 0..300 {

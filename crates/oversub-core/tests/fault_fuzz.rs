@@ -116,18 +116,7 @@ struct Config {
     staging: bool,
 }
 
-struct Rng(u64);
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
-}
+use oversub_base::rng::Rng;
 
 /// What the model knows of one buffer.
 struct Model {
@@ -250,7 +239,7 @@ fn check_accounting(pool: &Pool, space: &AddressSpace, models: &BTreeMap<u64, Mo
 fn fuzz_one(engine: Arc<dyn IoEngine>, config: Config, seed: u64, ops: usize) -> u64 {
     let (pool, faulty) = build(engine, config, seed);
     let space = pool.address_space();
-    let mut rng = Rng(seed | 1);
+    let mut rng = Rng::new(seed | 1);
     let mut models: BTreeMap<u64, Model> = BTreeMap::new();
     let mut next_id = 0u64;
     // Tickets in flight, with the model entry they belong to and whether the buffer was freed meanwhile.
@@ -392,7 +381,7 @@ fn fuzz_one(engine: Arc<dyn IoEngine>, config: Config, seed: u64, ops: usize) ->
                 let len = m.bytes.len() as u64;
                 let off = rng.below(len);
                 let n = 1 + rng.below((len - off).min(300 << 10));
-                let data = pattern(rng.next(), n as usize);
+                let data = pattern(rng.next_u64(), n as usize);
                 let direct = m.out;
                 let mut result = if direct {
                     space.write_direct(m.buffer, off, &data)
@@ -557,7 +546,7 @@ fn frees_racing_operations_from_several_threads_leak_nothing() {
             for t in 0..4u64 {
                 let space = space.clone();
                 scope.spawn(move || {
-                    let mut rng = Rng(0x1234 + t);
+                    let mut rng = Rng::new(0x1234 + t);
                     let mut mine: Vec<Buffer> = Vec::new();
                     for _ in 0..ops {
                         match rng.below(7) {

@@ -153,15 +153,6 @@ impl Tree {
     }
 }
 
-/// splitmix64: a small, good generator so runs are reproducible without a dependency.
-pub(crate) fn splitmix(state: &mut u64) -> u64 {
-    *state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
-    let mut z = *state;
-    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
-    z ^ (z >> 31)
-}
-
 fn run(tree: &mut Tree, keys: &[usize]) -> Result<f64, ProbeError> {
     let levels = tree.levels.clone();
     let words = tree.map.words_mut();
@@ -194,9 +185,9 @@ pub fn measure(
             "the B+-tree probe needs at least one lookup".into(),
         ));
     }
-    let mut rng = opts.seed;
+    let mut rng = oversub_base::rng::Rng::new(opts.seed);
     let unsorted: Vec<usize> = (0..opts.lookups)
-        .map(|_| 2 * (splitmix(&mut rng) % opts.keys.max(1) as u64) as usize + 1)
+        .map(|_| 2 * rng.below(opts.keys.max(1) as u64) as usize + 1)
         .collect();
     let mut sorted = unsorted.clone();
     sorted.sort_unstable();

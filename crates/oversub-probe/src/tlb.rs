@@ -179,12 +179,13 @@ impl Chains {
         let mut starts = Vec::with_capacity(chains);
         // The slots are visited in a random order: a stride prefetcher that learns the pattern would fetch the
         // next line, and walk the page table for it, ahead of the dependent load, hiding the very miss we time.
-        let mut rng = 0x5EED_u64 ^ (chains as u64) << 32 ^ stride as u64;
+        let mut rng =
+            oversub_base::rng::Rng::new(0x5EED_u64 ^ (chains as u64) << 32 ^ stride as u64);
         let mut order: Vec<usize> = (0..accesses).collect();
         for c in 0..chains {
             let base = c * span / WORD;
             for i in (1..accesses).rev() {
-                let j = (crate::btree::splitmix(&mut rng) % (i as u64 + 1)) as usize;
+                let j = rng.below(i as u64 + 1) as usize;
                 order.swap(i, j);
             }
             for (i, &slot) in order.iter().enumerate() {
