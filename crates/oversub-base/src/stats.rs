@@ -15,6 +15,12 @@ pub fn median(samples: &[f64]) -> Option<f64> {
     })
 }
 
+/// [`median`] for tables and reports: NaN when there is no median (no samples, or a NaN among them), so a
+/// missing figure shows as NaN rather than being dropped.
+pub fn median_or_nan(samples: &[f64]) -> f64 {
+    median(samples).unwrap_or(f64::NAN)
+}
+
 /// Median of integer samples (the lower middle one for an even count, so the result is one of the samples);
 /// `None` when there are none.
 pub fn median_u64(samples: &[u64]) -> Option<u64> {

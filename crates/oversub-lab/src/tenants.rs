@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_base::format_bytes;
-use oversub_base::stats::median as median_of;
+use oversub_base::stats::median_or_nan;
 use oversub_base::sync::lock;
 use oversub_core::{
     AddressSpace, AlphaRule, Buffer, BufferFlags, PagerError, Pool, PoolConfig, TenantConfig,
@@ -493,8 +493,7 @@ pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsRepor
 
 /// The median of the samples, NaN when there are none.
 fn median(values: impl Iterator<Item = f64>) -> f64 {
-    let v: Vec<f64> = values.collect();
-    median_of(&v).unwrap_or(f64::NAN)
+    median_or_nan(&values.collect::<Vec<_>>())
 }
 
 /// The median of byte counts, as the f64 median (the mean of the middle two for an even count) truncated.

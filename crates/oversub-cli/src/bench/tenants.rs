@@ -114,10 +114,6 @@ pub fn run(args: TenantsArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn median(values: &[f64]) -> f64 {
-    oversub_base::stats::median(values).unwrap_or(f64::NAN)
-}
-
 fn print_report(r: &Report) {
     println!(
         "{} tenants x {} in {} buffers, pool {} ({:.2}x oversubscribed), {} rounds, median of {}; priorities {}",
@@ -205,7 +201,7 @@ fn print_report(r: &Report) {
         println!(
             "top tenant {}: alone (cold) {:.3} s; slowdown with FIFO I/O {:.3}x ({:.3}-{:.3})",
             p.tenant,
-            median(&p.alone_cold_s),
+            oversub_base::stats::median_or_nan(&p.alone_cold_s),
             p.slowdown_fifo,
             p.slowdown_fifo_range.0,
             p.slowdown_fifo_range.1,

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use oversub_base::format_bytes;
-use oversub_base::stats::median as median_of;
+use oversub_base::stats::median_or_nan;
 use oversub_tenants::priority::{self, Contention, Ranking};
 use oversub_tenants::swap::{self, AlphaRule, Plan};
 use oversub_tenants::TenantError;
@@ -264,10 +264,6 @@ fn mem_total() -> Option<u64> {
     kb.checked_mul(1024)
 }
 
-fn median(samples: &[f64]) -> f64 {
-    median_of(samples).unwrap_or(f64::NAN)
-}
-
 /// The middle sample, the upper of the two middle ones for an even count (the report's rule for peaks and
 /// refaults, kept so their figures do not change); `None` when any sample is missing or there are none.
 fn upper_middle(samples: &[Option<u64>]) -> Option<u64> {
@@ -431,8 +427,8 @@ pub fn run(args: &TasksOptions, progress: Progress<'_>) -> Result<TasksReport, L
             .map(|(t, s)| {
                 Contention::new(
                     t.name.clone(),
-                    median(&s.alone_s),
-                    median(&s.together_s),
+                    median_or_nan(&s.alone_s),
+                    median_or_nan(&s.together_s),
                     t.subtasks,
                 )
             })
@@ -505,8 +501,8 @@ pub fn run(args: &TasksOptions, progress: Progress<'_>) -> Result<TasksReport, L
         .map(|i| {
             let q = quota(i);
             let s = &samples[i];
-            let default_s = median(&s.default_s);
-            let planned_s = median(&s.planned_s);
+            let default_s = median_or_nan(&s.default_s);
+            let planned_s = median_or_nan(&s.planned_s);
             TaskReport {
                 name: tasks[i].name.clone(),
                 command: tasks[i].program.display(),
@@ -521,8 +517,8 @@ pub fn run(args: &TasksOptions, progress: Progress<'_>) -> Result<TasksReport, L
                 alpha: q.alpha,
                 planned_resident_bytes: q.resident_limit_bytes,
                 limit_bytes: limits[i],
-                alone_s: measured.then(|| median(&s.alone_s)),
-                together_s: measured.then(|| median(&s.together_s)),
+                alone_s: measured.then(|| median_or_nan(&s.alone_s)),
+                together_s: measured.then(|| median_or_nan(&s.together_s)),
                 default_s,
                 planned_s,
                 change_s: planned_s - default_s,
