@@ -5,12 +5,16 @@
 //!
 //! - [`harness`]: what measurements share (cache drop, `O_DIRECT` files, the raw io_uring limit, CPU pinning,
 //!   aligned and anonymous memory, the RNG, the median).
+//! - [`paging`]: `oversub bench paging`, on host memory and on a CUDA GPU.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+mod error;
 pub mod harness;
+pub mod paging;
 
+pub use error::LabError;
 pub use harness::{no_progress, Progress};

@@ -49,12 +49,14 @@ use oversub_io::{Direction, IoEngine, SwapStore, UringEngine};
 use oversub_report::{format_bytes, text_table, BoxPlot, BoxSeries, Summary};
 use serde::Serialize;
 
-use super::paging::{
-    raw_transfer, resolve_store, rw_all, wait_complete, CacheDrop, Fd, PagerIo, PagingArgs,
-    RemoveOnDrop,
-};
+use oversub_lab::harness::cache::CacheDrop;
+use oversub_lab::harness::direct::{resolve_store, rw_all, Fd, RemoveOnDrop};
+use oversub_lab::harness::memory::{fill_random, Mapping};
+use oversub_lab::harness::raw_io::raw_transfer;
+use oversub_lab::paging::PagerIo;
+
+use super::paging::{pager_io_line, PagingArgs};
 use super::BoxError;
-use crate::mem::{fill_random, Mapping};
 
 const MIB: u64 = 1 << 20;
 /// Seed of the random fill of the paged buffers.
@@ -252,7 +254,7 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
     if !direct {
         tracing::warn!("the store refuses O_DIRECT: the store baselines run buffered too");
     }
-    let cache = CacheDrop::choose(args.cache_drop)?;
+    let cache = CacheDrop::choose(args.cache_drop.into())?;
 
     // Two pools on the same device and store: one pages to the store, the other to its host tier.
     let device: Arc<dyn DeviceMemory> = Arc::clone(&memory) as Arc<dyn DeviceMemory>;
@@ -475,7 +477,8 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
             let fd = Fd::open(&path, libc::O_RDONLY | direct_flag)?;
             cache.apply(fd.0)?;
             let t = Instant::now();
-            rw_all(fd.0, raw_buf.as_ptr(), io_len, false)?;
+            // SAFETY: raw_buf is io_len bytes long and borrowed for the call.
+            unsafe { rw_all(fd.0, raw_buf.as_ptr(), io_len, false) }?;
             baselines.htod(&raw_buf.as_mut_slice()[..size])?;
             push("naive_read_copy", t.elapsed());
         }
@@ -534,7 +537,7 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
         println!("unified_memory: not measured ({why})");
     }
     let pager_io = PagerIo::from(store.engine().counters());
-    println!("pager I/O: {pager_io}");
+    println!("pager I/O: {}", pager_io_line(&pager_io));
 
     let report = Report {
         device: "cuda",
@@ -580,6 +583,14 @@ pub(super) fn run(args: PagingArgs) -> Result<(), BoxError> {
     space.free(buffer)?;
     tier_space.free(tier_buffer)?;
     Ok(())
+}
+
+/// Polls until the I/O side reports completion, then waits a little more so `finish` measures only its own work.
+fn wait_complete(done: impl Fn() -> bool) {
+    while !done() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    std::thread::sleep(Duration::from_millis(20));
 }
 
 /// Opens or creates the store as the host backend does.
