@@ -68,3 +68,9 @@ impl LabError {
         }
     }
 }
+
+impl From<oversub_accel::cuda::DriverError> for LabError {
+    fn from(e: oversub_accel::cuda::DriverError) -> Self {
+        LabError::Accel(e.into())
+    }
+}

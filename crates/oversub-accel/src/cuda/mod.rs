@@ -13,6 +13,7 @@ mod cudarc_driver;
 pub mod cufile;
 mod driver;
 pub mod loading;
+pub mod managed;
 mod memory;
 pub mod spin;
 pub mod testing;

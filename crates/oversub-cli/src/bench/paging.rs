@@ -219,14 +219,13 @@ pub fn run(args: PagingArgs) -> Result<(), BoxError> {
     if args.peers {
         return run_peers(&args);
     }
-    if args.device == DeviceKind::Cuda {
-        return super::paging_cuda::run(args);
-    }
     let bars = Bars::default();
     let report = oversub_lab::paging::run(&args.options(), &|e| bars.show(e))?;
     bars.clear();
     match report {
         PagingReport::Host(report) => render_host(&args, &report),
+        PagingReport::Cuda(report) => super::paging_cuda::render(&args, &report),
+        _ => Err("a paging report of a device this command does not know".into()),
     }
 }
 

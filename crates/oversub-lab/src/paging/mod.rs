@@ -2,6 +2,7 @@
 //! ([`host`]) or a CUDA GPU ([`cuda`]). [`run`] takes [`PagingOptions`], tells its caller what it does through
 //! [`PagingEvent`]s and returns a [`PagingReport`] whose JSON is what `--json` writes.
 
+pub mod cuda;
 pub mod host;
 
 use std::path::PathBuf;
@@ -14,6 +15,7 @@ use serde::Serialize;
 use crate::harness::cache::CacheDropMode;
 use crate::LabError;
 
+pub use cuda::CudaPagingReport;
 pub use host::HostPagingReport;
 
 pub(crate) const MIB: u64 = 1 << 20;
@@ -132,9 +134,12 @@ pub fn no_events(_: PagingEvent<'_>) {}
 /// The report of either device; serializes as the device's own report (the JSON of `--json`).
 #[derive(Debug, Serialize)]
 #[serde(untagged)]
+#[non_exhaustive]
 pub enum PagingReport {
     /// `device = host`.
     Host(HostPagingReport),
+    /// `device = cuda`.
+    Cuda(CudaPagingReport),
 }
 
 /// Runs the experiment `opts` describe.
@@ -151,9 +156,7 @@ pub fn run(opts: &PagingOptions, progress: PagingProgress<'_>) -> Result<PagingR
     }
     match opts.device {
         PagingDevice::Host => host::run(opts, progress).map(PagingReport::Host),
-        PagingDevice::Cuda => Err(LabError::InvalidOption(
-            "--device cuda runs in the CLI still".into(),
-        )),
+        PagingDevice::Cuda => cuda::run(opts, progress).map(PagingReport::Cuda),
     }
 }
 
