@@ -19,6 +19,9 @@ pub mod spin;
 pub mod testing;
 mod vmm;
 
+/// The bindings themselves, for code that launches its own kernels (the probe's GPU measurements): through this
+/// crate, so there is one version of them and one loader.
+pub use cudarc;
 pub use cudarc_driver::CudarcDriver;
 pub use driver::{
     CudaDriver, DeviceAddr, DeviceInfo, DriverError, EventHandle, PhysHandle, StreamHandle,
