@@ -41,6 +41,7 @@ from ._oversub import (
 from .errors import *  # noqa: F401,F403  (the exception classes, also as oversub.<Name>)
 from .errors import Error
 from .frames import to_dataframe
+from .lab import probe, write_profile
 
 __all__ = [
     "Pool",
@@ -57,6 +58,8 @@ __all__ = [
     "sim_uvm",
     "sim_swap",
     "to_dataframe",
+    "probe",
+    "write_profile",
     "Error",
     "errors",
     "__version__",

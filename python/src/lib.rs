@@ -7,6 +7,7 @@
 
 mod dlpack;
 mod errors;
+mod lab;
 mod pager;
 mod slots;
 mod studies;
@@ -23,6 +24,7 @@ fn _oversub(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pager::register(m)?;
     studies::register(m)?;
     slots::register(m)?;
+    lab::register(m)?;
     Ok(())
 }
 
