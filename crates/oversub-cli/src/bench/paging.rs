@@ -1,10 +1,7 @@
-//! `oversub bench paging`: the throughput and overhead experiment of the paper's Secs. V-A and V-B.
-//!
-//! Each sample times, on the same store and the same bytes: oversub's synchronous page-out and page-in, its async
-//! calls (start and finish separately, with the I/O left to complete in between), a single `O_DIRECT` `read()` /
-//! `O_DIRECT|O_SYNC` `write()`, demand paging through `mmap` (minus the same walk over resident memory), and the raw
-//! limit of the store (io_uring, queue depth 32, 1 MiB requests, preallocated memory). The page cache is dropped
-//! before every timed operation.
+//! `oversub bench paging`: the throughput and overhead experiment of the paper's Secs. V-A and V-B. The
+//! measurement is `oversub_lab::paging` (what each sample times is described there); this module parses the flags
+//! into its options, draws its progress, prints the tables and writes the JSON and plots of its report, and hands
+//! `--peers` to the Python lab.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
