@@ -40,5 +40,7 @@ def write_profile(results_or_profile: dict[str, Any], path: str | os.PathLike) -
 
     from .._oversub import lab_write_profile
 
-    profile = results_or_profile.get("profile", results_or_profile)
+    # A profile has a "profile" table of its own (its [profile] header): results are told apart by their notes.
+    is_results = "profile_notes" in results_or_profile
+    profile = results_or_profile["profile"] if is_results else results_or_profile
     lab_write_profile(json.dumps(profile), os.fspath(path))
