@@ -42,6 +42,7 @@ from .errors import *  # noqa: F401,F403  (the exception classes, also as oversu
 from .errors import Error
 from .frames import to_dataframe
 from .records import BufferInfo, BufferState, PoolStats
+from .lab import probe, write_profile
 
 __all__ = [
     "Pool",
@@ -61,6 +62,8 @@ __all__ = [
     "PoolStats",
     "BufferInfo",
     "BufferState",
+    "probe",
+    "write_profile",
     "Error",
     "errors",
     "__version__",

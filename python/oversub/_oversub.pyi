@@ -341,3 +341,35 @@ def sim_swap(
     """The contention-aware swap-space simulator: scenarios, summaries (as ``oversub sim swap``)."""
 
 def _rust_paging_loop(buffers: list[Buffer], rounds: int) -> tuple[float, int]: ...
+
+# The lab (oversub_lab), called through oversub.lab.paging(...), oversub.probe(...) and oversub.write_profile(...).
+def lab_paging(
+    size: int | str,
+    samples: int,
+    store: list[str],
+    engine: str,
+    device: str,
+    *,
+    max_io: int | str | None = None,
+    queue_depth: int = 32,
+    cache_drop: str = "auto",
+    release: str = "recycle",
+    checksums: bool = True,
+    stripe_bytes: int | str | None = None,
+    io_auto: bool = False,
+    io_profile: _StrPath | None = None,
+    force_store: bool = False,
+    gpu: int = 0,
+    staging_chunk: int | str | None = None,
+    staging_chunks: int = 8,
+    pageable_staging: bool = False,
+    skip_unified: bool = False,
+    cufile: bool = True,
+) -> dict[str, Any]: ...
+def lab_probe(
+    quick: bool = True,
+    only: list[str] | None = None,
+    skip: list[str] | None = None,
+    dir: _StrPath | None = None,
+) -> dict[str, Any]: ...
+def lab_write_profile(profile_json: str, path: _StrPath) -> None: ...

@@ -9,6 +9,7 @@
 mod dlpack;
 mod errors;
 mod handle;
+mod lab;
 mod pager;
 mod slots;
 mod studies;
@@ -25,6 +26,7 @@ fn _oversub(m: &Bound<'_, PyModule>) -> PyResult<()> {
     pager::register(m)?;
     studies::register(m)?;
     slots::register(m)?;
+    lab::register(m)?;
     Ok(())
 }
 

@@ -75,3 +75,44 @@ def test_pool_io_auto_calibrates_the_store(tmp_path):
     assert oversub.Pool("8MiB", store=str(tmp_path)).io_point["source"] == "default"
     with pytest.raises(ValueError, match="io must be"):
         oversub.Pool("8MiB", store=str(tmp_path), io="fast")
+
+
+# oversub.lab.paging(...): `oversub bench paging` itself (the Rust measurement), its report as a dict.
+
+
+def test_lab_paging_is_callable_and_reports_like_the_command(tmp_path):
+    import oversub
+    import oversub.lab
+
+    report = oversub.lab.paging("16MiB", 2, store=tmp_path, cache_drop="fadvise")
+    assert report["size_bytes"] == 16 << 20 and report["samples"] == 2
+    for name in ("oversub_page_in", "oversub_page_out", "direct_read", "raw_limit_read", "unchecked_page_in"):
+        assert report["results"][name]["count"] == 2, name
+        assert len(report["samples_s"][name]) == 2
+    assert report["members"] == 1 and report["stripe_sweep"] == []
+    assert report["ratios"]
+    assert list(tmp_path.iterdir()) == []  # its store file is gone
+    assert paging.bench is not None and callable(oversub.lab.paging)
+
+
+def test_lab_paging_refuses_bad_options(tmp_path):
+    import oversub
+
+    with pytest.raises(ValueError, match="--samples"):
+        oversub.lab.paging("16MiB", 0, store=tmp_path)
+    with pytest.raises(ValueError, match="engine"):
+        oversub.lab.paging("16MiB", 1, store=tmp_path, engine="warp")
+
+
+def test_probe_and_write_profile(tmp_path):
+    import oversub
+
+    results = oversub.probe(only=["copy", "storage"], dir=tmp_path)
+    assert results["quick"] is True and results["copy"]["median_bytes_per_s"] > 0
+    assert "profile" in results and isinstance(results["profile_notes"], list)
+    out = tmp_path / "profile.toml"
+    oversub.write_profile(results, out)
+    text = out.read_text()
+    assert "[profile]" in text
+    oversub.write_profile(results["profile"], tmp_path / "again.toml")
+    assert (tmp_path / "again.toml").read_text() == text

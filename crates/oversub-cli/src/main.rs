@@ -8,7 +8,6 @@ use clap::{Parser, Subcommand};
 mod arbiter;
 mod bench;
 mod error;
-mod mem;
 mod probe;
 mod sched;
 mod sim;

@@ -4,48 +4,17 @@
 
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Instant;
 
-use clap::{Args, ValueEnum};
-use oversub_probe::{btree, copy, fault, gpu, shootdown, storage, system, tlb};
-use oversub_profile::{Cpu, Meta, Profile, Storage, StoragePoint, SwapMachine, Uvm, VERSION};
+use clap::Args;
+use oversub_lab::profile::{measure, to_profile, ProbeName, ProbePlan, ProbeResults, ALL_PROBES};
+use oversub_probe::system;
+use oversub_profile::VERSION;
 use oversub_report::{
     format_bytes, format_seconds, text_table, text_table_left, BarChart, BarSeries,
 };
-use serde::Serialize;
 
 use crate::bench::paging::EngineArg;
-use crate::bench::BoxError;
-
-/// The probes, by name.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ProbeName {
-    /// TLB-miss latency (64 B vs 4 KiB stride), with huge pages, and against misses in flight.
-    Tlb,
-    /// Page-fault latency and throughput against concurrency: soft faults and userfaultfd.
-    Faults,
-    /// TLB shootdowns by mprotect and munmap.
-    Shootdown,
-    /// Sorted vs unsorted B+-tree lookups on 4 KiB and 2 MiB pages.
-    Btree,
-    /// memcpy bandwidth.
-    Copy,
-    /// Direct read/write bandwidth of the store by block size and queue depth.
-    Storage,
-    /// GPU copies, managed-memory faults, prefetch, virtual-memory map/unmap, preemption (needs CUDA).
-    Gpu,
-}
-
-const ALL: [ProbeName; 7] = [
-    ProbeName::Tlb,
-    ProbeName::Faults,
-    ProbeName::Shootdown,
-    ProbeName::Btree,
-    ProbeName::Copy,
-    ProbeName::Storage,
-    ProbeName::Gpu,
-];
+use crate::error::BoxError;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -97,66 +66,10 @@ pub struct ProbeArgs {
     no_progress: bool,
 }
 
-/// Everything measured, for `--json`.
-#[derive(Debug, Default, Serialize)]
-struct Report {
-    system: Option<system::SystemInfo>,
-    quick: bool,
-    wall_s: f64,
-    tlb: Option<tlb::TlbResults>,
-    faults: Option<fault::FaultResults>,
-    shootdown: Option<Vec<shootdown::ShootdownPoint>>,
-    btree: Option<btree::BtreeResults>,
-    copy: Option<copy::CopyResult>,
-    storage: Option<storage::StorageResults>,
-    gpu: Option<gpu::GpuResults>,
-    /// Probes that could not run, with why.
-    skipped: Vec<(String, String)>,
-}
-
-struct Plan {
-    tlb: tlb::TlbOptions,
-    faults: usize,
-    fault_threads: Vec<usize>,
-    shootdown_iterations: usize,
-    shootdown_range_pages: usize,
-    btree: btree::BtreeOptions,
-    copy_bytes: usize,
-    copy_repeats: usize,
-    storage: storage::StorageOptions,
-    gpu: gpu::GpuOptions,
-}
-
-fn plan(args: &ProbeArgs) -> Plan {
+/// The plan of the probes: the quick or full one, with the flags' overrides.
+fn plan(args: &ProbeArgs) -> ProbePlan {
     let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut p = if args.quick {
-        Plan {
-            tlb: tlb::TlbOptions::quick(),
-            faults: 64_000,
-            fault_threads: vec![1, 4, 16, 64],
-            shootdown_iterations: 200,
-            shootdown_range_pages: 512,
-            btree: btree::BtreeOptions::quick(),
-            copy_bytes: 64 << 20,
-            copy_repeats: 5,
-            storage: storage::StorageOptions::quick(dir),
-            gpu: gpu::GpuOptions::quick(),
-        }
-    } else {
-        Plan {
-            tlb: tlb::TlbOptions::full(),
-            // The paper's 512,000 faults per point.
-            faults: 512_000,
-            fault_threads: vec![1, 2, 4, 8, 16, 32, 64],
-            shootdown_iterations: 2000,
-            shootdown_range_pages: 512,
-            btree: btree::BtreeOptions::full(),
-            copy_bytes: 256 << 20,
-            copy_repeats: 10,
-            storage: storage::StorageOptions::full(dir),
-            gpu: gpu::GpuOptions::full(),
-        }
-    };
+    let mut p = ProbePlan::new(args.quick, dir);
     if let Some(s) = args.file_size {
         p.storage.file_bytes = s;
     }
@@ -175,7 +88,7 @@ fn plan(args: &ProbeArgs) -> Plan {
 }
 
 pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
-    let selected: Vec<ProbeName> = ALL
+    let selected: Vec<ProbeName> = ALL_PROBES
         .iter()
         .copied()
         .filter(|p| args.only.is_empty() || args.only.contains(p))
@@ -209,7 +122,7 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
     }
     let plan = plan(&args);
     let sys = system::SystemInfo::detect();
-    let steps = estimate_steps(&plan, &selected, &sys);
+    let steps = plan.steps(&selected, &sys);
     let bar = crate::progress_bar(steps, "probe", "", args.no_progress);
     let bar_lock = Mutex::new(());
     let tick = |what: &str| {
@@ -221,41 +134,9 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
         }
         bar.set_message(what.to_string());
     };
-    let wall = Instant::now();
-    let mut report = Report {
-        system: Some(sys.clone()),
-        quick: args.quick,
-        ..Report::default()
-    };
-    for p in &selected {
-        match p {
-            ProbeName::Tlb => report.tlb = Some(tlb::measure(&plan.tlb, sys.thp_usable(), &tick)?),
-            ProbeName::Faults => {
-                report.faults = Some(fault::measure(plan.faults, &plan.fault_threads, &tick)?)
-            }
-            ProbeName::Shootdown => {
-                report.shootdown = Some(shootdown::measure(
-                    plan.shootdown_iterations,
-                    plan.shootdown_range_pages,
-                    &tick,
-                )?)
-            }
-            ProbeName::Btree => {
-                report.btree = Some(btree::measure(&plan.btree, sys.thp_usable(), &tick)?)
-            }
-            ProbeName::Copy => {
-                tick("memcpy bandwidth");
-                report.copy = Some(copy::measure(plan.copy_bytes, plan.copy_repeats)?)
-            }
-            ProbeName::Storage => report.storage = Some(storage::measure(&plan.storage, &tick)?),
-            ProbeName::Gpu => match gpu::detect() {
-                Ok(()) => report.gpu = Some(gpu::measure(&plan.gpu, &tick)?),
-                Err(e) => report.skipped.push(("gpu".into(), e.to_string())),
-            },
-        }
-    }
+    let report = measure(&plan, &selected, &sys, &tick);
     bar.finish_and_clear();
-    report.wall_s = wall.elapsed().as_secs_f64();
+    let report = report?;
 
     print!("{}", render(&report, &sys));
     if let Some(path) = &args.json {
@@ -270,7 +151,7 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
         }
     }
     if !args.no_profile {
-        let (profile, notes) = to_profile(&report, &sys, &plan);
+        let (profile, notes) = to_profile(&report, &plan);
         for n in &notes {
             println!("note: {n}");
         }
@@ -283,24 +164,6 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn estimate_steps(plan: &Plan, selected: &[ProbeName], sys: &system::SystemInfo) -> u64 {
-    selected
-        .iter()
-        .map(|p| match p {
-            ProbeName::Tlb => 1 + u64::from(sys.thp_usable()) + plan.tlb.concurrency.len() as u64,
-            ProbeName::Faults => 2 * plan.fault_threads.len() as u64,
-            ProbeName::Shootdown => 8,
-            ProbeName::Btree => 1 + u64::from(sys.thp_usable()),
-            ProbeName::Copy => 1,
-            ProbeName::Storage => {
-                // The grid, and the untimed pass that writes the file first.
-                (plan.storage.block_bytes.len() * plan.storage.queue_depths.len()) as u64 + 1
-            }
-            ProbeName::Gpu => 5,
-        })
-        .sum()
-}
-
 fn gbs(b: f64) -> String {
     if b >= 1e9 {
         format!("{:.2} GB/s", b / 1e9)
@@ -309,7 +172,7 @@ fn gbs(b: f64) -> String {
     }
 }
 
-fn render(r: &Report, sys: &system::SystemInfo) -> String {
+fn render(r: &ProbeResults, sys: &system::SystemInfo) -> String {
     let mut out = String::new();
     out.push_str(&format!(
         "oversub probe{} on {} ({} CPUs{}; kernel {}; THP {}) in {:.1} s\n\n",
@@ -692,126 +555,7 @@ fn render(r: &Report, sys: &system::SystemInfo) -> String {
     out
 }
 
-/// A figure the profile can hold: positive and finite (the profile refuses anything else).
-fn pos(x: f64) -> Option<f64> {
-    (x.is_finite() && x > 0.0).then_some(x)
-}
-
-/// The profile from what was measured; notes say what could not go in.
-fn to_profile(r: &Report, sys: &system::SystemInfo, plan: &Plan) -> (Profile, Vec<String>) {
-    let mut notes = Vec::new();
-    let meta = Meta {
-        version: VERSION,
-        created_by: Some(format!("oversub {} probe", env!("CARGO_PKG_VERSION"))),
-        created_unix_s: std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .ok()
-            .map(|d| d.as_secs()),
-        host: sys.host.clone(),
-        kernel: sys.kernel.clone(),
-        cpu_model: sys.cpu_model.clone(),
-        cpus: Some(sys.cpus),
-        quick: r.quick,
-    };
-    let uffd_1 = r
-        .faults
-        .as_ref()
-        .and_then(|f| f.uffd.iter().find(|p| p.threads == 1))
-        .and_then(|p| pos(p.mean_latency_s));
-    let cpu = match (&r.tlb, &r.faults, &r.copy) {
-        (Some(t), Some(f), Some(c)) => {
-            let latency = t.base.latency_s.and_then(pos);
-            let fault = f
-                .soft
-                .iter()
-                .find(|p| p.threads == 1)
-                .and_then(|p| pos(p.mean_latency_s));
-            match (latency, fault, pos(c.median_bytes_per_s)) {
-                (Some(l), Some(pf), Some(memcpy)) => Some(Cpu {
-                    tlb_miss_latency_s: l,
-                    tlb_miss_count: t.miss_count,
-                    stride_4k_access_s: pos(t.base.page_stride.access_s),
-                    stride_4k_access_thp_s: t
-                        .huge
-                        .as_ref()
-                        .and_then(|h| pos(h.page_stride.access_s)),
-                    page_fault_s: pf,
-                    uffd_fault_s: uffd_1,
-                    shootdown_s: r.shootdown.as_ref().and_then(|s| {
-                        s.iter()
-                            .find(|p| p.op == "mprotect" && p.pages == 1 && p.remote_threads > 0)
-                            .and_then(|p| pos(p.mean_s))
-                    }),
-                    memcpy_bytes_per_s: memcpy,
-                }),
-                _ => {
-                    notes.push(
-                        "no [cpu] table: the TLB-miss latency was not positive (noise; run the full probe) or \
-                         no single-thread fault was measured"
-                            .into(),
-                    );
-                    None
-                }
-            }
-        }
-        _ => {
-            notes.push("no [cpu] table: it needs the tlb, faults and copy probes".into());
-            None
-        }
-    };
-    let storage = r.storage.as_ref().and_then(|s| {
-        let op = s.operating_point()?;
-        Some(Storage {
-            read_bytes_per_s: pos(op.read_bytes_per_s)?,
-            write_bytes_per_s: pos(op.write_bytes_per_s)?,
-            path: Some(plan.storage.dir.display().to_string()),
-            block_bytes: Some(op.block_bytes as u64),
-            queue_depth: Some(op.queue_depth as u32),
-            points: s
-                .points
-                .iter()
-                .filter(|p| pos(p.read_bytes_per_s).is_some() && pos(p.write_bytes_per_s).is_some())
-                .map(|p| StoragePoint {
-                    block_bytes: p.block_bytes as u64,
-                    queue_depth: p.queue_depth as u32,
-                    read_bytes_per_s: p.read_bytes_per_s,
-                    write_bytes_per_s: p.write_bytes_per_s,
-                })
-                .collect(),
-        })
-    });
-    if storage.is_none() {
-        notes.push("no [storage] table: `plan` and `run` will measure the store themselves".into());
-    }
-    let gpu = r.gpu.as_ref().map(gpu::GpuResults::to_profile);
-    let memcpy = r.copy.as_ref().and_then(|c| pos(c.median_bytes_per_s));
-    // H: a GPU's managed-memory fault when there is one; otherwise a fault serviced in user space, the host's
-    // closest equivalent (the host backend models an integrated GPU).
-    let fault_s = gpu.as_ref().and_then(|g| g.managed_fault_s).or(uffd_1);
-    let uvm = Uvm {
-        cpu_mem_bytes_per_s: memcpy,
-        pci_bytes_per_s: gpu.as_ref().and_then(|g| g.h2d_pinned_bytes_per_s),
-        fault_s,
-        // No zero-copy line is measured here: the simulator keeps its remote-line estimate.
-        ..Uvm::default()
-    };
-    let swap = SwapMachine {
-        memory_bytes_per_s: memcpy,
-        ssd_read_bytes_per_s: storage.as_ref().map(|s| s.read_bytes_per_s),
-        ssd_write_bytes_per_s: storage.as_ref().map(|s| s.write_bytes_per_s),
-    };
-    let profile = Profile {
-        profile: meta,
-        cpu,
-        storage,
-        gpu,
-        uvm: (uvm != Uvm::default()).then_some(uvm),
-        swap: (swap != SwapMachine::default()).then_some(swap),
-    };
-    (profile, notes)
-}
-
-fn plots(r: &Report, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxError> {
+fn plots(r: &ProbeResults, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxError> {
     let mut written = Vec::new();
     let mut save = |chart: BarChart, name: &str| -> Result<(), BoxError> {
         let path = dir.join(name);

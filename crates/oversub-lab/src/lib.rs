@@ -11,6 +11,8 @@
 //!   the contention-aware plan; the cold-start FIFO vs priority-I/O experiment.
 //! - [`tasks`]: the cgroup case study (real commands under memory cgroup limits planned by Alg. 1 and 2), with
 //!   [`tasks::cgroup`], the process control it runs on, and the built-in tasks' worker.
+//! - [`paging`]: `oversub bench paging`, on host memory and on a CUDA GPU.
+//! - [`profile`]: `oversub probe`'s probes and the platform profile assembled from their results.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
@@ -20,6 +22,8 @@
 mod error;
 pub mod harness;
 pub mod interference;
+pub mod paging;
+pub mod profile;
 pub mod tasks;
 pub mod tenants;
 

@@ -241,27 +241,27 @@ struct RunOutcome {
 pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsReport, LabError> {
     let args = opts.effective();
     if args.tenants < 2 {
-        return Err(LabError::InvalidOptions(
+        return Err(LabError::InvalidOption(
             "--tenants: at least 2 tenants are needed to share a pool".into(),
         ));
     }
     if args.buffer == 0 || args.demand < args.buffer {
-        return Err(LabError::InvalidOptions(
+        return Err(LabError::InvalidOption(
             "--buffer must be at least one byte and no larger than --demand".into(),
         ));
     }
     if !(args.oversubscription.is_finite() && args.oversubscription >= 1.0) {
-        return Err(LabError::InvalidOptions(
+        return Err(LabError::InvalidOption(
             "--oversubscription must be a number of at least 1.0".into(),
         ));
     }
     if args.samples == 0 || args.rounds == 0 {
-        return Err(LabError::InvalidOptions(
+        return Err(LabError::InvalidOption(
             "--samples and --rounds must be at least 1".into(),
         ));
     }
     if args.compute.is_empty() {
-        return Err(LabError::InvalidOptions(
+        return Err(LabError::InvalidOption(
             "--compute needs at least one duration".into(),
         ));
     }
@@ -279,7 +279,7 @@ pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsRepor
     let capacity = ((total as f64 / args.oversubscription) as u64) / (2 * MIB) * (2 * MIB);
     // Every tenant pins one buffer while it works on it, so LRU needs room for one each.
     if capacity < args.buffer * args.tenants as u64 {
-        return Err(LabError::InvalidOptions(format!(
+        return Err(LabError::InvalidOption(format!(
             "a pool of {} cannot hold one {} buffer per tenant; lower --oversubscription or --buffer",
             format_bytes(capacity),
             format_bytes(args.buffer)

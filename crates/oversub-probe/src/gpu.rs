@@ -34,7 +34,6 @@
 //! the same for NVRTC, which only the kernel-based probes need: without it they are listed in
 //! [`GpuResults::skipped`] and the others still run.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,14 +43,17 @@ use cudarc::driver::{
     result, CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, LaunchConfig,
     PushKernelArg,
 };
-use oversub_accel::cuda::loading::{can_dlopen, load_module};
+use oversub_accel::cuda::cudarc;
+use oversub_accel::cuda::loading::{
+    catch_bindings_panic, driver_library_found, load_module, DRIVER_SONAME,
+};
+use oversub_accel::cuda::managed::{ManagedBuffer, PrefetchDest};
+use oversub_accel::cuda::{AddressRange, CudaDriver, CudarcDriver, Mapping, PhysicalMemory};
 use serde::Serialize;
 
 use crate::derive::{mean, median, per_event_s, rate_per_s};
 use crate::{ProbeError, Tick};
 
-/// The driver library's soname, tried before the other names cudarc's loader knows.
-const DRIVER_SONAME: &str = "libcuda.so.1";
 /// The oldest driver (`cuDriverGetVersion`) the probe runs on: the bindings are CUDA 12's.
 const MIN_DRIVER_VERSION: i32 = 12_000;
 /// Distance between two reads of the managed-fault kernel: one read per 64 KiB region.
@@ -60,8 +62,6 @@ pub const FAULT_STRIDE_BYTES: usize = 64 << 10;
 pub const MAX_FAULT_CONCURRENCY: usize = 64;
 /// The host page, for touching a managed buffer from the host.
 const HOST_PAGE_BYTES: usize = 4 << 10;
-/// `cuMemPrefetchAsync`'s destination for host memory (CU_DEVICE_CPU in cuda.h).
-const CU_DEVICE_CPU: sys::CUdevice = -1;
 /// How long the preemption probe's spinners keep the device busy.
 const SPIN_NS: u64 = 100_000_000;
 /// Bound on a spinner's cycles, in case the global timer does not advance: 4 per nanosecond is more than any
@@ -294,11 +294,7 @@ pub fn detect_nvrtc() -> Result<(), ProbeError> {
 /// The driver library, under its soname or any name cudarc's loader tries (so that when this finds one, the
 /// loader finds one too, instead of panicking).
 fn driver_library() -> Result<(), ProbeError> {
-    if can_dlopen(DRIVER_SONAME)
-        || cudarc::get_lib_name_candidates("cuda")
-            .iter()
-            .any(|n| can_dlopen(n))
-    {
+    if driver_library_found() {
         return Ok(());
     }
     Err(ProbeError::Unavailable {
@@ -379,16 +375,9 @@ fn cuda_err(what: &str, e: DriverError) -> ProbeError {
 
 /// Runs `f`, turning a panic of the bindings (their loader panics on a missing library or symbol) into an error.
 fn guarded<T>(f: impl FnOnce() -> Result<T, ProbeError>) -> Result<T, ProbeError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        let msg = payload
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| payload.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic without a message");
-        Err(ProbeError::Unavailable {
-            what: "CUDA",
-            why: format!("the CUDA bindings failed: {msg}"),
-        })
+    catch_bindings_panic(f, |msg| ProbeError::Unavailable {
+        what: "CUDA",
+        why: format!("the CUDA bindings failed: {msg}"),
     })
 }
 
@@ -597,93 +586,9 @@ fn managed_support(ctx: &CudaContext) -> Result<(), String> {
     Ok(())
 }
 
-/// A managed allocation, freed on drop after the device has finished with it.
-#[derive(Debug)]
-struct Managed {
-    ptr: sys::CUdeviceptr,
-    bytes: usize,
-}
-
-impl Managed {
-    fn new(bytes: usize) -> Result<Self, ProbeError> {
-        // SAFETY: a fresh allocation; its bytes are only read after `fill_on_host` writes them.
-        let ptr =
-            unsafe { result::malloc_managed(bytes, sys::CUmemAttach_flags::CU_MEM_ATTACH_GLOBAL) }
-                .map_err(|e| cuda_err("cuMemAllocManaged", e))?;
-        Ok(Managed { ptr, bytes })
-    }
-
-    /// Writes every byte from the host: the pages come to exist in host memory.
-    fn fill_on_host(&self, byte: u8) {
-        // SAFETY: managed memory is addressable from the host at the same address; the range is the allocation;
-        // no kernel uses it (callers synchronise before), and the device allows concurrent access anyway.
-        unsafe { std::ptr::write_bytes(self.ptr as *mut u8, byte, self.bytes) };
-    }
-
-    /// Touches one byte per host page from the host (writing the zero it holds): the pages migrate back.
-    fn touch_on_host(&self) {
-        let base = self.ptr as *mut u8;
-        for off in (0..self.bytes).step_by(HOST_PAGE_BYTES) {
-            // SAFETY: `off` is inside the allocation, addressable from the host; no kernel uses it (the caller
-            // synchronised the stream).
-            unsafe { base.add(off).write_volatile(0) };
-        }
-    }
-}
-
-impl Drop for Managed {
-    fn drop(&mut self) {
-        // Nothing may still use the memory when it is freed (an error path may leave a kernel running).
-        let _ = result::ctx::synchronize();
-        // SAFETY: `ptr` came from cuMemAllocManaged and is freed once, after the device finished with it.
-        let _ = unsafe { result::memory_free(self.ptr) };
-    }
-}
-
-/// Where a prefetch moves managed memory.
-#[derive(Debug, Clone, Copy)]
-enum Dest {
-    Host,
-    /// The device's ordinal and handle.
-    Device(i32, sys::CUdevice),
-}
-
-/// `cuMemPrefetchAsync` of a whole managed buffer: the `_v2` form (a `CUmemLocation`; driver 12.2 and later, the
-/// only form CUDA 13 keeps) when the driver has it, the original (a device, or `CU_DEVICE_CPU`) before.
-fn prefetch_async(
-    driver: i32,
-    buf: &Managed,
-    dest: Dest,
-    stream: &CudaStream,
-) -> Result<(), DriverError> {
-    if driver >= 12_020 {
-        let location = match dest {
-            Dest::Host => sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_HOST,
-                id: 0, // ignored for the host
-            },
-            Dest::Device(ordinal, _) => sys::CUmemLocation {
-                type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: ordinal,
-            },
-        };
-        // SAFETY: the range is exactly the managed allocation; the stream belongs to the current context; the
-        // driver is 12.2 or newer, so the symbol exists (cudarc's loader would panic otherwise).
-        unsafe { sys::cuMemPrefetchAsync_v2(buf.ptr, buf.bytes, location, 0, stream.cu_stream()) }
-            .result()
-    } else {
-        let device = match dest {
-            Dest::Host => CU_DEVICE_CPU,
-            Dest::Device(_, device) => device,
-        };
-        // SAFETY: as above; every CUDA 12 driver has the original form.
-        unsafe { sys::cuMemPrefetchAsync(buf.ptr, buf.bytes, device, stream.cu_stream()) }.result()
-    }
-}
-
 /// Moves a managed buffer to host memory (so that the device's next touches fault) and waits for it.
-fn place_on_host(driver: i32, stream: &CudaStream, buf: &Managed) -> Result<(), ProbeError> {
-    let prefetched = prefetch_async(driver, buf, Dest::Host, stream);
+fn place_on_host(driver: i32, stream: &CudaStream, buf: &ManagedBuffer) -> Result<(), ProbeError> {
+    let prefetched = buf.prefetch_async(driver, PrefetchDest::Host, stream);
     stream
         .synchronize()
         .map_err(|e| cuda_err("waiting for the prefetch to the host", e))?;
@@ -693,7 +598,8 @@ fn place_on_host(driver: i32, stream: &CudaStream, buf: &Managed) -> Result<(), 
             "prefetch to the host failed ({:?}); touching the pages instead",
             e.0
         );
-        buf.touch_on_host();
+        // SAFETY: the stream was synchronised just above; no kernel uses the buffer.
+        unsafe { buf.touch_on_host(HOST_PAGE_BYTES, Some(0)) };
     }
     Ok(())
 }
@@ -715,16 +621,16 @@ fn managed_faults(
         .alloc_zeros::<u64>(max_c)
         .map_err(|e| cuda_err("allocating the fault kernel's output", e))?;
     let sink_ptr = raw_ptr(&sink, stream);
-    // Declared after `sink` so that it is freed first: both outlive every kernel (Managed's drop synchronises).
-    let buf = Managed::new(bytes)?;
+    // Declared after `sink` so that it is freed first: both outlive every kernel (ManagedBuffer's drop synchronises).
+    let buf = ManagedBuffer::new(bytes, None).map_err(|e| cuda_err("cuMemAllocManaged", e))?;
     // First touch on the host: the pages live in host memory, and hold the zeros the kernel relies on.
     fill_after_sync(ctx, &buf, 0)?;
 
     // Warm-up: the first launch loads the function (lazy loading) and reads nothing; then one untimed faulting
     // pass with the most threads, so that the driver's first-use costs for the range stay out of the first point.
-    launch_touch(stream, k, buf.ptr, 0, 1, sink_ptr)?;
+    launch_touch(stream, k, buf.ptr(), 0, 1, sink_ptr)?;
     place_on_host(driver, stream, &buf)?;
-    launch_touch(stream, k, buf.ptr, pages / max_c, max_c, sink_ptr)?;
+    launch_touch(stream, k, buf.ptr(), pages / max_c, max_c, sink_ptr)?;
     stream
         .synchronize()
         .map_err(|e| cuda_err("the fault kernel's warm-up", e))?;
@@ -737,7 +643,7 @@ fn managed_faults(
         for _ in 0..opts.repeats {
             place_on_host(driver, stream, &buf)?;
             let start = timing_event(stream)?;
-            launch_touch(stream, k, buf.ptr, per_thread, c, sink_ptr)?;
+            launch_touch(stream, k, buf.ptr(), per_thread, c, sink_ptr)?;
             let end = timing_event(stream)?;
             let ms = start
                 .elapsed_ms(&end)
@@ -760,10 +666,11 @@ fn managed_faults(
 }
 
 /// Synchronises the context, then fills a managed buffer from the host.
-fn fill_after_sync(ctx: &CudaContext, buf: &Managed, byte: u8) -> Result<(), ProbeError> {
+fn fill_after_sync(ctx: &CudaContext, buf: &ManagedBuffer, byte: u8) -> Result<(), ProbeError> {
     ctx.synchronize()
         .map_err(|e| cuda_err("cuCtxSynchronize", e))?;
-    buf.fill_on_host(byte);
+    // SAFETY: the context was synchronised just above; no kernel uses the buffer.
+    unsafe { buf.fill_on_host(byte) };
     Ok(())
 }
 
@@ -812,14 +719,15 @@ fn prefetch(
     driver: i32,
     opts: &GpuOptions,
 ) -> Result<f64, ProbeError> {
-    let buf = Managed::new(opts.copy_bytes)?;
+    let buf =
+        ManagedBuffer::new(opts.copy_bytes, None).map_err(|e| cuda_err("cuMemAllocManaged", e))?;
     fill_after_sync(ctx, &buf, 0x5a)?;
     // Prefetching to a device needs concurrent managed access, which the caller checked.
-    let dest = Dest::Device(i32::try_from(ctx.ordinal()).unwrap_or(0), ctx.cu_device());
+    let dest = PrefetchDest::Device(i32::try_from(ctx.ordinal()).unwrap_or(0), ctx.cu_device());
     let rate = best_rate_probe(opts.copy_bytes, opts.repeats, || {
         place_on_host(driver, stream, &buf)?;
         let t = Instant::now();
-        prefetch_async(driver, &buf, dest, stream)
+        buf.prefetch_async(driver, dest, stream)
             .map_err(|e| cuda_err("cuMemPrefetchAsync to the device", e))?;
         stream
             .synchronize()
@@ -847,100 +755,24 @@ fn best_rate_probe(
 // ---------------------------------------------------------------------------------------------------------------
 // Virtual-memory management
 
-/// A reserved device address range, freed on drop (after the chunks mapped in it are gone).
-#[derive(Debug)]
-struct Reservation {
-    base: sys::CUdeviceptr,
-    bytes: usize,
-}
-
-impl Drop for Reservation {
-    fn drop(&mut self) {
-        // SAFETY: the range came from cuMemAddressReserve and is freed once; the chunks mapped in it are declared
-        // after it, so they were unmapped first.
-        let _ = unsafe { sys::cuMemAddressFree(self.base, self.bytes) };
-    }
-}
-
-/// One physical chunk: unmapped and released on drop if the timed path did not do it.
-#[derive(Debug)]
-struct Chunk {
-    handle: Option<sys::CUmemGenericAllocationHandle>,
-    mapped_at: Option<sys::CUdeviceptr>,
-    bytes: usize,
-}
-
-impl Chunk {
-    fn unmap(&mut self) -> Result<(), DriverError> {
-        match self.mapped_at.take() {
-            // SAFETY: `at` is where this chunk was mapped, with its size; it is unmapped once.
-            Some(at) => unsafe { sys::cuMemUnmap(at, self.bytes) }.result(),
-            None => Ok(()),
-        }
-    }
-
-    fn release(&mut self) -> Result<(), DriverError> {
-        match self.handle.take() {
-            // SAFETY: the handle came from cuMemCreate and is released once.
-            Some(h) => unsafe { sys::cuMemRelease(h) }.result(),
-            None => Ok(()),
-        }
-    }
-}
-
-impl Drop for Chunk {
-    fn drop(&mut self) {
-        let _ = self.unmap();
-        let _ = self.release();
-    }
-}
-
-/// (granularity, mean map time, mean unmap time).
+/// (granularity, mean map time, mean unmap time), through the cuda backend's VMM wrappers: one map is
+/// `cuMemCreate` + `cuMemMap` + `cuMemSetAccess`, one unmap `cuMemUnmap` + `cuMemRelease`.
 fn vmm(ctx: &CudaContext, opts: &GpuOptions) -> Result<(u64, f64, f64), ProbeError> {
-    let supported = ctx
-        .attribute(
-            sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_VIRTUAL_ADDRESS_MANAGEMENT_SUPPORTED,
-        )
-        .map_err(|e| cuda_err("querying virtual-memory management support", e))?;
-    if supported == 0 {
+    let ordinal = i32::try_from(ctx.ordinal()).unwrap_or(0);
+    let driver: Arc<dyn CudaDriver> =
+        Arc::new(
+            CudarcDriver::new(ordinal).map_err(|e| ProbeError::Unavailable {
+                what: "CUDA virtual-memory management",
+                why: e.to_string(),
+            })?,
+        );
+    if !driver.info().vmm_supported {
         return Err(ProbeError::Unavailable {
             what: "CUDA virtual-memory management",
             why: "the device does not support it".into(),
         });
     }
-    ctx.bind_to_thread()
-        .map_err(|e| cuda_err("binding the context", e))?;
-    let location = sys::CUmemLocation {
-        type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-        id: i32::try_from(ctx.ordinal()).unwrap_or(0),
-    };
-    let prop = sys::CUmemAllocationProp {
-        type_: sys::CUmemAllocationType::CU_MEM_ALLOCATION_TYPE_PINNED,
-        requestedHandleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
-        location,
-        win32HandleMetaData: std::ptr::null_mut(),
-        allocFlags: sys::CUmemAllocationProp_st__bindgen_ty_1 {
-            compressionType: 0,
-            gpuDirectRDMACapable: 0,
-            usage: 0,
-            reserved: [0; 4],
-        },
-    };
-    let access = sys::CUmemAccessDesc {
-        location,
-        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
-    };
-    let mut granularity: usize = 0;
-    // SAFETY: valid out-pointer and property struct for the call's duration.
-    unsafe {
-        sys::cuMemGetAllocationGranularity(
-            &mut granularity,
-            &prop,
-            sys::CUmemAllocationGranularity_flags::CU_MEM_ALLOC_GRANULARITY_MINIMUM,
-        )
-    }
-    .result()
-    .map_err(|e| cuda_err("cuMemGetAllocationGranularity", e))?;
+    let granularity = driver.info().granularity_bytes;
     if granularity == 0 {
         return Err(ProbeError::InvalidInput(
             "the driver reported a VMM granularity of 0 bytes".into(),
@@ -949,33 +781,38 @@ fn vmm(ctx: &CudaContext, opts: &GpuOptions) -> Result<(u64, f64, f64), ProbeErr
     let range = opts.vmm_chunks.checked_mul(granularity).ok_or_else(|| {
         ProbeError::InvalidInput(format!("{} VMM chunks overflow", opts.vmm_chunks))
     })?;
-    let mut base: sys::CUdeviceptr = 0;
-    // SAFETY: valid out-pointer; size and alignment are multiples of the granularity; no fixed address.
-    unsafe { sys::cuMemAddressReserve(&mut base, range, granularity, 0, 0) }
-        .result()
-        .map_err(|e| cuda_err("cuMemAddressReserve", e))?;
-    let reservation = Reservation { base, bytes: range };
+    let vmm_err = |what: &str, e: oversub_accel::cuda::DriverError| ProbeError::Os {
+        what: format!("{what} (CUDA driver)"),
+        source: std::io::Error::other(e.to_string()),
+    };
+    let reservation = AddressRange::reserve(&driver, range, granularity)
+        .map_err(|e| vmm_err("cuMemAddressReserve", e))?;
 
     // One untimed chunk first (first-use costs), then `repeats` rounds of all chunks.
     let mut map_s = Vec::with_capacity(opts.repeats * opts.vmm_chunks);
     let mut unmap_s = Vec::with_capacity(opts.repeats * opts.vmm_chunks);
     for round in 0..=opts.repeats {
         let count = if round == 0 { 1 } else { opts.vmm_chunks };
-        let mut chunks: Vec<Chunk> = Vec::with_capacity(count);
+        let mut chunks: Vec<Mapping> = Vec::with_capacity(count);
         for i in 0..count {
-            let at = reservation.base + (i * granularity) as u64;
+            let at = reservation.addr() + (i * granularity) as u64;
             let t = Instant::now();
-            let chunk = map_chunk(&prop, &access, at, granularity)?;
+            let memory = PhysicalMemory::create(&driver, granularity)
+                .map_err(|e| vmm_err("cuMemCreate", e))?;
+            // SAFETY: `at..at + granularity` is chunk i of the reserved range, where nothing is mapped (each
+            // round unmaps all its chunks before the next).
+            let chunk =
+                unsafe { Mapping::map(&driver, at, memory) }.map_err(|e| vmm_err("cuMemMap", e))?;
             let s = t.elapsed().as_secs_f64();
             chunks.push(chunk);
             if round > 0 {
                 map_s.push(s);
             }
         }
-        for chunk in &mut chunks {
+        for chunk in chunks {
             let t = Instant::now();
-            chunk.unmap().map_err(|e| cuda_err("cuMemUnmap", e))?;
-            chunk.release().map_err(|e| cuda_err("cuMemRelease", e))?;
+            // SAFETY: nothing ever used the chunk's memory.
+            unsafe { chunk.unmap() }.map_err(|(_, e)| vmm_err("cuMemUnmap", e))?;
             let s = t.elapsed().as_secs_f64();
             if round > 0 {
                 unmap_s.push(s);
@@ -987,35 +824,6 @@ fn vmm(ctx: &CudaContext, opts: &GpuOptions) -> Result<(u64, f64, f64), ProbeErr
         return Err(ProbeError::InvalidInput("no VMM chunk was timed".into()));
     };
     Ok((granularity as u64, map, unmap))
-}
-
-/// Creates a chunk of device memory, maps it at `at` and makes it readable and writable by the device.
-fn map_chunk(
-    prop: &sys::CUmemAllocationProp,
-    access: &sys::CUmemAccessDesc,
-    at: sys::CUdeviceptr,
-    bytes: usize,
-) -> Result<Chunk, ProbeError> {
-    let mut handle: sys::CUmemGenericAllocationHandle = 0;
-    // SAFETY: valid out-pointer and property struct; `bytes` is a multiple of the granularity.
-    unsafe { sys::cuMemCreate(&mut handle, bytes, prop, 0) }
-        .result()
-        .map_err(|e| cuda_err("cuMemCreate", e))?;
-    let mut chunk = Chunk {
-        handle: Some(handle),
-        mapped_at: None,
-        bytes,
-    };
-    // SAFETY: `at..at + bytes` lies in the reserved range and nothing is mapped there; the handle is live.
-    unsafe { sys::cuMemMap(at, bytes, 0, handle, 0) }
-        .result()
-        .map_err(|e| cuda_err("cuMemMap", e))?;
-    chunk.mapped_at = Some(at);
-    // SAFETY: the range was just mapped; one valid access descriptor.
-    unsafe { sys::cuMemSetAccess(at, bytes, access, 1) }
-        .result()
-        .map_err(|e| cuda_err("cuMemSetAccess", e))?;
-    Ok(chunk)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1218,6 +1026,7 @@ fn run_tiny(stream: &CudaStream, k: &Kernels, out: u64) -> Result<f64, ProbeErro
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use oversub_accel::cuda::loading::can_dlopen;
 
     #[test]
     fn detect_says_ok_or_unavailable() {

@@ -8,4 +8,39 @@ that drift in the machine falls on every engine alike; wall time, GiB/s and CPU 
 
 from __future__ import annotations
 
-__all__ = ["paging"]  # imported on use: ``python -m oversub.lab.paging`` must not find it imported already
+import importlib
+import os
+from typing import Any
+
+__all__ = ["paging", "probe", "write_profile"]  # paging is imported on use: ``python -m oversub.lab.paging`` must
+# not find it imported already
+
+
+def __getattr__(name: str) -> Any:
+    if name == "paging":
+        return importlib.import_module(".paging", __name__)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def probe(quick: bool = True, only: list[str] | None = None, skip: list[str] | None = None,
+          dir: str | os.PathLike | None = None) -> dict[str, Any]:
+    """``oversub probe`` from Python (the quick plan by default): the results as a dict (the JSON of ``--json``),
+    with the platform profile made of them under ``"profile"`` and what could not go in under ``"profile_notes"``.
+    ``only``/``skip`` name probes: ``tlb``, ``faults``, ``shootdown``, ``btree``, ``copy``, ``storage``, ``gpu``;
+    ``dir`` is where the storage probe's file goes (default: the temporary directory)."""
+    from .._oversub import lab_probe
+
+    return lab_probe(quick, only, skip, None if dir is None else os.fspath(dir))
+
+
+def write_profile(results_or_profile: dict[str, Any], path: str | os.PathLike) -> None:
+    """Writes the platform profile of :func:`probe`'s results (or a profile dict) to ``path`` as TOML, the file
+    ``oversub probe --out`` writes and ``plan``, ``run``, ``sim uvm`` and ``sim swap`` read."""
+    import json
+
+    from .._oversub import lab_write_profile
+
+    # A profile has a "profile" table of its own (its [profile] header): results are told apart by their notes.
+    is_results = "profile_notes" in results_or_profile
+    profile = results_or_profile["profile"] if is_results else results_or_profile
+    lab_write_profile(json.dumps(profile), os.fspath(path))

@@ -23,6 +23,10 @@ is several times slower whichever engine does it); the page cache is dropped (``
 direction: the median wall time of the repetitions, GiB/s, and CPU seconds per GiB (this process's user + system
 time over all its threads, ``getrusage(RUSAGE_SELF)``), and each engine's rate as a ratio to oversub's. The data read
 back is checked against what was written on the first repetition (sampled pages, outside the timing).
+
+The module is also callable: ``oversub.lab.paging(size="256MiB", samples=5, store=None, engine="auto",
+device="host", ...)`` (or :func:`bench`, the same function) runs ``oversub bench paging`` itself, the same Rust
+function the command runs, and returns its report as a dict (the JSON of ``--json``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,7 @@ import statistics
 import sys
 import tempfile
 import time
+import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
@@ -510,6 +515,43 @@ def main(argv: list[str] | None = None) -> int:
     print(json.dumps(report, indent=2) if a.json else format_table(report, best_only=not a.all))
     return 0
 
+
+def bench(
+    size: str | int = "256MiB",
+    samples: int = 5,
+    store: str | os.PathLike | list | None = None,
+    engine: str = "auto",
+    device: str = "host",
+    **options: Any,
+) -> dict[str, Any]:
+    """``oversub bench paging`` from Python: the same measurement (``oversub_lab::paging::run``), nothing printed.
+
+    ``store`` is a directory or file (or a list of them, striped; ``None``: a new file in the temporary directory);
+    ``engine`` ``"auto"``, ``"uring"`` or ``"psync"``; ``device`` ``"host"`` or ``"cuda"``. The keyword ``options``
+    are the command's other flags in snake case: ``max_io``, ``queue_depth``, ``cache_drop`` (``"auto"``,
+    ``"drop-caches"``, ``"fadvise"``), ``release`` (``"recycle"``, ``"immediate"``, ``"lazy"``), ``checksums``,
+    ``stripe_bytes``, ``io_auto``, ``io_profile``, ``force_store``, ``gpu``, ``staging_chunk``, ``staging_chunks``,
+    ``pageable_staging``, ``skip_unified``, ``cufile``. Returns the report as a dict, the JSON ``--json`` writes.
+    """
+    from .._oversub import lab_paging
+
+    if store is None:
+        stores = []
+    elif isinstance(store, (str, os.PathLike)):
+        stores = [os.fspath(store)]
+    else:
+        stores = [os.fspath(s) for s in store]
+    return lab_paging(size, samples, stores, engine, device, **options)
+
+
+class _CallableModule(types.ModuleType):
+    """This module, callable: ``oversub.lab.paging(...)`` is :func:`bench`."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> dict[str, Any]:
+        return bench(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -21,11 +21,11 @@ use cudarc::driver::{result, sys, CudaContext};
 use super::driver::{
     CudaDriver, DeviceAddr, DeviceInfo, DriverError, EventHandle, PhysHandle, StreamHandle,
 };
+#[cfg(test)]
 use super::loading::can_dlopen;
+use super::loading::{catch_bindings_panic, driver_library_found, DRIVER_SONAME};
 use crate::AccelError;
 
-/// The driver library's soname, tried before the other names cudarc's loader knows.
-const DRIVER_SONAME: &str = "libcuda.so.1";
 /// The oldest driver (`cuDriverGetVersion`) the backend runs on: the bindings are CUDA 12's.
 const MIN_DRIVER_VERSION: i32 = 12_000;
 
@@ -241,11 +241,8 @@ fn guard<T>(
 
 /// Runs start-up code, turning a panic of the bindings into [`AccelError::NoDriver`].
 fn guarded<T>(f: impl FnOnce() -> Result<T, AccelError>) -> Result<T, AccelError> {
-    catch_unwind(AssertUnwindSafe(f)).unwrap_or_else(|payload| {
-        Err(AccelError::NoDriver(format!(
-            "the CUDA driver bindings failed: {}",
-            panic_message(payload.as_ref())
-        )))
+    catch_bindings_panic(f, |msg| {
+        AccelError::NoDriver(format!("the CUDA driver bindings failed: {msg}"))
     })
 }
 
@@ -261,11 +258,7 @@ pub(super) fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
 /// The driver library, under its soname or any name cudarc's loader tries (so that when this finds one, the
 /// loader finds one too instead of panicking).
 fn driver_library() -> Result<(), AccelError> {
-    if can_dlopen(DRIVER_SONAME)
-        || cudarc::get_lib_name_candidates("cuda")
-            .iter()
-            .any(|n| can_dlopen(n))
-    {
+    if driver_library_found() {
         return Ok(());
     }
     Err(AccelError::NoDriver(format!(

@@ -9,6 +9,31 @@ use cudarc::nvrtc;
 
 use crate::AccelError;
 
+/// The CUDA driver library's soname, tried before the other names cudarc's loader knows.
+pub const DRIVER_SONAME: &str = "libcuda.so.1";
+
+/// Whether the driver library loads, under its soname or any name cudarc's loader tries (so that when this finds
+/// one, the loader finds one too instead of panicking). Loads nothing of the bindings.
+pub fn driver_library_found() -> bool {
+    can_dlopen(DRIVER_SONAME)
+        || cudarc::get_lib_name_candidates("cuda")
+            .iter()
+            .any(|n| can_dlopen(n))
+}
+
+/// Runs code that calls cudarc's bindings directly, turning their panics (a library or symbol that cannot be
+/// loaded) into the error `on_panic` makes of the panic's message.
+pub fn catch_bindings_panic<T, E>(
+    f: impl FnOnce() -> Result<T, E>,
+    on_panic: impl FnOnce(String) -> E,
+) -> Result<T, E> {
+    std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|payload| {
+        Err(on_panic(super::cudarc_driver::panic_message(
+            payload.as_ref(),
+        )))
+    })
+}
+
 /// Whether `dlopen` finds the library `name`.
 pub fn can_dlopen(name: &str) -> bool {
     let Ok(c) = CString::new(name) else {

@@ -13,11 +13,15 @@ mod cudarc_driver;
 pub mod cufile;
 mod driver;
 pub mod loading;
+pub mod managed;
 mod memory;
 pub mod spin;
 pub mod testing;
 mod vmm;
 
+/// The bindings themselves, for code that launches its own kernels (the probe's GPU measurements): through this
+/// crate, so there is one version of them and one loader.
+pub use cudarc;
 pub use cudarc_driver::CudarcDriver;
 pub use driver::{
     CudaDriver, DeviceAddr, DeviceInfo, DriverError, EventHandle, PhysHandle, StreamHandle,

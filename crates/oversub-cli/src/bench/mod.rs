@@ -7,8 +7,7 @@ pub mod paging;
 mod paging_cuda;
 pub mod tenants;
 
-// Kept here for the modules that still import it from `bench` (paging, probe).
-pub use crate::error::BoxError;
+use crate::error::BoxError;
 
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {

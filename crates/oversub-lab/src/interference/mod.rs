@@ -107,7 +107,7 @@ impl InterferenceOptions {
     /// Refuses options out of range and a machine with fewer than two CPUs, before anything runs (so a front end
     /// can check before it creates its outputs).
     pub fn check(&self) -> Result<(), LabError> {
-        let invalid = |m: &str| Err(LabError::InvalidOptions(m.to_string()));
+        let invalid = |m: &str| Err(LabError::InvalidOption(m.to_string()));
         if cpu::online_cpus() < 2 {
             return invalid(
                 "the interference benchmarks need at least two CPUs (one for the tasks, one for paging)",
@@ -126,7 +126,7 @@ impl InterferenceOptions {
             return invalid("--placement and --interferers need at least one value each");
         }
         if let Some(d) = self.store_dirs().iter().find(|d| !d.is_dir()) {
-            return Err(LabError::InvalidOptions(format!(
+            return Err(LabError::InvalidOption(format!(
                 "--store {} is not a directory",
                 d.display()
             )));
@@ -250,7 +250,7 @@ pub fn run(
     };
     let (prem, starvation) = if opts.runs_prem() {
         let task_command = opts.prem_task.clone().ok_or_else(|| {
-            LabError::InvalidOptions(
+            LabError::InvalidOption(
                 "the PREM part needs the command that runs the PREM task in a process of its own"
                     .into(),
             )

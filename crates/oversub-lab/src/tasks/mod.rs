@@ -183,7 +183,7 @@ fn inputs(args: &TasksOptions, work: Option<&Path>) -> Result<Inputs, LabError> 
         (spec::from_args(&args.tasks), None, None)
     } else {
         let worker = args.worker.as_ref().ok_or_else(|| {
-            LabError::InvalidOptions(
+            LabError::InvalidOption(
                 "the built-in tasks need the command that runs their worker".into(),
             )
         })?;

@@ -1,6 +1,7 @@
-//! Page-aligned anonymous memory for the benchmarks' baselines (O_DIRECT needs aligned buffers).
+//! Page-aligned memory for the experiments' baselines (`O_DIRECT` needs aligned buffers): anonymous and file
+//! mappings, and the random fill every experiment pages.
 
-use std::io;
+use crate::LabError;
 
 /// An anonymous private mapping, unmapped on drop.
 #[derive(Debug)]
@@ -11,7 +12,7 @@ pub struct Mapping {
 
 impl Mapping {
     /// Maps `len` bytes of fresh zero pages (not yet faulted in).
-    pub fn anonymous(len: usize) -> io::Result<Mapping> {
+    pub fn anonymous(len: usize) -> Result<Mapping, LabError> {
         // SAFETY: a new anonymous mapping at an address of the kernel's choice touches no existing memory.
         let ptr = unsafe {
             libc::mmap(
@@ -24,7 +25,7 @@ impl Mapping {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            return Err(LabError::last_os("mmap"));
         }
         Ok(Mapping {
             ptr: ptr.cast(),
@@ -33,7 +34,7 @@ impl Mapping {
     }
 
     /// Maps `len` bytes of a file read-only and shared, so touching a page faults it in from storage.
-    pub fn file(fd: libc::c_int, len: usize) -> io::Result<Mapping> {
+    pub fn file(fd: libc::c_int, len: usize) -> Result<Mapping, LabError> {
         // SAFETY: a new read-only shared mapping of an open file; no existing memory is affected.
         let ptr = unsafe {
             libc::mmap(
@@ -46,7 +47,7 @@ impl Mapping {
             )
         };
         if ptr == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
+            return Err(LabError::last_os("mmap"));
         }
         Ok(Mapping {
             ptr: ptr.cast(),
@@ -54,12 +55,19 @@ impl Mapping {
         })
     }
 
+    /// The first byte.
     pub fn as_ptr(&self) -> *mut u8 {
         self.ptr
     }
 
+    /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len
+    }
+
+    /// Whether the mapping is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     /// Reads one byte of every 4 KiB page, faulting each in; returns a sum so the loop is not optimised away.
@@ -76,6 +84,7 @@ impl Mapping {
         sum
     }
 
+    /// The bytes, to fill or read.
     pub fn as_mut_slice(&mut self) -> &mut [u8] {
         // SAFETY: the mapping is writable, len bytes long, and borrowed mutably through self.
         unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
