@@ -15,6 +15,7 @@ mod driver;
 pub mod loading;
 mod memory;
 pub mod spin;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod vmm;
 
