@@ -27,13 +27,14 @@
 //!   administrator's decision (group `disk`).
 //! - **Scrubbed.** What was swapped out is discarded when the store closes; see [`Scrub`].
 
+use oversub_base::sync::lock;
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 mod exclusive;
 mod header;
@@ -1124,7 +1125,7 @@ impl SwapStore {
     }
 
     fn lock_alloc(&self) -> std::sync::MutexGuard<'_, ExtentAllocator> {
-        self.alloc.lock().unwrap_or_else(PoisonError::into_inner)
+        lock(&self.alloc)
     }
 
     /// Allocates `len` bytes (rounded up to the alignment). `StoreFull` when it does not
