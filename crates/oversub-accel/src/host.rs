@@ -1,5 +1,6 @@
 //! The host backend: device memory is system DRAM, as on an integrated GPU (NVIDIA Jetson and the like).
 
+use oversub_base::sync::{lock, read, write};
 use std::collections::{BTreeMap, HashMap};
 use std::sync::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
 
@@ -176,9 +177,7 @@ impl HostMemory {
         if range.len < CHUNK_BYTES || range.addr.0 % CHUNK_BYTES as u64 != 0 {
             return None;
         }
-        self.pool
-            .as_ref()
-            .map(|p| p.lock().unwrap_or_else(|e| e.into_inner()))
+        self.pool.as_ref().map(|p| lock(p))
     }
 
     /// Commit from the pool: every whole chunk the pool can fill gets its pages moved in.
@@ -263,11 +262,11 @@ impl HostMemory {
 
     // The table is consistent after every single insert or remove, so a panic elsewhere is no reason to refuse it.
     fn table(&self) -> RwLockReadGuard<'_, BTreeMap<u64, usize>> {
-        self.reservations.read().unwrap_or_else(|p| p.into_inner())
+        read(&self.reservations)
     }
 
     fn table_mut(&self) -> RwLockWriteGuard<'_, BTreeMap<u64, usize>> {
-        self.reservations.write().unwrap_or_else(|p| p.into_inner())
+        write(&self.reservations)
     }
 
     fn is_reservation(map: &BTreeMap<u64, usize>, range: &Reservation) -> Result<(), AccelError> {

@@ -9,6 +9,7 @@ use oversub_accel::cuda::{CudaMemory, CudaMemoryConfig};
 use oversub_accel::{
     AccelError, DeviceMemory, DevicePtr, HostMemory, HostMemoryConfig, PageRelease, Reservation,
 };
+use oversub_testkit::require;
 
 fn pattern(seed: u8, len: usize) -> Vec<u8> {
     (0..len)
@@ -49,7 +50,7 @@ fn backends() -> Vec<Backend> {
             Some(fake),
         ),
     ];
-    if std::env::var("OVERSUB_TEST_CUDA").as_deref() == Ok("1") {
+    if oversub_testkit::cuda_opted_in().is_ok() {
         v.push((
             "cuda".into(),
             Arc::new(CudaMemory::new(CudaMemoryConfig::default()).unwrap()),
@@ -182,9 +183,10 @@ fn ranges_that_are_not_ours_are_refused() {
 
 #[test]
 fn without_a_driver_the_cuda_backend_says_so() {
-    if oversub_accel::cuda::CudarcDriver::available().is_ok() {
-        return; // a machine with a GPU: nothing to check here
-    }
+    require!(
+        oversub_testkit::cuda_driver_loads().is_err(),
+        "a CUDA driver loads here; this checks the message given without one"
+    );
     match CudaMemory::new(CudaMemoryConfig::default()) {
         Err(AccelError::NoDriver(msg)) => {
             assert!(msg.starts_with("no CUDA driver found"), "{msg}")

@@ -1,5 +1,6 @@
 //! The memory server: CPU tasks announce phases into slots, the transfer side asks before each operation.
 
+use oversub_base::sync::lock;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
@@ -347,11 +348,7 @@ impl Arbiter {
 
     /// Adds a hook called (in the announcing thread) whenever a task of this process announces `CPU_MEM`.
     pub fn add_preemption_hook(&self, hook: Arc<dyn PreemptionHook>) {
-        self.inner
-            .hooks
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(hook);
+        lock(&self.inner.hooks).push(hook);
     }
 
     fn announce(&self, index: usize, phase: Phase) -> Result<(), ArbiterError> {
@@ -368,7 +365,7 @@ impl Arbiter {
         slot.announcements.fetch_add(1, Ordering::Relaxed);
         self.bump();
         if let SlotWord::Mem { end_ns } = word {
-            let hooks = self.inner.hooks.lock().unwrap_or_else(|p| p.into_inner());
+            let hooks = lock(&self.inner.hooks);
             for h in hooks.iter() {
                 h.preempt(end_ns);
             }

@@ -1,5 +1,6 @@
 //! Time as the arbiter sees it: nanoseconds of one system-wide monotonic clock, so that processes compare deadlines.
 
+use oversub_base::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Condvar, Mutex};
 use std::time::Duration;
@@ -106,7 +107,7 @@ impl FakeClock {
     pub fn advance_to(&self, deadline_ns: u64) {
         loop {
             let next = {
-                let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+                let mut events = lock(&self.events);
                 let due = events
                     .iter()
                     .enumerate()
@@ -130,11 +131,7 @@ impl FakeClock {
     /// Runs `f` when the clock reaches `at_ns` (at once, on the next advance, if that time has passed).
     pub fn at(&self, at_ns: u64, f: impl FnOnce() + Send + 'static) {
         let seq = self.next_seq.fetch_add(1, Ordering::Relaxed);
-        self.events.lock().unwrap_or_else(|p| p.into_inner()).push((
-            at_ns,
-            seq,
-            EventFn(Box::new(f)),
-        ));
+        lock(&self.events).push((at_ns, seq, EventFn(Box::new(f))));
     }
 }
 
@@ -169,16 +166,12 @@ mod tests {
         let log = Arc::new(Mutex::new(Vec::new()));
         for t in [300u64, 200, 250] {
             let (c, l) = (Arc::clone(&clock), Arc::clone(&log));
-            clock.at(t, move || {
-                l.lock()
-                    .unwrap_or_else(|p| p.into_inner())
-                    .push((t, c.now_ns()))
-            });
+            clock.at(t, move || lock(&l).push((t, c.now_ns())));
         }
         clock.sleep_until(260);
         assert_eq!(clock.now_ns(), 260);
         clock.advance(100);
-        let log = log.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let log = lock(&log).clone();
         assert_eq!(log, vec![(200, 200), (250, 250), (300, 300)]);
         assert_eq!(clock.now_ns(), 360);
     }

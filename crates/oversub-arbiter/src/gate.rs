@@ -1,5 +1,6 @@
 //! The transfer side: asks the arbiter before every chunk and never starts one that would run past its grant.
 
+use oversub_base::sync::lock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -252,7 +253,7 @@ impl Gate {
             Need::Chunks(_) => chunk_ns,
             Need::Cost(cost_ns) => cost_ns,
         };
-        let mut held = self.held.lock().unwrap_or_else(|p| p.into_inner());
+        let mut held = lock(&self.held);
         let mut cut_short = false;
         loop {
             let now = clock.now_ns();
@@ -419,7 +420,7 @@ impl Gate {
 
     /// Takes the events logged so far (in the order they were logged), leaving the log empty.
     pub fn take_events(&self) -> Vec<GateEvent> {
-        std::mem::take(&mut *self.events.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *lock(&self.events))
     }
 
     /// Events not logged because the log was full (since the gate was made).
@@ -434,7 +435,7 @@ impl Gate {
     }
 
     fn push_event(&self, event: GateEvent) {
-        let mut events = self.events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut events = lock(&self.events);
         if events.len() < self.event_capacity.load(Ordering::Relaxed) {
             events.push(event);
         } else {

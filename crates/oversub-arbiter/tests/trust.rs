@@ -10,6 +10,7 @@ use std::process::Command;
 use std::time::Duration;
 
 use oversub_arbiter::{Arbiter, ArbiterConfig, ArbiterError, SharedOptions};
+use oversub_testkit::{is_root, require};
 
 const CHILD_ENV: &str = "OVERSUB_ARBITER_TRUST_CHILD";
 
@@ -65,11 +66,6 @@ fn write_private(to: &Path, bytes: &[u8]) {
     f.write_all(bytes).unwrap();
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 #[test]
 fn a_file_others_may_read_or_write_is_refused() {
     let path = unique("mode");
@@ -96,10 +92,7 @@ fn a_file_others_may_read_or_write_is_refused() {
 
 #[test]
 fn a_file_owned_by_another_user_is_refused_unless_trusted() {
-    if !is_root() {
-        eprintln!("skipped: changing a file's owner needs root");
-        return;
-    }
+    require!(is_root(), "changing a file's owner needs root");
     let path = unique("owner");
     let server = Arbiter::create_at(&path, config()).unwrap();
     let file = OpenOptions::new().read(true).open(&path).unwrap();

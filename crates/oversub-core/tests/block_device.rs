@@ -4,38 +4,13 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use std::sync::Arc;
 
 use common::*;
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_core::{BufferFlags, Pool, PoolConfig};
 use oversub_io::SwapStore;
-
-/// A loop device detached on drop, so a failing assertion leaves nothing attached.
-struct Loop(PathBuf);
-
-impl Loop {
-    fn attach(image: &Path) -> Option<Loop> {
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(image)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        let dev = String::from_utf8(out.stdout).ok()?.trim().to_string();
-        (!dev.is_empty()).then(|| Loop(PathBuf::from(dev)))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
+use oversub_testkit::{require, LoopDevice};
 
 #[test]
 fn pager_round_trips_on_a_block_device() {
@@ -45,12 +20,19 @@ fn pager_round_trips_on_a_block_device() {
         .unwrap()
         .set_len(64 * MIB)
         .unwrap();
-    let Some(dev) = Loop::attach(&image) else {
-        eprintln!("skipped: no loop device can be attached here (needs root and losetup)");
-        return;
-    };
+    require!(
+        oversub_testkit::loop_devices_usable(),
+        "no loop devices here"
+    );
+    let dev = require!(
+        LoopDevice::attach(&image),
+        "no loop device can be attached here (needs root and losetup)"
+    );
     for (name, engine) in engines() {
-        let store = SwapStore::builder().engine(engine).open(&dev.0).unwrap();
+        let store = SwapStore::builder()
+            .engine(engine)
+            .open(dev.path())
+            .unwrap();
         assert!(store.is_block_device(), "{name}");
         // The store's header takes the first block(s); the data area is the rest.
         assert_eq!(store.capacity_bytes(), 64 * MIB - store.data_offset());

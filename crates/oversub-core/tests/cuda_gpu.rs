@@ -1,8 +1,8 @@
-//! The pager on a real GPU (the cuda backend over the real driver). Opt-in: `OVERSUB_TEST_CUDA=1`; without it
-//! every test returns at once (CI has no GPU). Checks what only hardware can: round trips keep the device address
-//! and every byte at sizes that are and are not multiples of the granularity, a kernel reading the buffer after
-//! page-in sees the data, device memory in use (cuMemGetInfo) falls by the buffer's size after page-out, and many
-//! buffers past the pool's capacity cycle through without loss.
+//! The pager on a real GPU (the cuda backend over the real driver). Opt-in: `OVERSUB_TEST_CUDA=1`; without it every
+//! test says it is skipped and returns at once (CI has no GPU). Checks what only hardware can: round trips keep the
+//! device address and every byte at sizes that are and are not multiples of the granularity, a kernel reading the
+//! buffer after page-in sees the data, device memory in use (cuMemGetInfo) falls by the buffer's size after page-out,
+//! and many buffers past the pool's capacity cycle through without loss.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
@@ -14,10 +14,7 @@ use oversub_accel::cuda::{CudaMemory, CudaMemoryConfig};
 use oversub_accel::DeviceMemory;
 use oversub_core::{BufferFlags, BufferState, HostTierConfig, Pool, PoolConfig, StagingConfig};
 use oversub_io::SwapStore;
-
-fn enabled() -> bool {
-    std::env::var("OVERSUB_TEST_CUDA").as_deref() == Ok("1")
-}
+use oversub_testkit::require;
 
 fn cuda_pool(capacity: u64, store_bytes: u64, tier: Option<u64>) -> (Pool, Arc<CudaMemory>) {
     let cuda = Arc::new(CudaMemory::new(CudaMemoryConfig::default()).unwrap());
@@ -42,9 +39,7 @@ fn cuda_pool(capacity: u64, store_bytes: u64, tier: Option<u64>) -> (Pool, Arc<C
 
 #[test]
 fn gpu_round_trips_keep_address_and_bytes() {
-    if !enabled() {
-        return;
-    }
+    require!(oversub_testkit::cuda_opted_in(), "needs a GPU");
     let (pool, cuda) = cuda_pool(4096 * MIB, 4096 * MIB, None);
     let g = cuda.granularity() as u64;
     eprintln!("transfer path: {}, granularity {g}", pool.transfer_path());
@@ -74,9 +69,7 @@ fn gpu_round_trips_keep_address_and_bytes() {
 #[test]
 fn gpu_kernel_sees_the_data_after_page_in() {
     use cudarc::driver::{CudaContext, LaunchConfig, PushKernelArg};
-    if !enabled() {
-        return;
-    }
+    require!(oversub_testkit::cuda_opted_in(), "needs a GPU");
     let (pool, _cuda) = cuda_pool(1024 * MIB, 1024 * MIB, Some(256 * MIB));
     let space = pool.address_space();
     let n: usize = 64 * MIB as usize;
@@ -121,9 +114,7 @@ fn gpu_kernel_sees_the_data_after_page_in() {
 
 #[test]
 fn gpu_buffers_past_the_pool_cycle_without_loss() {
-    if !enabled() {
-        return;
-    }
+    require!(oversub_testkit::cuda_opted_in(), "needs a GPU");
     // A 1 GiB pool and sixteen 256 MiB buffers: four fit at once.
     let (pool, _cuda) = cuda_pool(1024 * MIB, 8192 * MIB, Some(1024 * MIB));
     let space = pool.address_space();

@@ -107,7 +107,7 @@ pub enum IoError {
         /// What changed.
         what: String,
     },
-    /// A failure injected by [`crate::testing::FailingEngine`].
+    /// A failure injected by the test double `testing::FailingEngine` (behind the `testing` feature).
     #[error("injected failure on request #{nth}")]
     Injected {
         /// 1-based number of the request that was made to fail.

@@ -14,6 +14,7 @@ pub mod error;
 pub mod external;
 mod mem;
 pub mod store;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod tuning;
 

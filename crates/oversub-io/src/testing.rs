@@ -3,6 +3,7 @@
 //! [`CountingEngine`] counts requests and batches. Public so other crates' tests can
 //! use them.
 
+use oversub_base::sync::lock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
@@ -437,7 +438,7 @@ impl RecordingEngine {
 
     /// Every request so far, in submission order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
-        self.log.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        lock(&self.log).clone()
     }
 }
 
@@ -492,7 +493,7 @@ impl RecordingEngine {
             if let Some(obs) = &self.observer {
                 obs(&rec);
             }
-            self.log.lock().unwrap_or_else(|p| p.into_inner()).push(rec);
+            lock(&self.log).push(rec);
         }
         // SAFETY: forwarded from our caller.
         unsafe { forward_to(self.inner.as_ref(), requests, on_done, tagged) }

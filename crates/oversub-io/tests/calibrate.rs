@@ -7,6 +7,7 @@ use std::sync::Arc;
 use oversub_io::testing::{AlignedBuf, CountingEngine};
 use oversub_io::tuning::Calibration;
 use oversub_io::{Direction, EngineChoice, IoError, PsyncEngine, SwapStore};
+use oversub_testkit::require;
 
 const MIB: u64 = 1 << 20;
 
@@ -21,18 +22,11 @@ fn small_grid() -> Calibration {
 
 fn calibrates_and_keeps_working(choice: EngineChoice) {
     let dir = tempfile::tempdir().unwrap();
-    let mut store = match SwapStore::builder()
+    let mut store = SwapStore::builder()
         .capacity_bytes(16 * MIB)
         .engine_choice(choice)
         .create_temp(dir.path())
-    {
-        Ok(s) => s,
-        Err(IoError::Unsupported(why)) => {
-            eprintln!("skipped: {why}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
-    };
+        .unwrap();
     let free = store.free_bytes();
     let done = store.calibrate(&small_grid()).unwrap();
     assert_eq!(done.grid.len(), 4, "every point of the grid is measured");
@@ -83,6 +77,10 @@ fn calibrates_and_keeps_working_psync() {
 
 #[test]
 fn calibrates_and_keeps_working_uring() {
+    require!(
+        oversub_testkit::io_uring_usable(),
+        "io_uring is not usable here"
+    );
     calibrates_and_keeps_working(EngineChoice::Uring);
 }
 

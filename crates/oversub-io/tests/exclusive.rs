@@ -14,6 +14,7 @@ use std::sync::{mpsc, Arc};
 
 use oversub_io::testing::AlignedBuf;
 use oversub_io::{Direction, IoEngine, IoError, PsyncEngine, Scrub, Slot, StoreBuilder, SwapStore};
+use oversub_testkit::{require, LoopDevice};
 
 const MIB: u64 = 1 << 20;
 const HOLD_ENV: &str = "OVERSUB_TEST_HOLD_STORE";
@@ -315,10 +316,7 @@ fn lock_held_by_the_flock_command() {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn();
-        let Ok(mut child) = spawned else {
-            eprintln!("skipped: the flock command is not installed");
-            return;
-        };
+        let mut child = require!(spawned, "the flock command is not installed");
         let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
         assert_eq!(lines.next().unwrap().unwrap(), "locked");
         let holder = busy(open(&path), &path);
@@ -686,33 +684,6 @@ fn scrub_runs_after_the_last_in_flight_batch() {
 
 // ---- block devices (loop devices; root only) ----
 
-/// A loop device detached on drop.
-struct Loop(PathBuf);
-
-impl Loop {
-    fn attach(image: &Path) -> Option<Loop> {
-        if euid() != 0 {
-            return None;
-        }
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(image)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        let dev = String::from_utf8(out.stdout).ok()?.trim().to_string();
-        (!dev.is_empty()).then(|| Loop(PathBuf::from(dev)))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
-
 /// A mount undone on drop.
 struct Mount(PathBuf);
 
@@ -723,34 +694,37 @@ impl Drop for Mount {
 }
 
 /// A loop device over a sparse image in /var/tmp (a real disk file system, unlike a tmpfs /tmp).
-fn loop_device(len: u64) -> Option<(tempfile::TempDir, Loop)> {
+fn loop_device(len: u64) -> Option<(tempfile::TempDir, LoopDevice)> {
+    if euid() != 0 {
+        return None;
+    }
     let dir = tempfile::tempdir_in("/var/tmp")
         .or_else(|_| tempfile::tempdir())
         .ok()?;
     let image = dir.path().join("disk.img");
     sparse_file(&image, len);
-    let dev = Loop::attach(&image)?;
+    let dev = LoopDevice::attach(&image)?;
     Some((dir, dev))
 }
 
 #[test]
 fn blank_loop_device_is_used_exclusively_and_scrubbed() {
-    let Some((_dir, dev)) = loop_device(64 * MIB) else {
-        eprintln!("skipped: no loop device can be attached here (needs root and losetup)");
-        return;
-    };
-    let s = open(&dev.0).unwrap();
+    let (_dir, dev) = require!(
+        loop_device(64 * MIB),
+        "no loop device can be attached here (needs root and losetup)"
+    );
+    let s = open(dev.path()).unwrap();
     assert!(s.is_block_device());
     assert_eq!(s.capacity_bytes(), 64 * MIB - s.data_offset());
     // O_EXCL refuses the second open; the first store's lock names it.
-    let holder = busy(open(&dev.0), &dev.0);
+    let holder = busy(open(dev.path()), dev.path());
     eprintln!("busy loop device: {holder}");
     assert!(
         holder.starts_with(&format!("pid {} (", std::process::id())),
         "{holder}"
     );
     // force does not override the kernel's refusal.
-    busy(builder().force(true).open(&dev.0), &dev.0);
+    busy(builder().force(true).open(dev.path()), dev.path());
     let slot = write_slot(&s, 64 * 1024);
     let e = slot.extents()[0];
     let mut back = AlignedBuf::new(e.len as usize, 4096).unwrap();
@@ -760,47 +734,47 @@ fn blank_loop_device_is_used_exclusively_and_scrubbed() {
     drop(slot);
     drop(s);
     // Scrubbed with BLKDISCARD (a loop device punches its image), header kept, and ours again.
-    assert!(all_zero(&read_at(&dev.0, e.offset, e.len as usize)));
-    assert_eq!(&read_at(&dev.0, 0, 8), b"\x89OVERSUB");
-    drop(open(&dev.0).unwrap());
+    assert!(all_zero(&read_at(dev.path(), e.offset, e.len as usize)));
+    assert_eq!(&read_at(dev.path(), 0, 8), b"\x89OVERSUB");
+    drop(open(dev.path()).unwrap());
 }
 
 #[test]
 fn ext4_loop_device_is_busy_while_mounted_and_refused_after() {
-    let Some((dir, dev)) = loop_device(64 * MIB) else {
-        eprintln!("skipped: no loop device can be attached here (needs root and losetup)");
-        return;
-    };
+    let (dir, dev) = require!(
+        loop_device(64 * MIB),
+        "no loop device can be attached here (needs root and losetup)"
+    );
     let mkfs = Command::new("mkfs.ext4")
         .args(["-q", "-F"])
-        .arg(&dev.0)
+        .arg(dev.path())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status();
-    if !mkfs.is_ok_and(|s| s.success()) {
-        eprintln!("skipped: mkfs.ext4 is missing or failed");
-        return;
-    }
+    require!(
+        mkfs.is_ok_and(|s| s.success()),
+        "mkfs.ext4 is missing or failed"
+    );
     let mnt = dir.path().join("mnt");
     std::fs::create_dir(&mnt).unwrap();
     let mounted = Command::new("mount")
-        .arg(&dev.0)
+        .arg(dev.path())
         .arg(&mnt)
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success());
     if mounted {
         let m = Mount(mnt.clone());
-        let holder = busy(builder().force(true).open(&dev.0), &dev.0);
+        let holder = busy(builder().force(true).open(dev.path()), dev.path());
         assert_eq!(holder, format!("mounted at {}", mnt.display()));
         drop(m);
     } else {
         eprintln!("skipped the mounted case: mount failed here");
     }
-    let reason = refused(open(&dev.0));
+    let reason = refused(open(dev.path()));
     assert!(reason.contains("ext4"), "{reason}");
     // The refusal wrote nothing: the superblock is intact.
-    assert_eq!(read_at(&dev.0, 1080, 2), [0x53, 0xef]);
-    drop(builder().force(true).open(&dev.0).unwrap());
-    drop(open(&dev.0).unwrap());
+    assert_eq!(read_at(dev.path(), 1080, 2), [0x53, 0xef]);
+    drop(builder().force(true).open(dev.path()).unwrap());
+    drop(open(dev.path()).unwrap());
 }

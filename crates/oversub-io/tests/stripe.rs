@@ -4,14 +4,14 @@
 //! clean-up when a location fails.
 
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::process::Command;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use oversub_io::testing::{AlignedBuf, CountingEngine, FailingFdEngine, RecordingEngine};
 use oversub_io::{
     Direction, IoEngine, IoError, PsyncEngine, Scrub, Slot, StoreBuilder, SwapStore, UringEngine,
 };
+use oversub_testkit::{require, LoopDevice};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
@@ -543,30 +543,6 @@ fn stripe_unit_must_suit_the_alignment() {
     assert_eq!(s.capacity_bytes(), 16 * MIB);
 }
 
-/// A loop device detached on drop, so a failing assertion leaves nothing attached.
-struct Loop(PathBuf);
-
-impl Loop {
-    fn attach(image: &Path) -> Option<Loop> {
-        let out = Command::new("losetup")
-            .args(["-f", "--show"])
-            .arg(image)
-            .output()
-            .ok()?;
-        if !out.status.success() {
-            return None;
-        }
-        let dev = String::from_utf8(out.stdout).ok()?.trim().to_string();
-        (!dev.is_empty()).then(|| Loop(PathBuf::from(dev)))
-    }
-}
-
-impl Drop for Loop {
-    fn drop(&mut self) {
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
-
 #[test]
 fn striped_over_two_loop_devices() {
     let dir = tempfile::tempdir().unwrap();
@@ -577,13 +553,13 @@ fn striped_over_two_loop_devices() {
             .unwrap()
             .set_len(size)
             .unwrap();
-        let Some(dev) = Loop::attach(&image) else {
-            eprintln!("skipped: no loop device can be attached here (needs root and losetup)");
-            return;
-        };
+        let dev = require!(
+            LoopDevice::attach(&image),
+            "no loop device can be attached here (needs root and losetup)"
+        );
         loops.push(dev);
     }
-    let devs: Vec<PathBuf> = loops.iter().map(|l| l.0.clone()).collect();
+    let devs: Vec<PathBuf> = loops.iter().map(|l| l.path().to_path_buf()).collect();
     for (name, engine) in engines() {
         let s = SwapStore::builder()
             .engine(engine)

@@ -10,9 +10,10 @@
 //!
 //! Each point touches `faults × 4 KiB` of memory (the paper's 512,000 faults are 2 GiB).
 
+use oversub_base::sync::{lock, wait};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, AtomicU8, Ordering};
-use std::sync::{Condvar, Mutex, PoisonError};
+use std::sync::{Condvar, Mutex};
 use std::time::Instant;
 
 use serde::Serialize;
@@ -111,28 +112,28 @@ struct GateState {
 impl Gate {
     /// Announces a thread and waits for the gate; true to go.
     fn arrive_and_wait(&self) -> bool {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = lock(&self.state);
         st.arrived += 1;
         self.cv.notify_all();
         loop {
             if let Some(go) = st.open {
                 return go;
             }
-            st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = wait(&self.cv, st);
         }
     }
 
     /// Waits until `n` threads have arrived.
     fn wait_for(&self, n: usize) {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = lock(&self.state);
         while st.arrived < n {
-            st = self.cv.wait(st).unwrap_or_else(PoisonError::into_inner);
+            st = wait(&self.cv, st);
         }
     }
 
     /// Opens (`go`) or calls off the gate; only the first call counts.
     fn open(&self, go: bool) {
-        let mut st = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut st = lock(&self.state);
         if st.open.is_none() {
             st.open = Some(go);
         }

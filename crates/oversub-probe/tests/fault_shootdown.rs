@@ -9,6 +9,7 @@ use oversub_probe::derive::FaultSplit;
 use oversub_probe::fault::{self, FaultPoint};
 use oversub_probe::shootdown::{self, ShootdownOp};
 use oversub_probe::{no_tick, ProbeError};
+use oversub_testkit::require;
 
 fn positive(what: &str, v: f64) {
     assert!(v.is_finite() && v > 0.0, "{what} = {v}");
@@ -59,16 +60,13 @@ fn soft_faults_smoke() {
 
 #[test]
 fn uffd_faults_smoke() {
+    require!(
+        oversub_testkit::userfaultfd_available(),
+        "userfaultfd unavailable"
+    );
     for threads in [1, 4] {
-        match fault::uffd_faults(256, threads) {
-            Ok(p) => check_point(&p, 256, threads, true),
-            Err(ProbeError::Unavailable { why, .. }) => {
-                eprintln!("skipped: userfaultfd unavailable: {why}");
-                assert!(fault::userfaultfd_available().is_err());
-                return;
-            }
-            Err(e) => panic!("{e}"),
-        }
+        let p = fault::uffd_faults(256, threads).unwrap();
+        check_point(&p, 256, threads, true);
     }
 }
 

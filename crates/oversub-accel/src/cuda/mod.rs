@@ -16,6 +16,7 @@ pub mod loading;
 pub mod managed;
 mod memory;
 pub mod spin;
+#[cfg(feature = "testing")]
 pub mod testing;
 mod vmm;
 

@@ -10,6 +10,7 @@
 //!
 //! Calls can be made to fail ([`FakeDriver::fail_call`]) and device memory is limited, so error paths are tested too.
 
+use oversub_base::sync::lock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
 
@@ -195,7 +196,7 @@ impl FakeDriver {
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Counts a call and fails it if asked to.

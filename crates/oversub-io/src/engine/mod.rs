@@ -9,10 +9,11 @@ pub use priority::{PriorityEngine, DEFAULT_STARVATION_BOUND};
 pub use psync::PsyncEngine;
 pub use uring::UringEngine;
 
+use oversub_base::sync::lock;
 use std::os::fd::RawFd;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 
 use crate::error::IoError;
 
@@ -360,7 +361,7 @@ impl Batch {
                 self.bytes.fetch_add(bytes, Ordering::Relaxed);
             }
             Err(e) => {
-                let mut slot = self.error.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut slot = lock(&self.error);
                 if slot.is_none() {
                     *slot = Some(if self.tagged {
                         IoError::Request {
@@ -391,16 +392,8 @@ impl Batch {
 
     /// Runs the callback; called by the last finisher, or directly for empty batches.
     pub(crate) fn run_callback(&self) {
-        let cb = self
-            .on_done
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
-        let err = self
-            .error
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .take();
+        let cb = lock(&self.on_done).take();
+        let err = lock(&self.error).take();
         let result = match err {
             Some(e) => Err(e),
             None => Ok(IoDone {

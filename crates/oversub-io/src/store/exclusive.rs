@@ -34,7 +34,7 @@ static OPEN_HERE: Mutex<Vec<(u64, u64)>> = Mutex::new(Vec::new());
 
 fn open_here() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
     // The list stays consistent whatever panicked while holding it: pushes and removals are single steps.
-    OPEN_HERE.lock().unwrap_or_else(|e| e.into_inner())
+    oversub_base::sync::lock(&OPEN_HERE)
 }
 
 /// This process's claim on a store's node, from [`lock`] until the store's descriptor is closed.

@@ -20,7 +20,7 @@
 use std::os::fd::RawFd;
 
 use super::header::{Decoded, Header};
-use super::pread_full;
+use super::sys::pread_full;
 use crate::error::IoError;
 
 /// Bytes read from the start (and from the first data extent) by the blank rule.

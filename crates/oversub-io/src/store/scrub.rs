@@ -4,7 +4,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::pwrite_all;
+use super::sys::pwrite_all;
 use crate::error::IoError;
 use crate::mem::AlignedBuf;
 

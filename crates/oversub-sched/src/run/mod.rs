@@ -320,7 +320,7 @@ struct Shared<'r, 'w> {
     aborted: std::sync::atomic::AtomicBool,
 }
 
-use oversub_base::sync::lock;
+use oversub_base::sync::{lock, wait};
 
 impl Shared<'_, '_> {
     fn now_s(&self) -> f64 {
@@ -373,7 +373,7 @@ impl Shared<'_, '_> {
             if self.is_aborted() {
                 return Err(Self::stopped());
             }
-            paged = self.paged_cv.wait(paged).unwrap_or_else(|p| p.into_inner());
+            paged = wait(&self.paged_cv, paged);
         }
         Ok(())
     }
@@ -392,10 +392,7 @@ impl Shared<'_, '_> {
             if self.is_aborted() {
                 return Err(Self::stopped());
             }
-            done = self
-                .completed_cv
-                .wait(done)
-                .unwrap_or_else(|p| p.into_inner());
+            done = wait(&self.completed_cv, done);
         }
         Ok(())
     }
@@ -1282,10 +1279,7 @@ fn lane(
                                     "stopped after the pager thread failed".into(),
                                 ));
                             }
-                            map = shared
-                                .tickets_cv
-                                .wait(map)
-                                .unwrap_or_else(|p| p.into_inner());
+                            map = wait(&shared.tickets_cv, map);
                         }
                     };
                     for ((t, issued), op) in tickets.into_iter().zip(&sp.page_ins) {

@@ -6,6 +6,7 @@
 //! bindings that hand the memory to another runtime (Python's NumPy views) take a [`Lease`], which keeps the
 //! buffer from being paged out or freed while it lives.
 
+use oversub_base::sync::lock;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -96,7 +97,7 @@ struct LeaseState {
 
 impl LeaseCell {
     fn lock(&self) -> std::sync::MutexGuard<'_, LeaseState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        lock(&self.state)
     }
 
     /// Leases alive now.

@@ -1,155 +1,13 @@
-//! Timelines of scheduled work and paging, drawn as horizontal lanes (one
-//! row per CPU, GPU, storage controller, ...) like the schedule figures of
-//! the paper, rendered as standalone SVG ([`Timeline::to_svg`]) or as Chrome
-//! trace-event JSON for Perfetto / `chrome://tracing`
-//! ([`Timeline::to_chrome_trace`]).
+//! The SVG rendering of a [`Timeline`]: lanes, axis, legend and tooltips, drawn like the paper's schedule figures.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-use serde_json::{json, Value};
-
+use super::{assign_lanes, span_times, MarkerKind, Span, SpanKind, Timeline, LIMIT};
 use crate::html::escape;
 use crate::svg::{decimals_for, n, truncate_label};
 use oversub_base::format::format_seconds;
-
-/// What a [`Span`] shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum SpanKind {
-    /// A component running (filled box, coloured by label).
-    Work,
-    /// Buffers moving from the store into memory (hatched, "↑").
-    PageIn,
-    /// Buffers moving from memory to the store (hatched, "↓").
-    PageOut,
-    /// A synchronous paging slot (grey box).
-    Paging,
-    /// A demand-paging stall (red cross-hatch).
-    Fault,
-    /// What the store holds (thin bar, coloured by label).
-    Holds,
-    /// Nothing running (dashed outline).
-    Idle,
-}
-
-impl SpanKind {
-    /// Every kind, in legend order.
-    pub const ALL: [SpanKind; 7] = [
-        SpanKind::Work,
-        SpanKind::PageIn,
-        SpanKind::PageOut,
-        SpanKind::Paging,
-        SpanKind::Fault,
-        SpanKind::Holds,
-        SpanKind::Idle,
-    ];
-
-    /// Snake-case name, as serialized and used as the trace category:
-    /// `"work"`, `"page_in"`, `"page_out"`, `"paging"`, `"fault"`,
-    /// `"holds"`, `"idle"`.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            SpanKind::Work => "work",
-            SpanKind::PageIn => "page_in",
-            SpanKind::PageOut => "page_out",
-            SpanKind::Paging => "paging",
-            SpanKind::Fault => "fault",
-            SpanKind::Holds => "holds",
-            SpanKind::Idle => "idle",
-        }
-    }
-
-    fn legend_name(self) -> &'static str {
-        match self {
-            SpanKind::Work => "work",
-            SpanKind::PageIn => "page-in \u{2191}",
-            SpanKind::PageOut => "page-out \u{2193}",
-            SpanKind::Paging => "paging slot",
-            SpanKind::Fault => "fault stall",
-            SpanKind::Holds => "store holds",
-            SpanKind::Idle => "idle",
-        }
-    }
-}
-
-/// A time interval on one row.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Span {
-    /// Index into [`Timeline::rows`].
-    pub row: usize,
-    /// Start, seconds.
-    pub start_s: f64,
-    /// End, seconds.
-    pub end_s: f64,
-    /// Short name written inside the box (e.g. the component); also picks
-    /// the colour of Work, PageIn, PageOut and Holds spans.
-    pub label: String,
-    /// What the span shows.
-    pub kind: SpanKind,
-    /// Longer description: SVG tooltip and trace event argument.
-    pub detail: String,
-}
-
-/// What a [`Marker`] shows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum MarkerKind {
-    /// A job release (small upward tick).
-    Release,
-    /// A deadline (small downward tick).
-    Deadline,
-    /// A missed deadline / late start (red ✕ with its label).
-    Miss,
-}
-
-impl MarkerKind {
-    /// Snake-case name, as serialized and used as the trace category.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            MarkerKind::Release => "release",
-            MarkerKind::Deadline => "deadline",
-            MarkerKind::Miss => "miss",
-        }
-    }
-}
-
-/// An instant on one row.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Marker {
-    /// Index into [`Timeline::rows`].
-    pub row: usize,
-    /// When, seconds.
-    pub at_s: f64,
-    /// What the marker shows.
-    pub kind: MarkerKind,
-    /// Text (written next to Miss markers, tooltip for all).
-    pub label: String,
-}
-
-/// Lanes of spans and markers over a shared time axis.
-///
-/// Spans and markers whose times are not finite are ignored by both
-/// renderers; a span whose end precedes its start is drawn as if the two
-/// were swapped. Rows referenced by spans or markers but missing from
-/// [`Timeline::rows`] are named `"row N"`; the SVG shows them after the
-/// named rows (only those used, at most 1024 of them).
-#[derive(Debug, Clone, Default, Serialize, Deserialize)]
-pub struct Timeline {
-    /// Title above the lanes.
-    pub title: String,
-    /// Row names, top to bottom.
-    pub rows: Vec<String>,
-    /// Intervals.
-    pub spans: Vec<Span>,
-    /// Instants.
-    pub markers: Vec<Marker>,
-    /// End of the time axis in seconds; 0 (or anything not positive and
-    /// finite) fits the axis to the data.
-    pub end_s: f64,
-}
 
 // ---- layout constants (pixels) ----
 const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
@@ -165,8 +23,6 @@ const MISS_PAD: f64 = 15.0;
 const MIN_ROW_H: f64 = 36.0;
 /// Sub-lanes per row in the SVG; further overlapping spans share a lane.
 const MAX_LANES: usize = 12;
-/// Threads per row in traces; further overlapping spans share a thread.
-const MAX_TRACE_LANES: usize = 64;
 /// Rows the SVG adds for spans whose row index has no name.
 const MAX_IMPLICIT_ROWS: usize = 1024;
 const MAX_NAME_CHARS: usize = 28;
@@ -174,8 +30,6 @@ const MAX_NAME_CHARS: usize = 28;
 const CHAR_W_12: f64 = 7.0;
 const CHAR_W_11: f64 = 6.4;
 const CHAR_W_10: f64 = 5.8;
-/// Times are clamped to this magnitude so axis arithmetic stays finite.
-const LIMIT: f64 = 1e300;
 const MISS_RED: &str = "#d32f2f";
 
 /// Fill colours (light) and matching outline colours (dark) for labels.
@@ -220,75 +74,6 @@ fn nice_step(span: f64, max_intervals: f64) -> f64 {
     span
 }
 
-/// Greedy interval partitioning of intervals sorted by start: the lane of
-/// each interval and the number of lanes. An interval goes into the first
-/// lane that is free at its start; when `max_lanes` lanes are all busy it
-/// shares the one that frees up first.
-fn assign_lanes(intervals: &[(f64, f64)], max_lanes: usize) -> (Vec<usize>, usize) {
-    let mut ends: Vec<f64> = Vec::new();
-    let mut lanes = Vec::with_capacity(intervals.len());
-    for &(start, end) in intervals {
-        let lane = match ends.iter().position(|&e| e <= start) {
-            Some(l) => l,
-            None if ends.len() < max_lanes.max(1) => {
-                ends.push(f64::NEG_INFINITY);
-                ends.len() - 1
-            }
-            None => ends
-                .iter()
-                .enumerate()
-                .min_by(|a, b| a.1.total_cmp(b.1))
-                .map_or(0, |(i, _)| i),
-        };
-        if let Some(e) = ends.get_mut(lane) {
-            *e = e.max(end);
-        }
-        lanes.push(lane);
-    }
-    (lanes, ends.len())
-}
-
-/// Like [`assign_lanes`], for trace threads, where a span may also share a
-/// lane with a span that encloses it (viewers draw it nested below). The
-/// intervals must be sorted by start, longer first among equal starts.
-fn assign_nested_lanes(intervals: &[(f64, f64)], max_lanes: usize) -> (Vec<usize>, usize) {
-    // Per lane: ends of the spans open at the current start, innermost last.
-    let mut stacks: Vec<Vec<f64>> = Vec::new();
-    let mut lanes = Vec::with_capacity(intervals.len());
-    for &(start, end) in intervals {
-        for stack in &mut stacks {
-            while stack.last().is_some_and(|&e| e <= start) {
-                stack.pop();
-            }
-        }
-        let fits = |stack: &Vec<f64>| stack.last().is_none_or(|&e| end <= e);
-        let lane = match stacks.iter().position(fits) {
-            Some(l) => l,
-            None if stacks.len() < max_lanes.max(1) => {
-                stacks.push(Vec::new());
-                stacks.len() - 1
-            }
-            None => stacks
-                .iter()
-                .enumerate()
-                .min_by(|a, b| {
-                    let ea = a.1.first().copied().unwrap_or(f64::NEG_INFINITY);
-                    let eb = b.1.first().copied().unwrap_or(f64::NEG_INFINITY);
-                    ea.total_cmp(&eb)
-                })
-                .map_or(0, |(i, _)| i),
-        };
-        if let Some(stack) = stacks.get_mut(lane) {
-            // Keep the stack bounded when spans are forced to share.
-            if stack.len() < 4096 {
-                stack.push(end);
-            }
-        }
-        lanes.push(lane);
-    }
-    (lanes, stacks.len())
-}
-
 /// A drawable span: finite, ordered, clamped times.
 #[derive(Debug, Clone, Copy)]
 struct Prepared {
@@ -296,16 +81,6 @@ struct Prepared {
     row: usize,
     start: f64,
     end: f64,
-}
-
-/// Finite, ordered, clamped times of a span, or `None` when not drawable.
-fn span_times(s: &Span) -> Option<(f64, f64)> {
-    if !s.start_s.is_finite() || !s.end_s.is_finite() {
-        return None;
-    }
-    let a = s.start_s.clamp(-LIMIT, LIMIT);
-    let b = s.end_s.clamp(-LIMIT, LIMIT);
-    Some((a.min(b), a.max(b)))
 }
 
 /// The time axis: range, tick step and display unit.
@@ -480,71 +255,6 @@ fn fit_text(kind: SpanKind, label: &str, width: f64, char_w: f64) -> Option<Stri
 }
 
 impl Timeline {
-    /// An empty timeline with the given rows (top to bottom).
-    pub fn new(title: impl Into<String>, rows: Vec<String>) -> Self {
-        Timeline {
-            title: title.into(),
-            rows,
-            spans: Vec::new(),
-            markers: Vec::new(),
-            end_s: 0.0,
-        }
-    }
-
-    /// Index of the row named `name`, appending it when missing.
-    pub fn row_index(&mut self, name: &str) -> usize {
-        if let Some(i) = self.rows.iter().position(|r| r == name) {
-            i
-        } else {
-            self.rows.push(name.to_string());
-            self.rows.len() - 1
-        }
-    }
-
-    /// Appends a span.
-    pub fn add_span(
-        &mut self,
-        row: usize,
-        start_s: f64,
-        end_s: f64,
-        label: impl Into<String>,
-        kind: SpanKind,
-        detail: impl Into<String>,
-    ) {
-        self.spans.push(Span {
-            row,
-            start_s,
-            end_s,
-            label: label.into(),
-            kind,
-            detail: detail.into(),
-        });
-    }
-
-    /// Appends a marker.
-    pub fn add_marker(
-        &mut self,
-        row: usize,
-        at_s: f64,
-        kind: MarkerKind,
-        label: impl Into<String>,
-    ) {
-        self.markers.push(Marker {
-            row,
-            at_s,
-            kind,
-            label: label.into(),
-        });
-    }
-
-    /// Name of row `i`: its entry in [`Timeline::rows`] or `"row i"`.
-    fn row_name(&self, i: usize) -> String {
-        self.rows
-            .get(i)
-            .cloned()
-            .unwrap_or_else(|| format!("row {i}"))
-    }
-
     /// Renders a standalone SVG document, drawn like the paper's schedule
     /// figures.
     ///
@@ -1114,142 +824,6 @@ impl Timeline {
     pub fn write_svg(&self, path: &Path) -> std::io::Result<()> {
         std::fs::write(path, self.to_svg())
     }
-
-    /// Chrome trace-event format, for Perfetto or `chrome://tracing`: an
-    /// object with `"traceEvents"`, `"displayTimeUnit": "ms"` and
-    /// `"otherData": {"title": ...}`.
-    ///
-    /// Events: one `"M"` `process_name` event naming pid 1 `"oversub"`;
-    /// per row a `thread_name` (the row name) and a `thread_sort_index`
-    /// (the row index) event with tid = row index; one `"X"` (complete)
-    /// event per span with `ts` / `dur` in microseconds, `name` = label,
-    /// `cat` = kind in snake case ([`SpanKind::as_str`]) and
-    /// `args: {"detail": ...}` (times rounded to whole nanoseconds); one `"i"` instant event (scope `"t"`) per
-    /// marker with `cat` = marker kind.
-    ///
-    /// Rows named in [`Timeline::rows`] and rows that spans or markers use
-    /// get thread metadata. Trace viewers cannot show spans on one thread
-    /// that overlap without nesting, so a span that overlaps an earlier one
-    /// on its row without lying inside it (a fault inside a work span
-    /// nests fine) goes to an extra thread of that row, named `"<row> (2)"`,
-    /// `"<row> (3)"`, ... with the same sort index and a tid after all row
-    /// indices. Spans and markers with non-finite times are left out.
-    pub fn to_chrome_trace(&self) -> Value {
-        // Valid spans grouped by row, sorted by start.
-        let mut by_row: BTreeMap<usize, Vec<(usize, f64, f64)>> = BTreeMap::new();
-        for (i, s) in self.spans.iter().enumerate() {
-            if let Some((a, b)) = span_times(s) {
-                by_row.entry(s.row).or_default().push((i, a, b));
-            }
-        }
-        let marker_rows = self
-            .markers
-            .iter()
-            .filter(|m| m.at_s.is_finite())
-            .map(|m| m.row);
-        let max_tid = by_row
-            .keys()
-            .copied()
-            .chain(marker_rows.clone())
-            .max()
-            .map_or(0, |r| r.saturating_add(1))
-            .max(self.rows.len());
-        let mut next_extra_tid = max_tid;
-
-        let threads: BTreeSet<usize> = (0..self.rows.len())
-            .chain(by_row.keys().copied())
-            .chain(marker_rows)
-            .collect();
-
-        let mut events: Vec<Value> = Vec::new();
-        events.push(json!({
-            "name": "process_name", "ph": "M", "pid": 1, "tid": 0,
-            "args": {"name": "oversub"}
-        }));
-        let thread_meta = |events: &mut Vec<Value>, tid: usize, name: String, sort: usize| {
-            events.push(json!({
-                "name": "thread_name", "ph": "M", "pid": 1, "tid": tid,
-                "args": {"name": name}
-            }));
-            events.push(json!({
-                "name": "thread_sort_index", "ph": "M", "pid": 1, "tid": tid,
-                "args": {"sort_index": sort}
-            }));
-        };
-        for &r in &threads {
-            thread_meta(&mut events, r, self.row_name(r), r);
-        }
-
-        let mut span_events: Vec<(f64, Value)> = Vec::new();
-        for (&row, list) in &mut by_row {
-            list.sort_by(|a, b| a.1.total_cmp(&b.1).then(b.2.total_cmp(&a.2)));
-            let intervals: Vec<(f64, f64)> = list.iter().map(|&(_, a, b)| (a, b)).collect();
-            let (lanes, nlanes) = assign_nested_lanes(&intervals, MAX_TRACE_LANES);
-            let mut lane_tids = vec![row];
-            for lane in 1..nlanes {
-                lane_tids.push(next_extra_tid);
-                thread_meta(
-                    &mut events,
-                    next_extra_tid,
-                    format!("{} ({})", self.row_name(row), lane + 1),
-                    row,
-                );
-                next_extra_tid = next_extra_tid.saturating_add(1);
-            }
-            for (&(i, a, b), lane) in list.iter().zip(lanes) {
-                let s = &self.spans[i];
-                let tid = lane_tids.get(lane).copied().unwrap_or(row);
-                span_events.push((
-                    a,
-                    json!({
-                        "name": s.label, "cat": s.kind.as_str(), "ph": "X",
-                        "ts": micros(a), "dur": micros(b - a),
-                        "pid": 1, "tid": tid,
-                        "args": {"detail": s.detail}
-                    }),
-                ));
-            }
-        }
-        for m in &self.markers {
-            if !m.at_s.is_finite() {
-                continue;
-            }
-            let at = m.at_s.clamp(-LIMIT, LIMIT);
-            span_events.push((
-                at,
-                json!({
-                    "name": m.label, "cat": m.kind.as_str(), "ph": "i", "s": "t",
-                    "ts": micros(at), "pid": 1, "tid": m.row
-                }),
-            ));
-        }
-        // Time order reads better in the raw file; viewers do not care.
-        span_events.sort_by(|a, b| a.0.total_cmp(&b.0));
-        events.extend(span_events.into_iter().map(|(_, e)| e));
-
-        json!({
-            "traceEvents": events,
-            "displayTimeUnit": "ms",
-            "otherData": {"title": self.title},
-        })
-    }
-
-    /// Writes [`Timeline::to_chrome_trace`] to `path` as compact JSON.
-    pub fn write_chrome_trace(&self, path: &Path) -> std::io::Result<()> {
-        let bytes = serde_json::to_vec(&self.to_chrome_trace()).map_err(std::io::Error::from)?;
-        std::fs::write(path, bytes)
-    }
-}
-
-/// Seconds to microseconds, rounded to whole nanoseconds where that keeps
-/// the value finite (`459999.99999999994` becomes `460000`).
-fn micros(s: f64) -> f64 {
-    let us = s * 1e6;
-    if us.abs() < 1e12 {
-        (us * 1e3).round() / 1e3
-    } else {
-        us
-    }
 }
 
 /// Tooltip text of a span: label, kind, times, duration and detail.
@@ -1298,25 +872,6 @@ mod tests {
         assert_eq!(idx, vec![0, 1, 2, 3, 4]);
         assert_eq!(palette_index("comp7"), palette_index("comp7"));
         assert_ne!(palette_index("comp1"), palette_index("comp2"));
-    }
-
-    #[test]
-    fn lanes() {
-        let (l, n) = assign_lanes(&[(0.0, 2.0), (1.0, 3.0), (2.0, 4.0), (2.5, 3.0)], 8);
-        assert_eq!(l, vec![0, 1, 0, 2]);
-        assert_eq!(n, 3);
-        let (l, n) = assign_lanes(&[(0.0, 5.0), (1.0, 5.0), (2.0, 3.0)], 2);
-        assert_eq!(n, 2);
-        assert_eq!(l.len(), 3);
-        let (l, n) = assign_lanes(&[], 4);
-        assert!(l.is_empty() && n == 0);
-        // Nesting shares a lane, partial overlap does not.
-        let (l, n) = assign_nested_lanes(
-            &[(0.0, 4.0), (1.0, 2.0), (1.5, 2.0), (3.0, 5.0), (4.0, 6.0)],
-            8,
-        );
-        assert_eq!(l, vec![0, 0, 0, 1, 0]);
-        assert_eq!(n, 2);
     }
 
     #[test]
