@@ -8,8 +8,9 @@ use super::*;
 #[derive(Debug)]
 pub(super) enum StoredCopy {
     /// A slot of the swap store, with the checksum of its bytes when one was taken (checksums on,
-    /// host-addressable memory). A direct store access shares the slot while it runs (see [`StoreAccessGuard`]);
-    /// the buffer is `busy` then, so the slot is never released while shared.
+    /// host-addressable memory). A direct store access shares the slot while it runs (see
+    /// [`StoreAccessGuard`](super::access::StoreAccessGuard)); the buffer is `busy` then, so the slot is never
+    /// released while shared.
     Store {
         slot: Arc<Slot>,
         checksum: Option<Checksums>,
@@ -130,8 +131,9 @@ pub(super) struct Entry {
     pub(super) flags: BufferFlags,
     /// Its state, with its copy outside device memory.
     pub(super) state: State,
-    /// A direct store transfer or a copy is using the buffer without the space lock (see [`AccessGuard`]); paging
-    /// calls wait for it to end. While a direct store transfer runs, the guard shares the entry's slot.
+    /// A direct store transfer or a copy is using the buffer without the space lock (see
+    /// [`AccessGuard`](super::access::AccessGuard)); paging calls wait for it to end. While a direct store transfer
+    /// runs, its guard shares the entry's slot.
     pub(super) busy: bool,
     /// The buffer was freed while an operation or access used it: callers no longer see it, and it is released
     /// when that ends.

@@ -1,7 +1,7 @@
 //! Address spaces: the pager's public face ([`AddressSpace`], [`Buffer`], [`Ticket`]) and its bookkeeping, split by
-//! concern: `entry` (a buffer's state, with its copy outside memory), `shared` (the table, charges, quota), `ticket` (operations in
-//! flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers) and `access` (copies and direct
-//! store access).
+//! concern: `entry` (a buffer's state, with its copy outside memory), `shared` (the table, charges, quota),
+//! `ticket` (operations in flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers) and
+//! `access` (copies and direct store access).
 
 mod access;
 mod checksum;

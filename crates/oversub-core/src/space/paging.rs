@@ -68,8 +68,8 @@ impl AddressSpace {
             return Err(PagerError::Unpageable(buffer));
         }
         let public = e.state.public();
-        let kept = match &mut e.state {
-            State::Resident(kept) => kept,
+        let resident_copy = match &mut e.state {
+            State::Resident(copy) => copy,
             State::Stored {
                 phase: Phase::PagedOut,
                 ..
@@ -85,7 +85,11 @@ impl AddressSpace {
         // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
         let mm = pool.mm_lane();
         // A read-only buffer written once keeps its copy (a read-write buffer never keeps one while resident).
-        let reused = if e.flags.read_only { kept.take() } else { None };
+        let reused = if e.flags.read_only {
+            resident_copy.take()
+        } else {
+            None
+        };
         let (copy, kept) = if let Some(copy) = reused {
             // The store already holds these bytes: only the memory goes.
             let done = Completion::new(&op);

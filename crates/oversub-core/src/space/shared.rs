@@ -153,7 +153,8 @@ impl SpaceShared {
         st.buffers.get_mut(&buffer.index)
     }
 
-    /// The space's lock, once no copy or direct store transfer (an [`AccessGuard`]) is using `buffer`.
+    /// The space's lock, once no copy or direct store transfer (an [`AccessGuard`](super::access::AccessGuard)) is
+    /// using `buffer`.
     pub(super) fn lock_idle(
         &self,
         buffer: Buffer,
