@@ -22,7 +22,7 @@ impl AddressSpace {
             let e = self
                 .shared
                 .accessible(&mut st, buffer, offset, data.len() as u64)?;
-            if e.flags.read_only && e.stored {
+            if e.flags.read_only && e.state.stored() {
                 return Err(PagerError::ReadOnly(buffer));
             }
             let dst = e.reservation.addr.offset(offset);
@@ -74,8 +74,9 @@ impl AddressSpace {
         let e = self
             .shared
             .in_bounds(&mut st, buffer, offset, out.len() as u64)?;
-        match e.state {
-            State::Resident => {
+        let public = e.state.public();
+        match &mut e.state {
+            State::Resident(_) => {
                 let src = e.reservation.addr.offset(offset);
                 let _access = self.shared.begin_access(e, buffer);
                 drop(st);
@@ -90,23 +91,25 @@ impl AddressSpace {
                     })?;
                 Ok(())
             }
-            State::PagedOut => match std::mem::replace(&mut e.backing, Backing::None) {
-                Backing::Host(copy) => {
+            State::Stored {
+                copy,
+                phase: Phase::PagedOut,
+            } => match copy {
+                StoredCopy::Host(copy) => {
                     // A memory copy: quick enough to do under the lock.
                     copy.read(offset, out);
-                    e.backing = Backing::Host(copy);
                     Ok(())
                 }
-                Backing::Store { slot, checksum } => {
-                    let access = self.shared.lend_slot(e, buffer, slot, checksum);
+                StoredCopy::Store { slot, .. } => {
+                    let slot = Arc::clone(slot);
+                    let access = self.shared.begin_store_access(e, buffer, slot);
                     drop(st);
                     access.store_range(offset, StoreAccess::Read(out))
                 }
-                Backing::None => Err(PagerError::Internal("paged-out buffer has no stored copy")),
             },
-            State::PagingOut(_) | State::PagingIn(_) => Err(PagerError::OperationInFlight {
+            State::Stored { .. } => Err(PagerError::OperationInFlight {
                 buffer,
-                state: e.state.public(),
+                state: public,
             }),
         }
     }
@@ -120,11 +123,12 @@ impl AddressSpace {
         let e = self
             .shared
             .in_bounds(&mut st, buffer, offset, data.len() as u64)?;
-        if e.flags.read_only && e.stored {
+        if e.flags.read_only && e.state.stored() {
             return Err(PagerError::ReadOnly(buffer));
         }
-        match e.state {
-            State::Resident => {
+        let public = e.state.public();
+        match &mut e.state {
+            State::Resident(_) => {
                 let dst = e.reservation.addr.offset(offset);
                 let _access = self.shared.begin_access(e, buffer);
                 drop(st);
@@ -139,24 +143,27 @@ impl AddressSpace {
                     })?;
                 Ok(())
             }
-            State::PagedOut => match std::mem::replace(&mut e.backing, Backing::None) {
-                Backing::Host(copy) => {
+            State::Stored {
+                copy,
+                phase: Phase::PagedOut,
+            } => match copy {
+                StoredCopy::Host(copy) => {
                     copy.write(offset, data);
-                    e.backing = Backing::Host(copy);
                     Ok(())
                 }
-                // The checksum taken at page-out no longer describes the stored bytes (even if this write fails
-                // half-way, so it is dropped first).
-                Backing::Store { slot, .. } => {
-                    let access = self.shared.lend_slot(e, buffer, slot, None);
+                StoredCopy::Store { slot, checksum } => {
+                    // The checksum taken at page-out no longer describes the stored bytes (even if this write
+                    // fails half-way, so it is dropped first).
+                    *checksum = None;
+                    let slot = Arc::clone(slot);
+                    let access = self.shared.begin_store_access(e, buffer, slot);
                     drop(st);
                     access.store_range(offset, StoreAccess::Write(data))
                 }
-                Backing::None => Err(PagerError::Internal("paged-out buffer has no stored copy")),
             },
-            State::PagingOut(_) | State::PagingIn(_) => Err(PagerError::OperationInFlight {
+            State::Stored { .. } => Err(PagerError::OperationInFlight {
                 buffer,
-                state: e.state.public(),
+                state: public,
             }),
         }
     }
@@ -219,24 +226,20 @@ impl SpaceShared {
         AccessGuard {
             space: self,
             buffer,
-            lent: None,
         }
     }
 
-    /// As [`begin_access`](Self::begin_access), for a direct store transfer on `slot`, taken out of `e`'s
-    /// backing: the guard holds it (with `checksum`) until it puts it back.
-    pub(super) fn lend_slot(
+    /// As [`begin_access`](Self::begin_access), for a direct store transfer on `slot`, the paged-out entry's own
+    /// (shared: the entry keeps it).
+    pub(super) fn begin_store_access(
         &self,
         e: &mut Entry,
         buffer: Buffer,
-        slot: Slot,
-        checksum: Option<Checksums>,
-    ) -> AccessGuard<'_> {
-        e.busy = true;
-        AccessGuard {
-            space: self,
-            buffer,
-            lent: Some((slot, checksum)),
+        slot: Arc<Slot>,
+    ) -> StoreAccessGuard<'_> {
+        StoreAccessGuard {
+            slot,
+            access: self.begin_access(e, buffer),
         }
     }
 
@@ -340,26 +343,29 @@ impl SpaceShared {
 }
 
 /// A copy or direct store transfer running on a buffer without the space lock. While it lives the buffer is
-/// `busy` (paging calls on it wait, `free` defers) and, for a direct store transfer, its slot is lent here;
-/// dropping it puts the slot back, wakes the waiters and releases the buffer if it was freed meanwhile.
+/// `busy` (paging calls on it wait, `free` defers); dropping it wakes the waiters and releases the buffer if it was
+/// freed meanwhile.
 pub(super) struct AccessGuard<'a> {
     pub(super) space: &'a SpaceShared,
     pub(super) buffer: Buffer,
-    /// The entry's store slot and checksum, lent for a direct store transfer.
-    pub(super) lent: Option<(Slot, Option<Checksums>)>,
 }
 
-impl AccessGuard<'_> {
-    /// Reads or writes `offset..` of the lent slot (nothing is lent only for copies, which never call this).
+/// A direct store transfer on a paged-out buffer's slot, which it shares with the entry while the buffer is busy.
+pub(super) struct StoreAccessGuard<'a> {
+    /// Declared before `access`, so dropped first: the slot is the entry's alone again before the buffer stops
+    /// being busy (and before a buffer freed meanwhile gives its slot back).
+    slot: Arc<Slot>,
+    access: AccessGuard<'a>,
+}
+
+impl StoreAccessGuard<'_> {
+    /// Reads or writes `offset..` of the slot.
     pub(super) fn store_range(
         &self,
         offset: u64,
         access: StoreAccess<'_>,
     ) -> Result<(), PagerError> {
-        match &self.lent {
-            Some((slot, _)) => self.space.store_range(slot, offset, access),
-            None => Err(PagerError::Internal("no store slot lent to the access")),
-        }
+        self.access.space.store_range(&self.slot, offset, access)
     }
 }
 
@@ -369,9 +375,6 @@ impl Drop for AccessGuard<'_> {
             let mut st = lock(&self.space.state);
             if let Some(e) = self.space.any_entry_mut(&mut st, self.buffer) {
                 e.busy = false;
-                if let Some((slot, checksum)) = self.lent.take() {
-                    e.backing = Backing::Store { slot, checksum };
-                }
             }
             self.space.take_if_freed(&mut st, self.buffer)
         };

@@ -1,58 +1,124 @@
-//! A buffer's entry in its address space: where its copy is kept (`Backing`) and its state (`State`), enums so that
-//! impossible combinations cannot be built.
+//! A buffer's entry in its address space: its state, with the operation in flight and the copy outside device
+//! memory tied to it (`State`, `Phase`, `StoredCopy`), enums so that impossible combinations (a paged-out buffer
+//! without its copy, an in-flight state without its operation) cannot be built.
 
 use super::*;
 
-/// Where a buffer's copy is kept, if it has one: a store slot or room in the host tier, never both.
+/// A buffer's copy outside device memory: a store slot or room in the host tier, never both.
 #[derive(Debug)]
-pub(super) enum Backing {
-    /// No copy: a resident buffer never stored (or whose stored copy went stale); also a paged-out buffer while a
-    /// direct store access borrows its slot (the buffer is `busy` then, so paging calls wait).
-    None,
+pub(super) enum StoredCopy {
     /// A slot of the swap store, with the checksum of its bytes when one was taken (checksums on,
-    /// host-addressable memory).
+    /// host-addressable memory). A direct store access shares the slot while it runs (see
+    /// [`StoreAccessGuard`](super::access::StoreAccessGuard)); the buffer is `busy` then, so the slot is never
+    /// released while shared.
     Store {
-        slot: Slot,
+        slot: Arc<Slot>,
         checksum: Option<Checksums>,
     },
     /// Room in the host-memory tier (never checksummed).
     Host(HostCopy),
 }
 
-impl Backing {
+impl StoredCopy {
     /// A store slot without a checksum.
-    pub(super) fn store(slot: Slot) -> Backing {
-        Backing::Store {
-            slot,
+    pub(super) fn store(slot: Slot) -> StoredCopy {
+        StoredCopy::Store {
+            slot: Arc::new(slot),
             checksum: None,
         }
     }
 }
 
-/// A buffer's state, with the operation in flight when there is one (so an in-flight state without its operation,
-/// or an operation on a settled buffer, cannot be built).
+/// A buffer's state, with its copy outside device memory where it has one.
 #[derive(Debug)]
 pub(super) enum State {
-    Resident,
-    PagingOut(Arc<OpState>),
+    /// In device memory, accessible. `Some` when a read-only buffer keeps the copy it was written to once (a
+    /// read-write buffer's copy goes stale at page-in and is given back then).
+    Resident(Option<StoredCopy>),
+    /// Paging out to `copy`, paged out in it, or paging in from it: a buffer not (only) in memory always has it.
+    Stored { copy: StoredCopy, phase: Phase },
+}
+
+/// Where a buffer with a copy outside memory stands, with the operation in flight when there is one (so an
+/// in-flight state without its operation, or an operation on a settled buffer, cannot be built).
+#[derive(Debug)]
+pub(super) enum Phase {
+    /// A page-out is in flight. `kept`: the copy already held these bytes (a read-only buffer written before),
+    /// so only the memory goes, and a failed page-out keeps the copy.
+    PagingOut {
+        op: Arc<OpState>,
+        kept: bool,
+    },
     PagedOut,
     PagingIn(Arc<OpState>),
 }
 
 impl State {
+    /// A buffer paged out to `copy`.
+    pub(super) fn paged_out(copy: StoredCopy) -> State {
+        State::Stored {
+            copy,
+            phase: Phase::PagedOut,
+        }
+    }
+
     /// The state as callers see it.
     pub(super) fn public(&self) -> BufferState {
         match self {
-            State::Resident => BufferState::Resident,
-            State::PagingOut(_) => BufferState::PagingOut,
-            State::PagedOut => BufferState::PagedOut,
-            State::PagingIn(_) => BufferState::PagingIn,
+            State::Resident(_) => BufferState::Resident,
+            State::Stored { phase, .. } => match phase {
+                Phase::PagingOut { .. } => BufferState::PagingOut,
+                Phase::PagedOut => BufferState::PagedOut,
+                Phase::PagingIn(_) => BufferState::PagingIn,
+            },
+        }
+    }
+
+    /// The operation in flight, if any.
+    pub(super) fn op(&self) -> Option<&Arc<OpState>> {
+        match self {
+            State::Stored {
+                phase: Phase::PagingOut { op, .. } | Phase::PagingIn(op),
+                ..
+            } => Some(op),
+            State::Resident(_)
+            | State::Stored {
+                phase: Phase::PagedOut,
+                ..
+            } => None,
         }
     }
 
     /// Whether an operation is in flight.
     pub(super) fn in_flight(&self) -> bool {
-        matches!(self, State::PagingOut(_) | State::PagingIn(_))
+        self.op().is_some()
+    }
+
+    /// The copy outside device memory, if any.
+    pub(super) fn copy(&self) -> Option<&StoredCopy> {
+        match self {
+            State::Resident(kept) => kept.as_ref(),
+            State::Stored { copy, .. } => Some(copy),
+        }
+    }
+
+    /// Whether the copy holds the buffer's current bytes (paged out, paging in, or read-only and written once).
+    pub(super) fn stored(&self) -> bool {
+        match self {
+            State::Resident(kept) => kept.is_some(),
+            State::Stored { phase, .. } => match phase {
+                Phase::PagingOut { kept, .. } => *kept,
+                Phase::PagedOut | Phase::PagingIn(_) => true,
+            },
+        }
+    }
+
+    /// The copy, given up by a buffer that goes.
+    pub(super) fn into_copy(self) -> Option<StoredCopy> {
+        match self {
+            State::Resident(kept) => kept,
+            State::Stored { copy, .. } => Some(copy),
+        }
     }
 }
 
@@ -63,13 +129,11 @@ pub(super) struct Entry {
     /// Bytes moved to and from the store: the size rounded up to the store's alignment.
     pub(super) io_bytes: u64,
     pub(super) flags: BufferFlags,
+    /// Its state, with its copy outside device memory.
     pub(super) state: State,
-    /// Where the buffer's copy is kept.
-    pub(super) backing: Backing,
-    /// The backing holds the buffer's current bytes.
-    pub(super) stored: bool,
-    /// A direct store transfer or a copy is using the buffer without the space lock (see [`AccessGuard`]); paging
-    /// calls wait for it to end. While a direct store transfer runs, the guard holds the entry's slot.
+    /// A direct store transfer or a copy is using the buffer without the space lock (see
+    /// [`AccessGuard`](super::access::AccessGuard)); paging calls wait for it to end. While a direct store transfer
+    /// runs, its guard shares the entry's slot.
     pub(super) busy: bool,
     /// The buffer was freed while an operation or access used it: callers no longer see it, and it is released
     /// when that ends.
@@ -95,9 +159,7 @@ impl Entry {
             size_bytes,
             io_bytes,
             flags,
-            state: State::PagedOut,
-            backing: Backing::store(slot),
-            stored: true,
+            state: State::paged_out(StoredCopy::store(slot)),
             busy: false,
             free_pending: false,
             charged: false,
@@ -112,10 +174,10 @@ pub(super) struct SpaceState {
     pub(super) buffers: BTreeMap<u64, Entry>,
 }
 
-/// Keeps the checksum a finished page-out took with the entry's store copy (only store copies are checksummed).
-pub(super) fn keep_checksum(e: &mut Entry, op: &OpState) {
+/// Keeps the checksum a finished page-out took with its store copy (only store copies are checksummed).
+pub(super) fn keep_checksum(copy: &mut StoredCopy, op: &OpState) {
     if let Some(sums) = lock(&op.checksum).take() {
-        if let Backing::Store { checksum, .. } = &mut e.backing {
+        if let StoredCopy::Store { checksum, .. } = copy {
             *checksum = Some(sums);
         }
     }

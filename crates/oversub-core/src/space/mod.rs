@@ -1,7 +1,7 @@
 //! Address spaces: the pager's public face ([`AddressSpace`], [`Buffer`], [`Ticket`]) and its bookkeeping, split by
-//! concern: `entry` (a buffer's backing and state), `shared` (the table, charges, quota), `ticket` (operations in
-//! flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers) and `access` (copies and direct
-//! store access).
+//! concern: `entry` (a buffer's state, with its copy outside memory), `shared` (the table, charges, quota),
+//! `ticket` (operations in flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers) and
+//! `access` (copies and direct store access).
 
 mod access;
 mod checksum;
@@ -28,7 +28,7 @@ use crate::transfer::{Transfer, TransferCallback, TransferError};
 use crate::PagerError;
 
 use checksum::{submit_hashed, Checksums, PiecesDone, SendPtr};
-use entry::{keep_checksum, Backing, Entry, SpaceState, State};
+use entry::{keep_checksum, Entry, Phase, SpaceState, State, StoredCopy};
 pub(crate) use shared::{SpaceShared, SpaceUsage};
 pub use ticket::Ticket;
 use ticket::{failure_to_error, Completion, Failed, OpFailure, OpState};
@@ -241,9 +241,7 @@ impl AddressSpace {
             size_bytes,
             io_bytes,
             flags,
-            state: State::Resident,
-            backing: Backing::None,
-            stored: false,
+            state: State::Resident(None),
             busy: false,
             free_pending: false,
             charged: true,
@@ -355,8 +353,8 @@ impl AddressSpace {
             reserved_bytes: e.reservation.len as u64,
             flags: e.flags,
             state: e.state.public(),
-            stored: e.stored,
-            in_host_tier: matches!(e.backing, Backing::Host(_)),
+            stored: e.state.stored(),
+            in_host_tier: matches!(e.state.copy(), Some(StoredCopy::Host(_))),
         })
     }
 

@@ -3,15 +3,6 @@
 
 use super::*;
 
-/// Where a page-in reads from: the paged-out buffer's copy.
-enum Source<'a> {
-    Store {
-        slot: &'a Slot,
-        checksum: &'a Option<Checksums>,
-    },
-    Host(&'a HostCopy),
-}
-
 /// The completion of a page-out's copy away (to the store or the host tier): release the memory (under an arbiter,
 /// as a gated memory operation), then settle.
 pub(super) fn release_when_copied(
@@ -76,20 +67,30 @@ impl AddressSpace {
         if e.flags.unpageable {
             return Err(PagerError::Unpageable(buffer));
         }
-        match e.state {
-            State::Resident => {}
-            State::PagedOut => return Err(PagerError::AlreadyPagedOut(buffer)),
-            State::PagingOut(_) | State::PagingIn(_) => {
+        let public = e.state.public();
+        let resident_copy = match &mut e.state {
+            State::Resident(copy) => copy,
+            State::Stored {
+                phase: Phase::PagedOut,
+                ..
+            } => return Err(PagerError::AlreadyPagedOut(buffer)),
+            State::Stored { .. } => {
                 return Err(PagerError::OperationInFlight {
                     buffer,
-                    state: e.state.public(),
+                    state: public,
                 })
             }
-        }
+        };
         let op = Arc::new(OpState::default());
         // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
         let mm = pool.mm_lane();
-        if e.flags.read_only && e.stored {
+        // A read-only buffer written once keeps its copy (a read-write buffer never keeps one while resident).
+        let reused = if e.flags.read_only {
+            resident_copy.take()
+        } else {
+            None
+        };
+        let (copy, kept) = if let Some(copy) = reused {
             // The store already holds these bytes: only the memory goes.
             let done = Completion::new(&op);
             // SAFETY: the buffer is resident with no operation or access in flight and the space lock is held, so
@@ -100,6 +101,7 @@ impl AddressSpace {
                     done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
                 })
             };
+            (copy, true)
         } else if let Some(copy) = pool.host_tier.as_ref().and_then(|t| t.allocate(e.io_bytes)) {
             let on_done = release_when_copied(
                 Arc::clone(&pool.device),
@@ -115,7 +117,7 @@ impl AddressSpace {
                 copy.release();
                 return Err(err);
             }
-            e.backing = Backing::Host(copy);
+            (StoredCopy::Host(copy), false)
         } else {
             let mut slot = pool.store.allocate(e.io_bytes)?;
             slot.set_priority(Arc::clone(&shared.usage.io_priority));
@@ -188,9 +190,15 @@ impl AddressSpace {
                 pool.store.release(slot);
                 return Err(err);
             }
-            e.backing = Backing::store(slot);
-        }
-        e.state = State::PagingOut(Arc::clone(&op));
+            (StoredCopy::store(slot), false)
+        };
+        e.state = State::Stored {
+            copy,
+            phase: Phase::PagingOut {
+                op: Arc::clone(&op),
+                kept,
+            },
+        };
         tracing::debug!(%buffer, "page-out started");
         Ok(Ticket {
             space: Arc::clone(shared),
@@ -213,23 +221,19 @@ impl AddressSpace {
         if e.flags.unpageable {
             return Err(PagerError::Unpageable(buffer));
         }
-        match e.state {
-            State::PagedOut => {}
-            State::Resident => return Err(PagerError::AlreadyResident(buffer)),
-            State::PagingOut(_) | State::PagingIn(_) => {
-                return Err(PagerError::OperationInFlight {
-                    buffer,
-                    state: e.state.public(),
-                })
-            }
-        }
-        // The copy to read back, taken before anything is charged.
-        let source = match &e.backing {
-            Backing::Store { slot, checksum } => Source::Store { slot, checksum },
-            Backing::Host(copy) => Source::Host(copy),
-            Backing::None => {
-                return Err(PagerError::Internal("paged-out buffer has no stored copy"))
-            }
+        let public = e.state.public();
+        // The copy to read back, which a paged-out buffer always has, and its phase, to mark PagingIn below.
+        let (copy, phase) = match &mut e.state {
+            State::Resident(_) => return Err(PagerError::AlreadyResident(buffer)),
+            State::Stored { copy, phase } => match phase {
+                Phase::PagedOut => (&*copy, phase),
+                Phase::PagingOut { .. } | Phase::PagingIn(_) => {
+                    return Err(PagerError::OperationInFlight {
+                        buffer,
+                        state: public,
+                    })
+                }
+            },
         };
         let charge_bytes = e.reservation.len as u64;
         // A buffer whose last release failed is still charged; never count it twice.
@@ -308,8 +312,8 @@ impl AddressSpace {
                 }
             }
         };
-        match source {
-            Source::Host(copy) => {
+        match copy {
+            StoredCopy::Host(copy) => {
                 let on_done: TransferCallback =
                     Box::new(move |r| settle(r.map_err(OpFailure::from)));
                 // SAFETY: as below.
@@ -324,7 +328,7 @@ impl AddressSpace {
                 }
                 .map_err(undo)?;
             }
-            Source::Store { slot, checksum } => {
+            StoredCopy::Store { slot, checksum } => {
                 let hashed = pool.checksummed.as_ref().and_then(|sums| {
                     pool.device
                         .host_ptr(&e.reservation)
@@ -375,7 +379,7 @@ impl AddressSpace {
             // The transfer is queued and waits for this.
             mm.commit(e.reservation, prelude);
         }
-        e.state = State::PagingIn(Arc::clone(&op));
+        *phase = Phase::PagingIn(Arc::clone(&op));
         e.charged = true;
         e.last_use = shared.usage.tick();
         tracing::debug!(%buffer, "page-in started");
@@ -469,15 +473,23 @@ impl SpaceShared {
         let e = self
             .any_entry_mut(&mut st, buffer)
             .ok_or(PagerError::UnknownBuffer(buffer))?;
-        let ours = match &e.state {
-            State::PagingOut(current) | State::PagingIn(current) => Arc::ptr_eq(current, op),
-            State::Resident | State::PagedOut => false,
+        // The copy moves into the state each outcome below builds (the placeholder never outlives this call).
+        let (mut copy, kept) = match std::mem::replace(&mut e.state, State::Resident(None)) {
+            State::Stored {
+                copy,
+                phase: Phase::PagingOut { op: current, kept },
+            } if Arc::ptr_eq(&current, op) => (copy, kept),
+            State::Stored {
+                copy,
+                phase: Phase::PagingIn(current),
+            } if Arc::ptr_eq(&current, op) => (copy, true), // a page-in reads a current copy
+            other => {
+                e.state = other;
+                return Err(PagerError::Internal(
+                    "ticket does not match the buffer's operation",
+                ));
+            }
         };
-        if !ours {
-            return Err(PagerError::Internal(
-                "ticket does not match the buffer's operation",
-            ));
-        }
         let bytes = e.reservation.len as u64;
         let uncharge = |e: &mut Entry| {
             if e.charged {
@@ -487,9 +499,8 @@ impl SpaceShared {
         };
         let result = match (kind, outcome) {
             (OpKind::PageOut, Ok(())) => {
-                e.state = State::PagedOut;
-                e.stored = true;
-                keep_checksum(e, op);
+                keep_checksum(&mut copy, op);
+                e.state = State::paged_out(copy);
                 uncharge(e);
                 Ok(())
             }
@@ -502,26 +513,28 @@ impl SpaceShared {
             ) => {
                 // The bytes are safely stored, so the buffer counts as out; its memory may not be released, so it
                 // stays charged until a page-in (which commits the range again) or free.
-                e.state = State::PagedOut;
-                e.stored = true;
-                keep_checksum(e, op);
+                keep_checksum(&mut copy, op);
+                e.state = State::paged_out(copy);
                 Err(err.into())
             }
             (OpKind::PageOut, Err(failed)) => {
-                // The memory was never released, so the buffer is intact where it was; the slot goes back.
-                e.state = State::Resident;
-                if !e.stored {
-                    self.release_backing(e);
-                }
+                // The memory was never released, so the buffer is intact where it was; a new copy goes back.
+                e.state = State::Resident(if kept {
+                    Some(copy)
+                } else {
+                    self.release_copy(copy);
+                    None
+                });
                 Err(failure_to_error(buffer, failed.cause))
             }
             (OpKind::PageIn, Ok(())) => {
-                e.state = State::Resident;
-                if !e.flags.read_only {
+                e.state = State::Resident(if e.flags.read_only {
+                    Some(copy)
+                } else {
                     // The bytes may change from now on, so the stored copy is stale: free its space.
-                    self.release_backing(e);
-                    e.stored = false;
-                }
+                    self.release_copy(copy);
+                    None
+                });
                 Ok(())
             }
             (OpKind::PageIn, Err(failed)) => {
@@ -530,7 +543,7 @@ impl SpaceShared {
                 // leaks nothing. Under an arbiter a decommit here would run outside any grant (and wait for one
                 // under the space's lock), so the buffer stays charged instead, as after a failed release at
                 // page-out: its next page-in commits the range again, and free releases it.
-                e.state = State::PagedOut;
+                e.state = State::paged_out(copy);
                 let retry_release = || {
                     // SAFETY: the operation is over (its outcome is in) and the buffer is not resident, so nothing
                     // of ours uses the memory.

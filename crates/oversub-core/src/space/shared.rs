@@ -110,7 +110,7 @@ impl SpaceShared {
             .iter()
             .filter(|(_, e)| {
                 // A resident buffer has no operation in flight.
-                matches!(e.state, State::Resident)
+                matches!(e.state, State::Resident(_))
                     && !e.flags.unpageable
                     && !e.busy
                     && !e.free_pending
@@ -153,7 +153,8 @@ impl SpaceShared {
         st.buffers.get_mut(&buffer.index)
     }
 
-    /// The space's lock, once no copy or direct store transfer (an [`AccessGuard`]) is using `buffer`.
+    /// The space's lock, once no copy or direct store transfer (an [`AccessGuard`](super::access::AccessGuard)) is
+    /// using `buffer`.
     pub(super) fn lock_idle(
         &self,
         buffer: Buffer,
@@ -215,7 +216,7 @@ impl SpaceShared {
     ) -> Result<&'a mut Entry, PagerError> {
         let e = self.entry_mut(st, buffer)?;
         e.last_use = self.usage.tick();
-        if !matches!(e.state, State::Resident) {
+        if !matches!(e.state, State::Resident(_)) {
             return Err(PagerError::NotResident {
                 buffer,
                 state: e.state.public(),
@@ -232,18 +233,27 @@ impl SpaceShared {
         Ok(e)
     }
 
-    /// Gives the entry's copy back (its store slot or its room in the host tier), if it has one.
-    pub(super) fn release_backing(&self, e: &mut Entry) {
-        match std::mem::replace(&mut e.backing, Backing::None) {
-            Backing::None => {}
-            Backing::Store { slot, .. } => self.pool.store.release(slot),
-            Backing::Host(copy) => copy.release(),
+    /// Gives a buffer's copy back: its store slot or its room in the host tier.
+    pub(super) fn release_copy(&self, copy: StoredCopy) {
+        match copy {
+            StoredCopy::Store { slot, .. } => match Arc::into_inner(slot) {
+                Some(slot) => self.pool.store.release(slot),
+                // Only a direct store access shares a slot, and it lets go before its buffer stops being busy, the
+                // earliest a copy can be given back; never reached, but a leak is the safe outcome (the access may
+                // still be using the space).
+                None => tracing::error!(
+                    "a store slot was still shared when given back; its space is leaked"
+                ),
+            },
+            StoredCopy::Host(copy) => copy.release(),
         }
     }
 
     /// Gives back everything an entry holds.
-    pub(super) fn release_entry(&self, mut e: Entry) -> Result<(), PagerError> {
-        self.release_backing(&mut e);
+    pub(super) fn release_entry(&self, e: Entry) -> Result<(), PagerError> {
+        if let Some(copy) = e.state.into_copy() {
+            self.release_copy(copy);
+        }
         if e.charged {
             self.refund(e.reservation.len as u64);
         }

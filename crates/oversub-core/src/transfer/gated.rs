@@ -645,14 +645,14 @@ impl GatedIo {
         device.commit(range)?;
         let len = self.chunk_bytes as usize;
         // A device the host cannot address moves each chunk through a pinned staging buffer: time that copy too.
-        let staging = match device.host_ptr(range) {
-            Some(_) => None,
-            None => Some(device.alloc_host(len, true)?),
-        };
-        let ptr = match (&staging, device.host_ptr(range)) {
-            (Some(buf), _) => buf.as_ptr(),
-            (None, Some(p)) => p,
-            (None, None) => return Err(PagerError::Internal("no memory to calibrate with")),
+        let (staging, ptr) = match device.host_ptr(range) {
+            Some(ptr) => (None, ptr),
+            None => {
+                let buf = device.alloc_host(len, true)?;
+                // The buffer's memory does not move with it.
+                let ptr = buf.as_ptr();
+                (Some(buf), ptr)
+            }
         };
         let store = &self.shared.store;
         let slot = store.allocate(self.chunk_bytes)?;
