@@ -3,6 +3,7 @@
 //! unprivileged user, and no cgroup or file left behind. No test asserts a wall-clock time.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+use oversub_testkit::require;
 use std::path::Path;
 
 mod common;
@@ -23,8 +24,9 @@ fn refused(args: &[&str], expected: &str) {
     );
 }
 
-/// Whether this process may use a memory cgroup controller; prints why not otherwise.
-fn cgroup_usable() -> bool {
+/// Whether this process may use a memory cgroup controller (v1 or v2, as `oversub tasks --detect` says); the
+/// error is the command's explanation. The testkit's own cgroup probe asks for v2 delegation only.
+fn cgroup_usable() -> Result<(), String> {
     let out = oversub().args(["tasks", "--detect"]).output().unwrap();
     let (stdout, stderr) = text(&out);
     if out.status.success() {
@@ -32,20 +34,10 @@ fn cgroup_usable() -> bool {
             stdout.contains("memory controller") && stdout.contains("usable: yes"),
             "{stdout}"
         );
-        true
+        Ok(())
     } else {
-        println!("skipped: no usable memory cgroup controller here: {stdout}{stderr}");
-        false
+        Err(format!("{stdout}{stderr}"))
     }
-}
-
-fn is_root() -> bool {
-    std::fs::read_to_string("/proc/self/status")
-        .unwrap()
-        .lines()
-        .find(|l| l.starts_with("Uid:"))
-        .and_then(|l| l.split_whitespace().nth(2))
-        == Some("0")
 }
 
 /// The groups named after process `pid` under the controller's directory.
@@ -157,9 +149,7 @@ fn bad_input_is_refused_before_any_run() {
 
 #[test]
 fn builtin_file_io_tiny_run() {
-    if !cgroup_usable() {
-        return;
-    }
+    require!(cgroup_usable(), "no usable memory cgroup controller here");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("tasks.json");
     let work = dir.path().join("work");
@@ -237,9 +227,7 @@ fn builtin_file_io_tiny_run() {
 
 #[test]
 fn shell_tasks_measured_priorities_and_failures() {
-    if !cgroup_usable() {
-        return;
-    }
+    require!(cgroup_usable(), "no usable memory cgroup controller here");
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("tasks.json");
     let config = dir.path().join("tasks.toml");
@@ -321,10 +309,11 @@ fn shell_tasks_measured_priorities_and_failures() {
 
 #[test]
 fn unprivileged_user_gets_a_permission_error() {
-    if !is_root() || !cgroup_usable() {
-        println!("skipped: needs root (to run the command as nobody) and a usable memory cgroup controller");
-        return;
-    }
+    require!(
+        oversub_testkit::is_root(),
+        "needs root (to run the command as nobody)"
+    );
+    require!(cgroup_usable(), "no usable memory cgroup controller here");
     use std::os::unix::fs::PermissionsExt;
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
