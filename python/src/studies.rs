@@ -16,7 +16,7 @@ use oversub_sched::setup::{self, BandwidthSource, StoreSpeed};
 use oversub_sched::{
     Bandwidths, DeviceKind, Mode, PlanDoc, Readahead, RunResult, Runtime, System, Work,
 };
-use oversub_sim::swap::report::{alpha_rules, expand_policies, ProfileSwap, SwapDoc};
+use oversub_sim::swap::report::{self as swap_report, expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios as swap_scenarios;
 use oversub_sim::swap::{
     run_study, DirectAccess, Evictable, PrioritySource, Scenario, StudyOptions,
@@ -1084,7 +1084,7 @@ fn sim_swap<'py>(
                 .map_err(|e| PyValueError::new_err(format!("alpha_rules: {e}")))
         })
         .collect::<PyResult<Vec<AlphaRule>>>()?;
-    let rules = alpha_rules(&named_rules, suite);
+    let rules = swap_report::alpha_rules(&named_rules, suite);
     let doc = py
         .detach(|| -> Result<SwapDoc, Raised> {
             let policies = expand_policies(&policy_names, &rules, suite).map_err(raised)?;
