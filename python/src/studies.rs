@@ -16,8 +16,8 @@ use oversub_sched::setup::{self, BandwidthSource, StoreSpeed};
 use oversub_sched::{
     Bandwidths, DeviceKind, Mode, PlanDoc, Readahead, RunResult, Runtime, System, Work,
 };
-use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
-use oversub_sim::swap::scenarios::{self as swap_scenarios, BUILTIN};
+use oversub_sim::swap::report::{self as swap_report, expand_policies, ProfileSwap, SwapDoc};
+use oversub_sim::swap::scenarios as swap_scenarios;
 use oversub_sim::swap::{
     run_study, DirectAccess, Evictable, PrioritySource, Scenario, StudyOptions,
 };
@@ -1076,25 +1076,15 @@ fn sim_swap<'py>(
         })?,
     };
     // Alg. 2's rules, then the policies they expand to (as the command line does).
-    let mut rules: Vec<AlphaRule> = Vec::new();
-    if suite && rule_names.is_empty() {
-        rules = vec![AlphaRule::Fraction, AlphaRule::PrintedCeil];
-    }
-    for r in &rule_names {
-        let rule: AlphaRule = r
-            .to_ascii_lowercase()
-            .parse()
-            .map_err(|e| PyValueError::new_err(format!("alpha_rules: {e}")))?;
-        if !rules.contains(&rule) {
-            rules.push(rule);
-        }
-    }
-    if rules.is_empty() {
-        rules.push(AlphaRule::Fraction);
-    }
-    let all_scenarios = suite
-        || (scenario_names.is_empty() && files.is_empty())
-        || scenario_names.iter().any(|s| s.eq_ignore_ascii_case("all"));
+    let named_rules = rule_names
+        .iter()
+        .map(|r| {
+            r.to_ascii_lowercase()
+                .parse::<AlphaRule>()
+                .map_err(|e| PyValueError::new_err(format!("alpha_rules: {e}")))
+        })
+        .collect::<PyResult<Vec<AlphaRule>>>()?;
+    let rules = swap_report::alpha_rules(&named_rules, suite);
     let doc = py
         .detach(|| -> Result<SwapDoc, Raised> {
             let policies = expand_policies(&policy_names, &rules, suite).map_err(raised)?;
@@ -1103,16 +1093,7 @@ fn sim_swap<'py>(
                 .map(ProfileSwap::load)
                 .transpose()
                 .map_err(raised)?;
-            let mut names: Vec<String> = Vec::new();
-            if all_scenarios {
-                names.extend(BUILTIN.iter().map(|s| s.to_string()));
-            }
-            for s in &scenario_names {
-                let s = s.to_ascii_lowercase();
-                if s != "all" && !names.contains(&s) {
-                    names.push(s);
-                }
-            }
+            let names = swap_scenarios::builtin_names(&scenario_names, suite, !files.is_empty());
             let mut list: Vec<Scenario> = Vec::new();
             for n in &names {
                 list.push(swap_scenarios::builtin(n, seed).map_err(raised)?);

@@ -200,6 +200,89 @@ pub fn kernel_bound(
     })
 }
 
+/// A kernel phase to bound: its length alone, and whether (and how fast) the spin kernel preempts it.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelQuery {
+    /// T(K), seconds.
+    pub kernel_s: f64,
+    /// Whether the spin kernel can preempt it (case B rather than C).
+    pub preemptible: bool,
+    /// Time to preempt it, seconds.
+    pub preempt_s: f64,
+}
+
+/// The bounds of a transfer phase and of a kernel phase (either may be absent) under one PREM task, as
+/// `oversub arbiter bound --json` writes them.
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct BoundReport {
+    pub phases: PremPhases,
+    pub epsilon_s: f64,
+    pub chunk_time_s: f64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub transfer: Option<TransferReport>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub kernel: Option<KernelReport>,
+}
+
+/// A transfer's length alone and its bounds (Eq. 2).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct TransferReport {
+    pub transfer_s: f64,
+    pub bound_paper_s: f64,
+    pub bound_chunked_s: Option<f64>,
+    pub windows: Option<u64>,
+}
+
+/// A kernel's length alone, its case and its bound (Eqs. 3-4; `None`: it starves until `NO_OPER`).
+#[derive(Debug, Clone, Copy, PartialEq, serde::Serialize)]
+pub struct KernelReport {
+    pub kernel_s: f64,
+    pub case: KernelCase,
+    pub preemptible: bool,
+    pub bound_s: Option<f64>,
+}
+
+/// [`transfer_bound`] of `transfer_s` and [`kernel_bound`] of `kernel`, whichever are given, in one report.
+pub fn bound_report(
+    phases: PremPhases,
+    epsilon_s: f64,
+    chunk_time_s: f64,
+    transfer_s: Option<f64>,
+    kernel: Option<KernelQuery>,
+) -> Result<BoundReport, ArbiterError> {
+    let transfer = match transfer_s {
+        Some(t) => {
+            let b = transfer_bound(t, &phases, epsilon_s, chunk_time_s)?;
+            Some(TransferReport {
+                transfer_s: t,
+                bound_paper_s: b.paper_s,
+                bound_chunked_s: b.chunked_s,
+                windows: b.windows,
+            })
+        }
+        None => None,
+    };
+    let kernel = match kernel {
+        Some(k) => {
+            let b = kernel_bound(k.kernel_s, k.preemptible, k.preempt_s, &phases, epsilon_s)?;
+            Some(KernelReport {
+                kernel_s: k.kernel_s,
+                case: b.case,
+                preemptible: k.preemptible,
+                bound_s: b.end_s,
+            })
+        }
+        None => None,
+    };
+    Ok(BoundReport {
+        phases,
+        epsilon_s,
+        chunk_time_s,
+        transfer,
+        kernel,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -211,6 +294,33 @@ mod tests {
     // TX1 averages of Table 2 (µs) in seconds.
     fn tx1() -> PremPhases {
         PremPhases::wcet(444e-6, 8784e-6, 716e-6)
+    }
+
+    #[test]
+    fn bound_report_holds_what_was_asked() {
+        let p = tx1();
+        let only_transfer = bound_report(p, 10e-6, 100e-6, Some(0.02), None).unwrap();
+        let b = transfer_bound(0.02, &p, 10e-6, 100e-6).unwrap();
+        let t = only_transfer.transfer.unwrap();
+        assert_eq!(
+            (t.bound_paper_s, t.bound_chunked_s, t.windows),
+            (b.paper_s, b.chunked_s, b.windows)
+        );
+        assert!(only_transfer.kernel.is_none());
+        let k = KernelQuery {
+            kernel_s: 0.001,
+            preemptible: false,
+            preempt_s: 0.0,
+        };
+        let only_kernel = bound_report(p, 10e-6, 100e-6, None, Some(k)).unwrap();
+        assert!(only_kernel.transfer.is_none());
+        let kr = only_kernel.kernel.unwrap();
+        assert_eq!(kr.case, KernelCase::Short);
+        assert_eq!(
+            kr.bound_s,
+            kernel_bound(0.001, false, 0.0, &p, 10e-6).unwrap().end_s
+        );
+        assert!(bound_report(p, 10e-6, 100e-6, Some(-1.0), None).is_err());
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use clap::{Args, Subcommand};
-use oversub_arbiter::analysis::{kernel_bound, transfer_bound, KernelCase, PremPhases};
+use oversub_arbiter::analysis::{bound_report, KernelCase, KernelQuery, PremPhases};
 use oversub_arbiter::{
     parse_duration, Arbiter, ArbiterConfig, ArbiterError, Phase, PhaseKind, SharedOptions,
 };
@@ -170,33 +170,6 @@ pub fn run(cmd: ArbiterCommand) -> Result<(), BoxError> {
     }
 }
 
-#[derive(Debug, Serialize)]
-struct BoundReport {
-    phases: PremPhases,
-    epsilon_s: f64,
-    chunk_time_s: f64,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    transfer: Option<TransferReport>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    kernel: Option<KernelReport>,
-}
-
-#[derive(Debug, Serialize)]
-struct TransferReport {
-    transfer_s: f64,
-    bound_paper_s: f64,
-    bound_chunked_s: Option<f64>,
-    windows: Option<u64>,
-}
-
-#[derive(Debug, Serialize)]
-struct KernelReport {
-    kernel_s: f64,
-    case: KernelCase,
-    preemptible: bool,
-    bound_s: Option<f64>,
-}
-
 fn bound(a: BoundArgs) -> Result<(), BoxError> {
     if a.transfer.is_none() && a.kernel.is_none() {
         return Err("give --transfer and/or --kernel".into());
@@ -210,43 +183,18 @@ fn bound(a: BoundArgs) -> Result<(), BoxError> {
         load_worst_s: s(a.load_worst.unwrap_or(a.load)),
         unload_worst_s: s(a.unload_worst.unwrap_or(a.unload)),
     };
-    let transfer = match a.transfer {
-        Some(t) => {
-            let b = transfer_bound(s(t), &phases, s(a.epsilon), s(a.chunk_time))?;
-            Some(TransferReport {
-                transfer_s: s(t),
-                bound_paper_s: b.paper_s,
-                bound_chunked_s: b.chunked_s,
-                windows: b.windows,
-            })
-        }
-        None => None,
-    };
-    let kernel = match a.kernel {
-        Some(k) => {
-            let b = kernel_bound(
-                s(k),
-                a.preemptible,
-                s(a.preempt_time),
-                &phases,
-                s(a.epsilon),
-            )?;
-            Some(KernelReport {
-                kernel_s: s(k),
-                case: b.case,
-                preemptible: a.preemptible,
-                bound_s: b.end_s,
-            })
-        }
-        None => None,
-    };
-    let report = BoundReport {
+    let kernel = a.kernel.map(|k| KernelQuery {
+        kernel_s: s(k),
+        preemptible: a.preemptible,
+        preempt_s: s(a.preempt_time),
+    });
+    let report = bound_report(
         phases,
-        epsilon_s: s(a.epsilon),
-        chunk_time_s: s(a.chunk_time),
-        transfer,
+        s(a.epsilon),
+        s(a.chunk_time),
+        a.transfer.map(s),
         kernel,
-    };
+    )?;
     if a.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
         return Ok(());

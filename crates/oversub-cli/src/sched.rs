@@ -269,60 +269,15 @@ fn slowdown_from(path: &Path) -> Result<(f64, String), BoxError> {
             path.display()
         )
     })?;
-    let num = |v: &serde_json::Value, key: &str| {
-        v.get(key)
-            .and_then(serde_json::Value::as_f64)
-            .filter(|x| x.is_finite() && *x > 0.0)
-    };
-    let mut found: Vec<(f64, String)> = Vec::new();
-    for row in doc
-        .get("thrashing")
-        .and_then(serde_json::Value::as_array)
-        .into_iter()
-        .flatten()
-    {
-        if let (Some(alone), Some(with)) =
-            (num(row, "bw_alone_mbs"), num(row, "bw_with_paging_mbs"))
-        {
-            let kind = row.get("kind").and_then(|k| k.as_str()).unwrap_or("?");
-            let tasks = row.get("tasks").and_then(|t| t.as_u64()).unwrap_or(0);
-            found.push((
-                alone / with,
-                format!(
-                    "{tasks} {kind} DRAM thrasher(s): {alone:.0} MB/s alone, {with:.0} MB/s with paging"
-                ),
-            ));
-        }
-    }
-    let iteration_us = |c: Option<&serde_json::Value>| -> Option<f64> {
-        let c = c?;
-        ["mem_load_us", "compute_us", "mem_unload_us"]
-            .iter()
-            .map(|k| c.get(*k).and_then(|p| num(p, "mean")))
-            .sum()
-    };
-    if let Some(prem) = doc.get("prem") {
-        let alone = iteration_us(prem.get("alone"));
-        let paged = iteration_us(prem.get("paging").and_then(|p| p.get("interfered")));
-        if let (Some(a), Some(p)) = (alone, paged) {
-            found.push((
-                p / a,
-                format!("the PREM task's mean iteration: {a:.0} us alone, {p:.0} us with paging"),
-            ));
-        }
-    }
-    let worst = found
-        .into_iter()
-        .max_by(|a, b| a.0.total_cmp(&b.0))
-        .ok_or_else(|| {
-            format!(
-                "--inflate-from {}: no slowdown under paging in it (no `thrashing` rows with bw_alone_mbs and \
-                 bw_with_paging_mbs, no `prem` alone and paging.interfered timings); give a file written by \
-                 `oversub bench interference --json`",
-                path.display()
-            )
-        })?;
-    Ok(worst)
+    let worst = oversub_sched::inflation::worst_slowdown(&doc).ok_or_else(|| {
+        format!(
+            "--inflate-from {}: no slowdown under paging in it (no `thrashing` rows with bw_alone_mbs and \
+             bw_with_paging_mbs, no `prem` alone and paging.interfered timings); give a file written by \
+             `oversub bench interference --json`",
+            path.display()
+        )
+    })?;
+    Ok((worst.factor, worst.what))
 }
 
 /// The work inflation factor: `inflate`, or the worst slowdown in an `oversub bench interference --json` file.
@@ -850,13 +805,10 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     Ok(())
 }
 
-/// The paper's example (Figs. 5-8) as shipped in examples/paper.toml.
-const PAPER_TOML: &str = include_str!("../../../examples/paper.toml");
+const PAPER_TOML: &str = oversub_sched::demo::PAPER_TOML;
 
-/// The paper's example scaled to this store: one unit of memory per component, sized so one swap (a unit out
-/// and a unit in, at the measured speeds) takes `share` of a 500 ms slot. The paper's 1 GiB at 4 GiB/s fills the
-/// whole slot (share 1.0). If the unit had to be capped below that size, time shrinks with it so paging still fills
-/// the same share of a slot. Returns the system, the unit and the time scale.
+/// The paper's example scaled to this store (`oversub_sched::demo::scale_paper`): the system, the unit and the
+/// time scale.
 fn demo_system(
     paper: &System,
     bw: Bandwidths,
@@ -864,39 +816,8 @@ fn demo_system(
     max_unit: u64,
     stores: &[PathBuf],
 ) -> (System, u64, f64) {
-    let slot_s = 0.5;
-    let swap_target_s = share * slot_s;
-    let swap_s_per_byte = 1.0 / bw.read_bytes_per_s + 1.0 / bw.write_bytes_per_s;
-    let ideal_unit = (swap_target_s / swap_s_per_byte) as u64;
-    let unit = (ideal_unit.min(max_unit) >> 20).max(1) << 20;
-    let time_scale = if (unit as f64) < ideal_unit as f64 * 0.95 {
-        (unit as f64 * swap_s_per_byte / swap_target_s).min(1.0)
-    } else {
-        1.0
-    };
-    let mut system = paper.clone();
-    for c in &mut system.components {
-        for b in &mut c.buffers {
-            b.size_bytes = unit;
-        }
-        c.budget_s *= time_scale;
-        c.period_s *= time_scale;
-        // The work is an accelerator kernel the CPU waits for (so the two CPUs stay free for paging and checks) and
-        // fills 60% of the budget: the rest is for verifying and rewriting the unit's checksum (about 0.1 s for
-        // 500 MiB here), so synchronous paging inside the slot has no room, as in the paper, where each component
-        // needs its whole budget.
-        c.work = oversub_sched::Work::Sleep {
-            compute_s: c.budget_s * 0.6,
-        };
-    }
-    system.table.hyperperiod_s *= time_scale;
-    for s in &mut system.table.slots {
-        s.start_s *= time_scale;
-        s.length_s *= time_scale;
-    }
-    system.platform.capacity_bytes = 4 * unit;
-    system.platform.stores = stores.to_vec();
-    (system, unit, time_scale)
+    let d = oversub_sched::demo::scale_paper(paper, bw, share, max_unit, stores);
+    (d.system, d.unit_bytes, d.time_scale)
 }
 
 /// Swap shares the demo searches, largest first.

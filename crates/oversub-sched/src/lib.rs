@@ -5,6 +5,8 @@
 //! executor ([`run`]) replays the table with real timers, threads and paging, in the three modes of Figs. 6-8.
 
 pub mod config;
+pub mod demo;
+pub mod inflation;
 pub mod model;
 pub mod plan;
 pub mod report;

@@ -7,8 +7,8 @@ use clap::{Args, ValueEnum};
 use indicatif::{ProgressBar, ProgressStyle};
 use oversub_profile::SwapMachine;
 use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
-use oversub_sim::swap::report::{expand_policies, ProfileSwap, SwapDoc};
-use oversub_sim::swap::scenarios::{self, BUILTIN};
+use oversub_sim::swap::report::{alpha_rules, expand_policies, ProfileSwap, SwapDoc};
+use oversub_sim::swap::scenarios;
 use oversub_sim::swap::{
     reduction_pct, run_study, Policy, PrioritySource, Scenario, Study, StudyOptions, Summary,
 };
@@ -190,20 +190,12 @@ fn run_on_ray(args: &SwapArgs, address: &str) -> Result<(), BoxError> {
 }
 
 fn parse_rules(args: &SwapArgs) -> Result<Vec<AlphaRule>, BoxError> {
-    if args.suite && args.alpha_rule.is_empty() {
-        return Ok(vec![AlphaRule::Fraction, AlphaRule::PrintedCeil]);
-    }
-    let mut rules = Vec::new();
-    for r in &args.alpha_rule {
-        let rule: AlphaRule = r.trim().parse().map_err(|e| format!("--alpha-rule: {e}"))?;
-        if !rules.contains(&rule) {
-            rules.push(rule);
-        }
-    }
-    if rules.is_empty() {
-        rules.push(AlphaRule::Fraction);
-    }
-    Ok(rules)
+    let named = args
+        .alpha_rule
+        .iter()
+        .map(|r| r.trim().parse().map_err(|e| format!("--alpha-rule: {e}")))
+        .collect::<Result<Vec<AlphaRule>, String>>()?;
+    Ok(alpha_rules(&named, args.suite))
 }
 
 fn parse_policies(args: &SwapArgs, rules: &[AlphaRule]) -> Result<Vec<Policy>, BoxError> {
@@ -257,22 +249,8 @@ fn load_scenarios(
     args: &SwapArgs,
     profile: Option<&ProfileSwap>,
 ) -> Result<Vec<Scenario>, BoxError> {
-    let mut names: Vec<String> = Vec::new();
-    let all = args.suite
-        || (args.scenario.is_empty() && args.scenario_file.is_empty())
-        || args
-            .scenario
-            .iter()
-            .any(|s| s.trim().eq_ignore_ascii_case("all"));
-    if all {
-        names.extend(BUILTIN.iter().map(|s| s.to_string()));
-    }
-    for s in &args.scenario {
-        let s = s.trim().to_ascii_lowercase();
-        if s != "all" && !names.contains(&s) {
-            names.push(s);
-        }
-    }
+    let names =
+        scenarios::builtin_names(&args.scenario, args.suite, !args.scenario_file.is_empty());
     let mut out = Vec::new();
     for n in &names {
         out.push(scenarios::builtin(n, args.seed)?);

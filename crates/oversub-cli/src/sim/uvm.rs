@@ -19,6 +19,7 @@ use oversub_sim::uvm::sim::{
 use oversub_sim::uvm::suite::{
     self, geomean, ratio_percent, run_suite, SpeedupRow, SuiteEvent, SuiteSpec, TraceSource,
 };
+use oversub_sim::uvm::summary::{best_static, csv, find, lookup, main_ratio_of, workloads_in};
 use oversub_sim::uvm::workload::{self, WorkloadKind, WorkloadParams, WorkloadSize};
 
 use crate::error::BoxError;
@@ -694,38 +695,6 @@ fn main_ratio(spec: &SuiteSpec) -> u32 {
     main_ratio_of(&spec.ratios)
 }
 
-fn main_ratio_of(ratios: &[f64]) -> u32 {
-    let ratios: Vec<u32> = ratios.iter().map(|r| ratio_percent(*r)).collect();
-    if ratios.contains(&200) {
-        200
-    } else {
-        ratios.first().copied().unwrap_or(200)
-    }
-}
-
-fn find<'r>(
-    results: &'r [SimResult],
-    workload: &str,
-    ratio: u32,
-    policy: &str,
-) -> Option<&'r SimResult> {
-    results.iter().find(|r| {
-        r.workload == workload && ratio_percent(r.ratio) == ratio && r.policy.to_string() == policy
-    })
-}
-
-/// The best LazyPgStatSW threshold of a workload and ratio (as Fig. 10 shows it).
-fn best_static<'r>(results: &'r [SimResult], workload: &str, ratio: u32) -> Option<&'r SimResult> {
-    results
-        .iter()
-        .filter(|r| {
-            r.workload == workload
-                && ratio_percent(r.ratio) == ratio
-                && matches!(r.policy, Policy::LazyPgStatSw { .. })
-        })
-        .min_by(|a, b| a.est_time_s.total_cmp(&b.est_time_s))
-}
-
 /// Rate of `count` per second along a run's series, against time in seconds.
 fn rate_series(
     r: &SimResult,
@@ -961,22 +930,6 @@ fn analysis_figures(
     Ok(out)
 }
 
-fn workloads_in(rows: &[SpeedupRow]) -> Vec<String> {
-    let mut w: Vec<String> = Vec::new();
-    for r in rows {
-        if !w.contains(&r.workload) {
-            w.push(r.workload.clone());
-        }
-    }
-    w
-}
-
-fn lookup(rows: &[SpeedupRow], workload: &str, ratio: u32, label: &str) -> Option<f64> {
-    rows.iter()
-        .find(|r| r.workload == workload && r.ratio_percent == ratio && r.label == label)
-        .map(|r| r.speedup)
-}
-
 /// Figure tables on stdout: speed-up per workload and policy at each ratio, with the geometric mean.
 fn figure_tables(rows: &[SpeedupRow], ratios: &[f64]) -> String {
     let workloads = workloads_in(rows);
@@ -1092,42 +1045,6 @@ fn figures(rows: &[SpeedupRow], ratios_f: &[f64]) -> Vec<(String, String, BarCha
         let title =
             "Fig. 12: DynaMap at each oversubscription ratio, normalised to LazyGrpHW".to_string();
         out.push(("fig12.svg".to_string(), title.clone(), chart(title, fig12)));
-    }
-    out
-}
-
-fn csv(results: &[SimResult], rows: &[SpeedupRow]) -> String {
-    let mut out = String::from(
-        "workload,ratio,policy,est_time_s,speedup_vs_lazygrphw,faults,migrations,prefetches,evictions,\
-         evictions_per_page,remote_accesses,cache_hits,gpu_mem_accesses,bytes_h2d,bytes_d2h,accesses,sim_seconds,\
-         serial_time_s,throttles,pins,pst_updates\n",
-    );
-    for r in results {
-        let c = &r.counters;
-        out.push_str(&format!(
-            "{},{},{},{:e},{},{},{},{},{},{},{},{},{},{},{},{},{:.6},{:e},{},{},{}\n",
-            r.workload.replace(',', ";"),
-            ratio_percent(r.ratio),
-            r.policy.to_string().replace(',', ";"),
-            r.est_time_s,
-            speedup_of(rows, r).map_or_else(String::new, |s| format!("{s:.6}")),
-            c.faults,
-            c.migrations,
-            c.prefetches,
-            c.evictions,
-            r.evictions_per_page,
-            c.remote_accesses,
-            c.cache_hits,
-            c.gpu_mem_accesses,
-            c.bytes_h2d,
-            c.bytes_d2h,
-            c.accesses,
-            r.sim_seconds,
-            r.serial_time_s,
-            c.throttles,
-            c.pins,
-            c.pst_updates
-        ));
     }
     out
 }

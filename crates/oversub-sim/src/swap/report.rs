@@ -10,6 +10,24 @@ use serde::Serialize;
 use super::study::Study;
 use super::{Policy, SwapSimError};
 
+/// Alg. 2's swap-ratio rules to study from those named (already parsed): each once, in the order first named; none
+/// named is the fraction rule alone, or, for the suite, the fraction rule and the printed ceiling.
+pub fn alpha_rules(named: &[AlphaRule], suite: bool) -> Vec<AlphaRule> {
+    if suite && named.is_empty() {
+        return vec![AlphaRule::Fraction, AlphaRule::PrintedCeil];
+    }
+    let mut rules = Vec::new();
+    for rule in named {
+        if !rules.contains(rule) {
+            rules.push(*rule);
+        }
+    }
+    if rules.is_empty() {
+        rules.push(AlphaRule::Fraction);
+    }
+    rules
+}
+
 /// Policies named as on the command line, with Alg. 2's swap-ratio `rules`: `all` (or none named, or `all_policies`)
 /// is Baseline, MaT and the proposed policy under each rule; `proposed` is the proposed policy under each rule;
 /// other names as [`Policy::parse`] reads them. Each policy appears once, in the order first named.
@@ -224,6 +242,18 @@ impl SwapDoc {
 mod tests {
     use super::*;
     use crate::swap::{run_study, scenarios, StudyOptions};
+
+    #[test]
+    fn alpha_rules_default_and_dedupe() {
+        use AlphaRule::{Fraction, PrintedCeil};
+        assert_eq!(alpha_rules(&[], false), vec![Fraction]);
+        assert_eq!(alpha_rules(&[], true), vec![Fraction, PrintedCeil]);
+        assert_eq!(
+            alpha_rules(&[PrintedCeil, Fraction, PrintedCeil], false),
+            vec![PrintedCeil, Fraction]
+        );
+        assert_eq!(alpha_rules(&[PrintedCeil], true), vec![PrintedCeil]);
+    }
 
     #[test]
     fn policies_expand() {

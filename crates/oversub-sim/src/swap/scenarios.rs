@@ -25,6 +25,25 @@ pub enum Compute {
     High,
 }
 
+/// The built-in scenarios to run from the names given (lower-cased here): all of [`BUILTIN`] for the suite, when
+/// nothing is named (no names and no scenario files) or when a name is `all`; then the others named, each once.
+pub fn builtin_names(named: &[String], suite: bool, have_files: bool) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    let all = suite
+        || (named.is_empty() && !have_files)
+        || named.iter().any(|s| s.trim().eq_ignore_ascii_case("all"));
+    if all {
+        names.extend(BUILTIN.iter().map(|s| s.to_string()));
+    }
+    for s in named {
+        let s = s.trim().to_ascii_lowercase();
+        if s != "all" && !names.contains(&s) {
+            names.push(s);
+        }
+    }
+    names
+}
+
 /// A built-in scenario by name (`fig4a`, `fig4b`, `fig5a`, `fig5b`, `fig6`), its random compute times drawn from
 /// `seed`.
 pub fn builtin(name: &str, seed: u64) -> Result<Scenario, SwapSimError> {
@@ -433,6 +452,20 @@ pub fn from_toml(text: &str, path: &Path, seed: u64) -> Result<Scenario, SwapSim
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn builtin_names_select() {
+        let all: Vec<String> = BUILTIN.iter().map(|s| s.to_string()).collect();
+        assert_eq!(builtin_names(&[], false, false), all);
+        assert_eq!(builtin_names(&[], true, true), all);
+        assert!(builtin_names(&[], false, true).is_empty());
+        let named = vec![" FIG6 ".to_string(), "fig6".to_string(), "mine".to_string()];
+        assert_eq!(builtin_names(&named, false, true), vec!["fig6", "mine"]);
+        let with_all = vec!["mine".to_string(), "All".to_string()];
+        let mut expect = all.clone();
+        expect.push("mine".into());
+        assert_eq!(builtin_names(&with_all, false, false), expect);
+    }
 
     #[test]
     fn compute_scales_and_bad_factors_are_refused() {

@@ -13,6 +13,7 @@ pub mod policy;
 pub mod report;
 pub mod sim;
 pub mod suite;
+pub mod summary;
 pub mod trace;
 pub mod workload;
 
