@@ -1328,18 +1328,46 @@ mod tests {
             return;
         }
         use std::os::unix::process::CommandExt as _;
-        let out = Command::new(std::env::current_exe().unwrap())
-            .args([
-                "tasks::cgroup::tests::permission_child",
-                "--exact",
-                "--nocapture",
-                "--test-threads=1",
-            ])
-            .env(PERMISSION_DIR, &ro)
-            .uid(65534)
-            .gid(65534)
-            .output()
-            .unwrap();
+        // The test binary may sit where `nobody` cannot reach it (a clone under a 0700 folder or a private home):
+        // run a copy from a folder of its own that everyone may enter.
+        let exe_dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(exe_dir.path(), fs::Permissions::from_mode(0o755)).unwrap();
+        let exe = exe_dir.path().join("probe-as-nobody");
+        fs::copy(std::env::current_exe().unwrap(), &exe).unwrap();
+        fs::set_permissions(&exe, fs::Permissions::from_mode(0o755)).unwrap();
+        let run = || {
+            Command::new(&exe)
+                .args([
+                    "tasks::cgroup::tests::permission_child",
+                    "--exact",
+                    "--nocapture",
+                    "--test-threads=1",
+                ])
+                .env(PERMISSION_DIR, &ro)
+                .uid(65534)
+                .gid(65534)
+                .output()
+        };
+        // Another test thread forking while the copy's write descriptor was open holds it until that child execs:
+        // "text file busy" passes.
+        let mut out = run();
+        for _ in 0..50 {
+            match &out {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(Duration::from_millis(20));
+                    out = run();
+                }
+                _ => break,
+            }
+        }
+        let out = match out {
+            Ok(out) => out,
+            Err(e) => {
+                // Even the copy is out of reach (a private temporary folder): nothing more can be simulated.
+                println!("skipped: cannot start the probe as uid 65534 from {exe:?}: {e}");
+                return;
+            }
+        };
         let stdout = String::from_utf8_lossy(&out.stdout);
         if !out.status.success() && stdout.is_empty() {
             // The test binary is not readable by nobody here: nothing more can be simulated.
