@@ -12,7 +12,9 @@ use oversub_report::{
 };
 use oversub_sched::plan::{self, feasible_table};
 use oversub_sched::setup::{self, StoreSpeed};
-use oversub_sched::{Bandwidths, Mode, PlanDoc, Readahead, RunOptions, RunResult, System};
+use oversub_sched::{
+    Bandwidths, Mode, PlanDoc, Prime, Readahead, RunOptions, RunResult, System,
+};
 use serde::Serialize;
 
 use crate::error::BoxError;
@@ -83,6 +85,10 @@ pub struct RunArgs {
     /// Repetitions run first and not counted (memory fills and the store absorbs the set-up's writes).
     #[arg(long, default_value_t = 1)]
     warmup: usize,
+    /// Extra warm-up repetitions allowed after --warmup until the table runs on time (see `oversub demo --help`);
+    /// the summary says how many it took.
+    #[arg(long, default_value_t = 0)]
+    extra_warmup: usize,
     /// Run each mode at the shortest period the planner finds feasible for it instead of the table's own.
     #[arg(long)]
     at_min_period: bool,
@@ -154,6 +160,12 @@ pub struct DemoArgs {
     /// Repetitions run first and not counted.
     #[arg(long, default_value_t = 2)]
     warmup: usize,
+    /// Extra warm-up repetitions allowed after --warmup, until the table runs on time: a store still slow from
+    /// the set-up's writes makes the first repetitions late, and the table catches up only as fast as the store's
+    /// idle time allows. The warm-up ends at the first repetition that ran on time, or whose lateness stopped
+    /// falling; the report says how many it took. 0: exactly --warmup.
+    #[arg(long, default_value_t = 10)]
+    extra_warmup: usize,
     /// Swap store location (directory or file); default: the system's temporary directory. Several,
     /// comma-separated (`--store /mnt/a,/mnt/b`), stripe the pager's store over them (demand paging uses the
     /// first).
@@ -458,6 +470,8 @@ fn slots_bar(len: u64) -> ProgressBar {
 struct RunHow {
     hyperperiods: usize,
     warmup: usize,
+    /// Extra warm-up repetitions allowed until the table runs on time.
+    extra_warmup: usize,
     bw: Bandwidths,
     pin: bool,
     inflate: f64,
@@ -476,11 +490,22 @@ fn run_mode(
     } else {
         system.clone()
     };
-    let p = plan::plan(&planning, mode, how.hyperperiods + how.warmup, how.bw);
+    let p = plan::plan(
+        &planning,
+        mode,
+        how.hyperperiods + how.warmup + how.extra_warmup,
+        how.bw,
+    );
     let pool = setup::pool_for(system)?;
     let space = pool.address_space();
     let progress_bar = bar.clone();
     let base = bar.position();
+    // The store is read back after the set-up's writes until it reads at the speed the plan assumed, so the table
+    // does not start with a backlog (demand mode: one round; its faults are priced at another speed).
+    let prime = match mode {
+        Mode::Demand => Prime::default(),
+        _ => Prime::until(how.bw.read_bytes_per_s),
+    };
     let options = RunOptions {
         pin_threads: how.pin,
         settle_s: 0.5,
@@ -489,8 +514,69 @@ fn run_mode(
             progress_bar.set_position(base + done as u64)
         })),
         demand_readahead: how.readahead,
+        prime,
+        max_extra_warmup: how.extra_warmup,
     };
-    Ok(oversub_sched::run(system, &space, &p, &options)?)
+    let r = oversub_sched::run(system, &space, &p, &options)?;
+    // A warm-up that ended early leaves the repetitions it did not need: the bar moves past them.
+    bar.set_position(base + p.slots.len() as u64);
+    Ok(r)
+}
+
+/// Prints a line above the progress bar, or on stderr where the bar is not drawn (output piped to a file), so
+/// long work always shows progress.
+fn progress_line(bar: &ProgressBar, line: String) {
+    if bar.is_hidden() {
+        eprintln!("{line}");
+    } else {
+        bar.println(line);
+    }
+}
+
+/// The warm-up a run had: as asked, or longer until the table ran on time.
+fn describe_warmup(r: &RunResult) -> String {
+    let extra = r.warmup_hyperperiods - r.warmup_asked;
+    if extra == 0 {
+        format!("{} warm-up repetition(s)", r.warmup_hyperperiods)
+    } else {
+        format!(
+            "{} warm-up repetitions: {} asked, {extra} more until the table ran on time or stopped catching up",
+            r.warmup_hyperperiods, r.warmup_asked
+        )
+    }
+}
+
+/// One line per finished run: its verdict, how the store was primed and, when it missed, where the misses came
+/// from.
+fn run_line(n: usize, label: &str, r: &RunResult, started: Instant) -> String {
+    let prime = r.prime.as_ref().map_or_else(String::new, |p| {
+        let speeds: Vec<String> = p
+            .read_bytes_per_s
+            .iter()
+            .map(|b| format!("{:.2}", b / 1e9))
+            .collect();
+        format!(
+            "; store primed in {:.1} s ({} round{} reading {} GB/s{})",
+            p.seconds,
+            p.rounds,
+            if p.rounds == 1 { "" } else { "s" },
+            speeds.join(" → "),
+            if p.reached { "" } else { ", short of the plan's speed" }
+        )
+    });
+    let mut line = format!(
+        "[{:>4.0} s] run {n}, {label}: {} ({} misses of {} counted slots; {}){prime}",
+        started.elapsed().as_secs_f64(),
+        if r.met_target() { "met" } else { "MISSED" },
+        r.deadline_misses,
+        r.counted_slots(),
+        describe_warmup(r),
+    );
+    if r.deadline_misses + r.warmup_misses > 0 {
+        line.push_str("\n         ");
+        line.push_str(&oversub_sched::miss_profile(r).describe(r.hyperperiod_s));
+    }
+    line
 }
 
 /// The figure of a run: a row per CPU and GPU, the store's operations, and what the store holds.
@@ -647,8 +733,10 @@ struct ModeSummary {
     hyperperiods_counted: usize,
     warmup_hyperperiods: usize,
     warmup_misses: usize,
+    warmup_asked: usize,
     major_faults: u64,
     work_inflation: f64,
+    misses: oversub_sched::MissProfile,
 }
 
 /// The cells every run summary shows: period, verdict, misses, worst lateness, bytes paged.
@@ -725,7 +813,9 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     let several = modes.len() > 1;
     let mut results = Vec::new();
     let bar = slots_bar(
-        (modes.len() * (args.hyperperiods + args.warmup) * system.table.slots.len()) as u64,
+        (modes.len()
+            * (args.hyperperiods + args.warmup + args.extra_warmup)
+            * system.table.slots.len()) as u64,
     );
     for mode in modes {
         // The planner's searches are costly: find the feasible table once, for the report and for --at-min-period.
@@ -746,6 +836,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
         let how = RunHow {
             hyperperiods: args.hyperperiods,
             warmup: args.warmup,
+            extra_warmup: args.extra_warmup,
             bw,
             pin: !args.no_pin,
             inflate,
@@ -772,6 +863,17 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     }
     bar.finish_and_clear();
     println!("{}", text_table(&SUMMARY_HEADER, &summary_rows(&results)));
+    for (mode, r, _) in &results {
+        if r.warmup_hyperperiods > r.warmup_asked {
+            println!("{mode}: {}", describe_warmup(r));
+        }
+        if r.deadline_misses + r.warmup_misses > 0 {
+            println!(
+                "{mode}: {}",
+                oversub_sched::miss_profile(r).describe(r.hyperperiod_s)
+            );
+        }
+    }
     if let Some(path) = &args.json {
         let modes: BTreeMap<&str, ModeSummary> = results
             .iter()
@@ -789,8 +891,10 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
                         hyperperiods_counted: r.hyperperiods - r.warmup_hyperperiods,
                         warmup_hyperperiods: r.warmup_hyperperiods,
                         warmup_misses: r.warmup_misses,
+                        warmup_asked: r.warmup_asked,
                         major_faults: r.major_faults,
                         work_inflation: inflate,
+                        misses: oversub_sched::miss_profile(r),
                     },
                 )
             })
@@ -866,6 +970,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     let how = RunHow {
         hyperperiods: args.hyperperiods,
         warmup: args.warmup,
+        extra_warmup: args.extra_warmup,
         bw,
         pin: true,
         inflate: 1.0,
@@ -894,7 +999,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     });
     let total: usize = runs
         .iter()
-        .map(|(_, _, s)| s.table.slots.len() * (args.hyperperiods + args.warmup))
+        .map(|(_, _, s)| s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup))
         .sum();
     let bar = slots_bar(total as u64);
     std::fs::create_dir_all(&args.out)
@@ -939,12 +1044,11 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             format_seconds(r.hyperperiod_s)
         )));
         report.push(HtmlBlock::Paragraph(format!(
-            "{} deadline misses of {} counted slots ({} in the {} warm-up repetition(s) before them), worst \
-             lateness {}, {} paged{}.",
+            "{} deadline misses of {} counted slots ({} in the {} before them), worst lateness {}, {} paged{}.",
             r.deadline_misses,
             r.counted_slots(),
             r.warmup_misses,
-            r.warmup_hyperperiods,
+            describe_warmup(&r),
             format_seconds(r.max_lateness_s),
             format_bytes(r.bytes_paged),
             if mode == Mode::Demand {
@@ -953,6 +1057,12 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
                 String::new()
             }
         )));
+        if r.deadline_misses + r.warmup_misses > 0 {
+            report.push(HtmlBlock::Paragraph(format!(
+                "Where the misses come from: {}.",
+                oversub_sched::miss_profile(&r).describe(r.hyperperiod_s)
+            )));
+        }
         report.push(HtmlBlock::Svg(tl.to_svg()));
         report.push(HtmlBlock::Link {
             text: "Chrome trace (open in Perfetto)".into(),
@@ -970,13 +1080,17 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         // more, so the report shows a period that runs do meet.
         if !r.met_target() && label.ends_with("at its min feasible period") {
             let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
-            bar.inc_length((longer.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
+            bar.inc_length(
+                (longer.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup))
+                    as u64,
+            );
             runs.push((
                 format!("{mode} at 1.3 × its min feasible period"),
                 mode,
                 longer,
             ));
         }
+        progress_line(&bar, run_line(i, &label, &r, started));
         let r = add_run(&label, mode, &table, r, &mut report, i)?;
         results.push((label, mode, r));
     }
@@ -997,10 +1111,13 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
                 "async at the target period, swap share {sh:.1} (unit {})",
                 format_bytes(u)
             );
-            bar.inc_length((s.table.slots.len() * (args.hyperperiods + args.warmup)) as u64);
+            bar.inc_length(
+                (s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup)) as u64,
+            );
             bar.set_message(label.clone());
             let r = run_mode(&s, Mode::Async, how, &bar)?;
             i += 1;
+            progress_line(&bar, run_line(i, &label, &r, started));
             let r = add_run(&label, Mode::Async, &s, r, &mut report, i)?;
             let met = r.met_target();
             share_runs.push((sh, r.clone()));
@@ -1124,8 +1241,11 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             "label": label, "mode": m.name(), "period_s": r.hyperperiod_s, "met_target": r.met_target(),
             "deadline_misses": r.deadline_misses, "max_lateness_s": r.max_lateness_s, "bytes_paged": r.bytes_paged,
             "counted_slots": r.counted_slots(), "warmup_misses": r.warmup_misses,
+            "warmup_hyperperiods": r.warmup_hyperperiods, "warmup_asked": r.warmup_asked,
             "major_faults": r.major_faults,
             "min_feasible_period_s": minp.get(m).copied().flatten(),
+            "prime": r.prime,
+            "misses": oversub_sched::miss_profile(r),
         })).collect::<Vec<_>>(),
     });
     let json_path = args.out.join("results.json");

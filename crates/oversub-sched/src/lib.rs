@@ -21,7 +21,8 @@ pub use oversub_core::demand::Readahead;
 pub use plan::{Bandwidths, Mode, PageKind, PageOp, Plan, SlotPlan};
 pub use report::{ModeAnalysis, PlanDoc, SlotPaging};
 pub use run::{
-    run, work_mismatch, Element, Lease, OpRecord, RawBuffer, RunError, RunOptions, RunResult,
-    Runtime, SlotContext, SlotError, SlotRecord, WorkFn, WorkMismatch, WorkResult,
+    miss_profile, run, work_mismatch, Element, Lease, MissOrigin, MissProfile, OpRecord, Prime,
+    PrimeReport, RawBuffer, Repetition, RunError, RunOptions, RunResult, Runtime, SlotContext,
+    SlotError, SlotRecord, WorkFn, WorkMismatch, WorkResult,
 };
 pub use setup::{BandwidthSource, SetupError, StoreSpeed};

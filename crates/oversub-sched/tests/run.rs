@@ -82,3 +82,67 @@ fn a_capacity_the_table_cannot_fit_is_refused() {
     let err = run(&sys, &pool.address_space(), &p, &RunOptions::default()).unwrap_err();
     assert!(err.to_string().contains("capacity"), "{err}");
 }
+
+#[test]
+fn the_store_is_primed_before_the_table_and_reported() {
+    let sys = tiny_paper();
+    let bw = Bandwidths::direct(500e6, 500e6);
+    let p = plan::plan(&sys, Mode::Async, 3, bw);
+    let pool = pool_for(&sys);
+    let space = pool.address_space();
+    // One round by default; with a target it runs rounds until one reads at 80% of it or the time is up (an
+    // unreachable target: the time limit ends it, and the report says the target was not reached).
+    let r = run(&sys, &space, &p, &RunOptions::default()).unwrap();
+    let prime = r.prime.expect("primed by default");
+    assert_eq!(prime.rounds, 1);
+    assert!(prime.reached && prime.read_bytes_per_s[0] > 0.0);
+    let options = RunOptions {
+        prime: oversub_sched::Prime {
+            max_s: 0.0,
+            ..oversub_sched::Prime::until(1e18)
+        },
+        ..RunOptions::default()
+    };
+    let r = run(&sys, &space, &p, &options).unwrap();
+    let prime = r.prime.unwrap();
+    assert_eq!(prime.rounds, 1, "a round once started is finished");
+    assert!(!prime.reached);
+    assert_eq!(prime.target_read_bytes_per_s, Some(1e18));
+    let off = RunOptions {
+        prime: oversub_sched::Prime::off(),
+        ..RunOptions::default()
+    };
+    assert!(run(&sys, &space, &p, &off).unwrap().prime.is_none());
+    assert_eq!(pool.stats().used_bytes, 0, "buffers left behind");
+}
+
+#[test]
+fn demand_mode_counts_the_bytes_its_write_back_wrote() {
+    // The built-in works write their whole unit, so each eviction of a read-write buffer writes all of it; a
+    // read-only buffer is never dirtied after the set-up, so its evictions write nothing.
+    let sys = tiny_paper();
+    let bw = Bandwidths::direct(500e6, 500e6);
+    let table = plan::feasible_table(&sys, Mode::Demand, bw).unwrap_or_else(|| sys.clone());
+    let p = plan::plan(&table, Mode::Demand, 6, bw);
+    let pool = pool_for(&table);
+    let space = pool.address_space();
+    let r = run(&table, &space, &p, &RunOptions::default()).unwrap();
+    let outs: Vec<_> = r.ops.iter().filter(|o| o.kind == "out").collect();
+    assert!(!outs.is_empty());
+    let read_only = format!(
+        "{}.{}",
+        table.components[1].name, table.components[1].buffers[0].name
+    );
+    // The kernel may write some dirty pages back on its own before an eviction does (a busy machine passing its
+    // dirty threshold), so a single eviction can write less than the unit, never more.
+    let mut whole = 0;
+    for o in outs {
+        if o.buffer == read_only {
+            assert_eq!(o.io_bytes, 0, "{o:?}");
+        } else {
+            assert!(o.io_bytes <= MIB, "{o:?}");
+            whole += usize::from(o.io_bytes == MIB);
+        }
+    }
+    assert!(whole > 0, "no eviction wrote a whole unit");
+}

@@ -22,7 +22,7 @@ use std::sync::Arc;
 
 use oversub_core::demand::Readahead;
 
-use super::{execute, RunError, RunOptions, RunResult, SlotContext, WorkResult};
+use super::{execute, Prime, RunError, RunOptions, RunResult, SlotContext, WorkResult};
 use crate::model::System;
 use crate::plan::{self, Bandwidths, Mode, Plan};
 use crate::setup::{self, StoreSpeed};
@@ -159,6 +159,13 @@ impl<'w> Runtime<'w> {
         self
     }
 
+    /// How the store is primed between set-up and the table's start (default: read back until it reads at the
+    /// plan's page-in speed, at most 30 s; [`Prime::off`] for none).
+    pub fn prime(mut self, prime: Prime) -> Runtime<'w> {
+        self.options.prime = prime;
+        self
+    }
+
     /// Demand mode: the kernel's readahead on the store mapping (default [`Readahead::Kernel`], Linux's demand
     /// paging as the paper measured it; [`Readahead::Off`]: one fault per touched 4 KiB page).
     pub fn demand_readahead(mut self, readahead: Readahead) -> Runtime<'w> {
@@ -244,10 +251,15 @@ impl<'w> Runtime<'w> {
         }
         self.last_speed = Some(speed);
         let (exec, p) = self.plan_with(speed.bw)?;
-        let options = RunOptions {
+        let mut options = RunOptions {
             warmup_hyperperiods: self.warmup,
             ..self.options.clone()
         };
+        // Priming without a target reads the store back until it runs at the speed this run is planned at
+        // (demand mode's faults are priced at another speed: one round).
+        if options.prime.target_read_bytes_per_s.is_none() && self.mode != Mode::Demand {
+            options.prime.target_read_bytes_per_s = Some(speed.bw.read_bytes_per_s);
+        }
         let pool = if self.mode == Mode::Demand || space.is_some() {
             None
         } else {
