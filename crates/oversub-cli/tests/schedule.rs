@@ -274,6 +274,22 @@ fn demo_writes_its_report() {
     );
     assert!(v["demand_read_bytes_per_s"].as_f64().unwrap() > 0.0);
     assert!(stdout.contains("largest swap share"), "{stdout}");
+    // Piped (no terminal, so no progress bar), it still says what it is doing: a line per finished run, with its
+    // warm-up and how the store was primed.
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("run 1, async at the target period:")
+            && stderr.contains("run 3, demand at the target period:")
+            && stderr.contains("store primed in"),
+        "{stderr}"
+    );
+    for run in v["runs"].as_array().unwrap() {
+        assert!(run["prime"]["rounds"].as_u64().unwrap() >= 1, "{run}");
+        let reps = run["misses"]["repetitions"].as_array().unwrap();
+        assert_eq!(reps.len() as u64, run["warmup_hyperperiods"].as_u64().unwrap() + 1);
+        assert!(run["misses"]["origin"]["kind"].is_string(), "{run}");
+        assert_eq!(run["warmup_asked"], 2);
+    }
 }
 
 #[test]

@@ -146,3 +146,61 @@ fn demand_mode_counts_the_bytes_its_write_back_wrote() {
     }
     assert!(whole > 0, "no eviction wrote a whole unit");
 }
+
+#[test]
+fn an_extra_warm_up_ends_the_run_its_counted_repetitions_later_and_frees_everything() {
+    let sys = tiny_paper();
+    let bw = Bandwidths::direct(500e6, 500e6);
+    for mode in Mode::ALL {
+        let table = plan::feasible_table(&sys, mode, bw).unwrap_or_else(|| sys.clone());
+        // One asked, up to six more, three counted: the plan covers ten.
+        let p = plan::plan(&table, mode, 10, bw);
+        let pool = pool_for(&table);
+        let space = pool.address_space();
+        let options = RunOptions {
+            warmup_hyperperiods: 1,
+            max_extra_warmup: 6,
+            ..RunOptions::default()
+        };
+        let r = run(&table, &space, &p, &options).unwrap();
+        assert!((1..=7).contains(&r.warmup_hyperperiods), "{mode}: {r:?}");
+        assert_eq!(r.warmup_asked, 1);
+        assert_eq!(r.hyperperiods, r.warmup_hyperperiods + 3, "{mode}");
+        assert_eq!(r.slots.len(), 5 * r.hyperperiods, "{mode}");
+        assert_eq!(r.counted_slots(), 15, "{mode}");
+        assert_eq!(pool.stats().used_bytes, 0, "{mode}: buffers left behind");
+    }
+}
+
+#[test]
+fn a_warm_up_that_does_not_catch_up_ends_when_the_lateness_stops_falling() {
+    // Every work runs past its window: every repetition misses, none is on time, and the lateness never falls, so
+    // the warm-up ends after the third repetition (the first that can be compared with two before).
+    let mut sys = tiny_paper();
+    for c in &mut sys.components {
+        c.work = oversub_sched::Work::Sleep {
+            compute_s: c.budget_s * 1.5,
+        };
+    }
+    let bw = Bandwidths::direct(500e6, 500e6);
+    let p = plan::plan(&sys, Mode::Async, 12, bw);
+    let pool = pool_for(&sys);
+    let space = pool.address_space();
+    let options = RunOptions {
+        warmup_hyperperiods: 1,
+        max_extra_warmup: 9,
+        ..RunOptions::default()
+    };
+    let r = run(&sys, &space, &p, &options).unwrap();
+    // Three on a quiet machine; scheduling jitter of more than the on-time margin can make one repetition look
+    // like progress and add one or two.
+    assert!((3..=10).contains(&r.warmup_hyperperiods), "{r:?}");
+    assert_eq!(r.hyperperiods, r.warmup_hyperperiods + 2);
+    assert_eq!(r.deadline_misses, r.counted_slots());
+    let profile = oversub_sched::miss_profile(&r);
+    assert!(
+        matches!(profile.origin, oversub_sched::MissOrigin::SteadyState { .. }),
+        "{profile:?}"
+    );
+    assert_eq!(pool.stats().used_bytes, 0, "buffers left behind");
+}

@@ -165,6 +165,24 @@ fn origin(reps: &[Repetition]) -> MissOrigin {
             };
         }
     }
+    // Lateness that stopped falling while slots still miss: whatever the start was, the end is the steady state.
+    if let [.., a, b, c] = reps {
+        let flat = [a, b, c].iter().all(|r| r.misses > 0)
+            && [a, b, c]
+                .iter()
+                .map(|r| r.worst_lateness_s)
+                .fold(f64::NEG_INFINITY, f64::max)
+                - [a, b, c]
+                    .iter()
+                    .map(|r| r.worst_lateness_s)
+                    .fold(f64::INFINITY, f64::min)
+                <= ON_TIME_S;
+        if flat {
+            return MissOrigin::SteadyState {
+                repetitions_with_misses: with_misses,
+            };
+        }
+    }
     // A backlog from the start that is still draining: the worst lateness falls (never rises by more than the
     // on-time margin) from the first repetition to the last, and the start was the latest.
     let last = reps.last().unwrap_or(first);
@@ -230,6 +248,18 @@ mod tests {
         };
         assert!((drain_s_per_hyperperiod - 0.4).abs() < 1e-9);
         assert_eq!(hyperperiods_to_catch_up, 5);
+    }
+
+    #[test]
+    fn a_late_start_that_settles_on_a_lateness_of_its_own_is_the_steady_state() {
+        let reps = [
+            rep(0, 5, 2.9),
+            rep(1, 5, 1.5),
+            rep(2, 3, 0.38),
+            rep(3, 3, 0.38),
+            rep(4, 3, 0.385),
+        ];
+        assert!(matches!(origin(&reps), MissOrigin::SteadyState { .. }));
     }
 
     #[test]
