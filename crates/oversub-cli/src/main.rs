@@ -6,6 +6,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 
 mod arbiter;
+mod args;
 mod bench;
 mod error;
 mod probe;
@@ -67,11 +68,8 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("error: {e:#}");
-            let mut source = std::error::Error::source(&*e);
-            while let Some(s) = source {
-                eprintln!("  caused by: {s}");
-                source = s.source();
+            for line in error::report_lines(&*e) {
+                eprintln!("{line}");
             }
             ExitCode::FAILURE
         }
@@ -91,11 +89,6 @@ fn progress_bar(len: u64, name: &str, unit: &str, hidden: bool) -> indicatif::Pr
         bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
     }
     bar
-}
-
-/// Parses a size argument (`256MiB`, `1GiB`, `100MB`) for clap.
-fn parse_size_arg(s: &str) -> Result<u64, String> {
-    oversub_report::parse_size(s).map_err(|e| e.to_string())
 }
 
 fn init_logging() {

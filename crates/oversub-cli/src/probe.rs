@@ -44,16 +44,28 @@ pub struct ProbeArgs {
     #[arg(long, value_name = "DIR")]
     dir: Option<PathBuf>,
     /// Size of the storage probe's test file (default 1GiB, 256MiB with --quick).
-    #[arg(long, value_parser = crate::parse_size_arg)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
     file_size: Option<u64>,
     /// Block sizes of the storage grid (comma-separated, e.g. 4KiB,1MiB; default 4KiB to 4MiB).
-    #[arg(long, value_delimiter = ',', value_parser = crate::parse_size_arg, value_name = "SIZES")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg,
+        value_name = "SIZES"
+    )]
     block_sizes: Vec<u64>,
     /// Queue depths of the storage grid (comma-separated; default 1 to 64, 1 and 32 with --quick).
-    #[arg(long, value_delimiter = ',', value_name = "DEPTHS")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "DEPTHS",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>
+    )]
     queue_depths: Vec<usize>,
     /// Seconds per storage point and direction (default 1, 0.4 with --quick).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true, value_parser = crate::args::parse_positive_number)]
     storage_seconds: Option<f64>,
     /// Keep the storage probe's test file (to run fio on the same file) and print its path.
     #[arg(long)]

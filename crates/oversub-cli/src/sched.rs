@@ -54,11 +54,17 @@ pub struct PlanArgs {
     /// is then priced at them (concurrent per CPU, the store shared at its direct speed). Without it they are
     /// measured on the configuration's store (a memory-mapped file with the kernel's readahead, as `oversub run`
     /// demand-pages by default).
-    #[arg(long, value_name = "READ[,WRITE]")]
+    #[arg(long, value_name = "READ[,WRITE]", allow_hyphen_values = true)]
     demand_bandwidth: Option<String>,
     /// Plan every work as taking this many times as long: the interference of paging with the CPU tasks
     /// (Sec. III-D). At least 1.0; the table then shows the feasibility and minimum period without it beside.
-    #[arg(long, default_value_t = 1.0, conflicts_with = "inflate_from")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        allow_hyphen_values = true,
+        value_parser = parse_inflation,
+        conflicts_with = "inflate_from"
+    )]
     inflate: f64,
     /// Take --inflate from a JSON file written by `oversub bench interference --json FILE`: the worst slowdown of
     /// a CPU task under paging, i.e. the largest of (a) each DRAM-thrashing row's bandwidth alone over its
@@ -80,10 +86,15 @@ pub struct RunArgs {
     #[arg(long, value_enum, default_value_t = ModeArg::Async)]
     mode: ModeArg,
     /// Repetitions of the table to run and count.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     hyperperiods: usize,
     /// Repetitions run first and not counted (memory fills and the store absorbs the set-up's writes).
-    #[arg(long, default_value_t = 1)]
+    #[arg(
+        long,
+        default_value_t = 1,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>
+    )]
     warmup: usize,
     /// Extra warm-up repetitions allowed after --warmup until the table runs on time (see `oversub demo --help`);
     /// the summary says how many it took.
@@ -110,7 +121,13 @@ pub struct RunArgs {
     no_pin: bool,
     /// Plan the works as taking this many times as long (>= 1; interference from the paging's memory traffic,
     /// Sec. III-D; `oversub bench interference` measures it). The works themselves run as they are.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_inflation, conflicts_with = "inflate_from")]
+    #[arg(
+        long,
+        default_value_t = 1.0,
+        allow_hyphen_values = true,
+        value_parser = parse_inflation,
+        conflicts_with = "inflate_from"
+    )]
     inflate: f64,
     /// Take --inflate from a JSON file written by `oversub bench interference --json` (see `oversub plan --help`).
     #[arg(long, value_name = "FILE")]
@@ -155,10 +172,15 @@ pub struct DemoArgs {
     #[arg(long, default_value = "oversub-demo")]
     out: PathBuf,
     /// Repetitions of the table per run, counted.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long, default_value_t = 5, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     hyperperiods: usize,
     /// Repetitions run first and not counted.
-    #[arg(long, default_value_t = 2)]
+    #[arg(
+        long,
+        default_value_t = 2,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>
+    )]
     warmup: usize,
     /// Extra warm-up repetitions allowed after --warmup, until the table runs on time: a store still slow from
     /// the set-up's writes makes the first repetitions late, and the table catches up only as fast as the store's
@@ -172,11 +194,16 @@ pub struct DemoArgs {
     #[arg(long, value_delimiter = ',', value_name = "PATH[,PATH...]")]
     store: Vec<PathBuf>,
     /// Largest memory unit the demo may use per component (the paper's is 1 GiB; five units are allocated).
-    #[arg(long, default_value = "1GiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "1GiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     max_unit: u64,
     /// Share of a 500 ms slot that one swap (a unit out and a unit in, at the store's measured speeds) takes: 1.0
     /// is the paper's example, where paging fills the whole slot.
-    #[arg(long, default_value_t = 1.0, value_parser = parse_share)]
+    #[arg(long, default_value_t = 1.0, allow_hyphen_values = true, value_parser = parse_share)]
     swap_share: f64,
     /// Do not search the largest swap share at which async paging still meets the target (1.0, 0.9, …).
     #[arg(long)]
@@ -936,7 +963,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     let direct = setup::measure_bandwidths(&args.store, setup::MEASURE_BYTES)?;
     let readahead = args.demand_readahead.readahead();
     let demand = oversub_core::measure_demand_bandwidths_with(
-        Some(&setup::store_dir(args.store.first().map(PathBuf::as_path))),
+        Some(&setup::store_dir(args.store.first().map(PathBuf::as_path))?),
         setup::MEASURE_BYTES,
         3,
         readahead,

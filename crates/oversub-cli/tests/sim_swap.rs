@@ -153,8 +153,9 @@ fn bad_arguments_and_impossible_scenarios_are_refused_clearly() {
         e.contains("6000000000 bytes") && e.contains("must fit"),
         "{e}"
     );
+    // Refused by the flag's parser now, naming the flag.
     let e = refused(&["--scenario", "fig4a", "--sms", "0"]);
-    assert!(e.contains("SM"), "{e}");
+    assert!(e.contains("--sms") && e.contains("at least 1"), "{e}");
 
     let dir = tempfile::tempdir().unwrap();
     let file = dir.path().join("empty.toml");

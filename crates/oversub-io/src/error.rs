@@ -16,6 +16,24 @@ pub enum IoError {
         #[source]
         source: std::io::Error,
     },
+    /// A system call on a swap store's file or device failed while the store was being created, opened, checked or
+    /// sized: what oversub was doing (`what`, e.g. "cannot reserve 256.00 MiB for the swap store"), the file or
+    /// device, the OS error (also the [`source`](std::error::Error::source)) and, where one helps, what to do
+    /// (`hint`, e.g. the space free on that file system).
+    #[error("{what} {}: {source}{}", .path.display(), hint_suffix(.hint))]
+    StoreIo {
+        /// The failing system call ("open", "fallocate", ...).
+        op: &'static str,
+        /// What was being done, as a phrase the path follows.
+        what: String,
+        /// The file or device (for a new file in a folder: the file's path in it).
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+        /// What to do about it, where the error says enough to tell.
+        hint: Option<String>,
+    },
     /// The swap store has too little free space for an allocation.
     #[error("swap store full: needed {needed} bytes, {free} free")]
     StoreFull {
@@ -115,6 +133,11 @@ pub enum IoError {
     },
 }
 
+fn hint_suffix(hint: &Option<String>) -> String {
+    hint.as_ref()
+        .map_or_else(String::new, |h| format!(" ({h})"))
+}
+
 fn holder_suffix(holder: &Option<String>) -> String {
     holder
         .as_ref()
@@ -138,11 +161,11 @@ impl IoError {
         }
     }
 
-    /// The raw OS error, if this is an `Io` error carrying one (also inside [`IoError::Member`] and
+    /// The raw OS error, if this is an `Io` or `StoreIo` error carrying one (also inside [`IoError::Member`] and
     /// [`IoError::Request`]).
     pub fn raw_os_error(&self) -> Option<i32> {
         match self {
-            IoError::Io { source, .. } => source.raw_os_error(),
+            IoError::Io { source, .. } | IoError::StoreIo { source, .. } => source.raw_os_error(),
             IoError::Member { source, .. } | IoError::Request { source, .. } => {
                 source.raw_os_error()
             }

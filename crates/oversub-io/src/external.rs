@@ -51,21 +51,29 @@ impl ExternalFile {
                 .custom_flags(flags | libc::O_CLOEXEC)
                 .open(path)
         };
+        let failed = |op: &'static str, what: &'static str| {
+            move |source: std::io::Error| IoError::StoreIo {
+                op,
+                what: what.to_string(),
+                path: path.to_path_buf(),
+                source,
+                hint: None,
+            }
+        };
         let (file, direct) = match open(libc::O_DIRECT) {
             Ok(f) => (f, true),
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 tracing::warn!(path = %path.display(), "O_DIRECT was refused (EINVAL); reads of this file will be buffered");
                 (
-                    open(0).map_err(|source| IoError::Io { op: "open", source })?,
+                    open(0).map_err(failed("open", "cannot open the file"))?,
                     false,
                 )
             }
-            Err(source) => return Err(IoError::Io { op: "open", source }),
+            Err(source) => return Err(failed("open", "cannot open the file")(source)),
         };
-        let meta = file.metadata().map_err(|source| IoError::Io {
-            op: "fstat",
-            source,
-        })?;
+        let meta = file
+            .metadata()
+            .map_err(failed("fstat", "cannot read the status of the file"))?;
         if !meta.file_type().is_file() {
             return Err(IoError::InvalidArgument(format!(
                 "{} is not a regular file",

@@ -174,9 +174,14 @@ fn only_regular_files_open() {
     let dir = tempfile::tempdir().unwrap();
     let err = ExternalFile::open(dir.path()).unwrap_err();
     assert!(
-        matches!(err, IoError::Io { .. } | IoError::InvalidArgument(_)),
+        matches!(err, IoError::StoreIo { .. } | IoError::InvalidArgument(_)),
         "{err}"
     );
-    let err = ExternalFile::open(&dir.path().join("missing")).unwrap_err();
+    let missing = dir.path().join("missing");
+    let err = ExternalFile::open(&missing).unwrap_err();
     assert_eq!(err.raw_os_error(), Some(2)); // ENOENT
+    assert!(
+        err.to_string().contains(&missing.display().to_string()),
+        "{err}"
+    );
 }

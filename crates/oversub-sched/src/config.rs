@@ -11,8 +11,8 @@
 //! [platform]
 //! capacity = "4GiB"        # required: device memory of the pool; a size string ("256MiB", "1GiB", "100MB")
 //!                          # or an integer number of bytes; > 0
-//! store = "/tmp"           # optional: swap store (file, directory to create one in, or block device), or a
-//!                          # list of them to stripe the store over (store = ["/mnt/a", "/mnt/b"]);
+//! store = "/tmp"           # optional: swap store (an existing file, directory to create one in, or block
+//!                          # device), or a list of them to stripe the store over (store = ["/mnt/a", "/mnt/b"]);
 //!                          # default: the system temporary directory
 //! device = "host"          # optional: device-memory backend; only "host" for now
 //! cpus = 2                 # optional: slots may use CPUs 0..cpus; default: the available parallelism
@@ -194,8 +194,112 @@ pub fn load_system(path: &Path) -> Result<System, ConfigError> {
 /// Parses and validates a configuration; `origin` (a file name) prefixes the error messages.
 pub fn parse_system(text: &str, origin: &str) -> Result<System, ConfigError> {
     let cx = Cx { text, origin };
-    let raw: RawFile = toml::from_str(text).map_err(|e| cx.err(e.span(), e.message()))?;
+    let raw: RawFile =
+        toml::from_str(text).map_err(|e| cx.err(e.span(), explain(text, e.span(), e.message())))?;
     cx.build(raw)
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Type errors in words.
+
+/// The message of a TOML or serde error, with a value of the wrong type (`invalid type: string "100", expected
+/// f64`) said in words that name the key, what it takes and an example (`budget_ms must be a number of
+/// milliseconds, e.g. budget_ms = 100, not the string "100"`). Other messages are returned unchanged.
+fn explain(text: &str, span: Option<Range<usize>>, message: &str) -> String {
+    let key = span.as_ref().and_then(|s| key_at(text, s.start));
+    let key_name = key.as_ref().map(|(k, _)| k.as_str());
+    if message == "a path or a list of paths" {
+        // The untagged `store` enum says only what it expected.
+        return format!(
+            "{} must be a path or a list of paths, e.g. store = \"/mnt/nvme\" or store = [\"/mnt/a\", \"/mnt/b\"]",
+            key_name.unwrap_or("store")
+        );
+    }
+    let Some(rest) = message
+        .strip_prefix("invalid type: ")
+        .or_else(|| message.strip_prefix("invalid value: "))
+    else {
+        return message.to_string();
+    };
+    let Some((got, expected)) = rest.rsplit_once(", expected ") else {
+        return message.to_string();
+    };
+    let in_list = key.as_ref().is_some_and(|(_, in_list)| *in_list);
+    let (words, example) = match (expected, key_name) {
+        ("f64", Some(k)) if k.ends_with("_ms") => ("a number of milliseconds", "100"),
+        ("f64", _) => ("a number", "1"),
+        ("usize" | "u64" | "u32", Some("cpus" | "gpus")) if !in_list => ("a whole number", "2"),
+        ("usize" | "u64" | "u32", _) => ("a whole number", "0"),
+        ("a sequence", _) => ("a list", "[0, 1]"),
+        ("a boolean", _) => ("true or false", "true"),
+        ("a string", _) => ("a string in quotes", "\"A\""),
+        (e, _) if e.starts_with("a size") => {
+            ("a size in quotes or a whole number of bytes", "\"256MiB\"")
+        }
+        (e, Some("work")) if e.contains("RawWork") => ("a table", "{ spin_ms = 300 }"),
+        (e, _) if e.starts_with("struct ") => ("a table", "{ ... }"),
+        _ => return message.to_string(),
+    };
+    let got = in_words(got);
+    // A number written as a string: the example is the same number without the quotes.
+    let unquoted = got
+        .strip_prefix("the string \"")
+        .and_then(|g| g.strip_suffix('"'))
+        .filter(|g| expected == "f64" && g.trim().parse::<f64>().is_ok_and(f64::is_finite));
+    let example = unquoted.map_or(example.to_string(), |g| g.trim().to_string());
+    match key_name {
+        Some(k) if in_list => {
+            format!("the items of {k} must each be {words}, e.g. {k} = [{example}], not {got}")
+        }
+        Some(k) => format!("{k} must be {words}, e.g. {k} = {example}, not {got}"),
+        None => format!("the value must be {words}, e.g. {example}, not {got}"),
+    }
+}
+
+/// serde's description of a value (`string "100"`, ``integer `-2` ``) as a message says it.
+fn in_words(got: &str) -> String {
+    let ticked = |prefix: &str| {
+        got.strip_prefix(prefix)
+            .and_then(|v| v.strip_prefix('`'))
+            .and_then(|v| v.strip_suffix('`'))
+            .map(str::to_string)
+    };
+    if let Some(s) = got.strip_prefix("string ") {
+        return format!("the string {s}");
+    }
+    if let Some(v) = ticked("integer ")
+        .or_else(|| ticked("floating point "))
+        .or_else(|| ticked("boolean "))
+    {
+        return v;
+    }
+    match got {
+        "sequence" => "a list".to_string(),
+        "map" => "a table".to_string(),
+        other => other.to_string(),
+    }
+}
+
+/// The key whose value starts at byte `offset` (the last `key =` before it on its line, quotes and dotted parts
+/// taken off), and whether the value is inside a list there.
+fn key_at(text: &str, offset: usize) -> Option<(String, bool)> {
+    let before = text.get(..offset)?;
+    let line = before.rsplit('\n').next().unwrap_or(before);
+    let (lhs, value_part) = line.rsplit_once('=')?;
+    let key = lhs
+        .rsplit(['{', ','])
+        .next()
+        .unwrap_or(lhs)
+        .trim()
+        .rsplit('.')
+        .next()?
+        .trim()
+        .trim_matches(|c| c == '"' || c == '\'');
+    let plain = !key.is_empty()
+        && key
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-');
+    plain.then(|| (key.to_string(), value_part.contains('[')))
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -300,7 +404,11 @@ impl<'de> Deserialize<'de> for Size {
             fn visit_i64<E: de::Error>(self, v: i64) -> Result<Size, E> {
                 u64::try_from(v)
                     .map(Size)
-                    .map_err(|_| E::custom(format!("size {v} is negative")))
+                    .map_err(|_| {
+                        E::custom(format!(
+                            "size {v} is negative: give a size such as \"256MiB\" or a whole number of bytes"
+                        ))
+                    })
             }
             fn visit_str<E: de::Error>(self, v: &str) -> Result<Size, E> {
                 parse_size(v).map(Size).map_err(E::custom)
@@ -1042,4 +1150,55 @@ fn lcm(a: u64, b: u64) -> Option<u64> {
         return None;
     }
     (a / gcd(a, b)).checked_mul(b)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_found_before_their_values() {
+        let at = |text: &str, value: &str| key_at(text, text.find(value).unwrap());
+        assert_eq!(
+            at("a = 1\nbudget_ms = \"100\"", "\"100\""),
+            Some(("budget_ms".into(), false))
+        );
+        assert_eq!(
+            at("work = { spin_ms = \"3\" }", "\"3\""),
+            Some(("spin_ms".into(), false))
+        );
+        assert_eq!(
+            at("\"budget_ms\" = \"1\"", "\"1\""),
+            Some(("budget_ms".into(), false))
+        );
+        assert_eq!(
+            at("work.spin_ms = \"x\"", "\"x\""),
+            Some(("spin_ms".into(), false))
+        );
+        assert_eq!(
+            at("cpus = [0, \"1\"]", "\"1\""),
+            Some(("cpus".into(), true))
+        );
+        // A value on a line of its own (a list over several lines) has no key to name.
+        assert_eq!(at("cpus = [\n  \"1\",\n]", "\"1\""), None);
+    }
+
+    #[test]
+    fn other_messages_are_left_alone() {
+        for m in [
+            "missing field `platform`",
+            "unknown field `x`, expected `a`",
+            "invalid type: x",
+        ] {
+            assert_eq!(explain("k = 1", Some(4..5), m), m);
+        }
+        assert_eq!(
+            explain(
+                "\"1\"",
+                Some(0..3),
+                "invalid type: string \"1\", expected f64"
+            ),
+            "the value must be a number, e.g. 1, not the string \"1\""
+        );
+    }
 }

@@ -36,6 +36,25 @@ pub enum SetupError {
         /// The profile.
         path: PathBuf,
     },
+    /// A store location (`--store`, the platform's `store`) does not exist. Nothing is created in its place: a
+    /// store goes in an existing folder, or is an existing file or block device.
+    #[error(
+        "store location {} does not exist: give an existing folder, file or device",
+        path.display()
+    )]
+    StoreMissing {
+        /// The location as given.
+        path: PathBuf,
+    },
+    /// A store location could not be looked at (a folder on its path may not be searched, ...).
+    #[error("cannot look at the store location {}: {source}", path.display())]
+    StoreLocation {
+        /// The location as given.
+        path: PathBuf,
+        /// The OS error of `stat`.
+        #[source]
+        source: std::io::Error,
+    },
     /// The swap store could not be created.
     #[error(transparent)]
     Io(#[from] IoError),
@@ -93,23 +112,35 @@ pub fn bandwidths_from_profile(path: &Path) -> Result<Bandwidths, SetupError> {
     ))
 }
 
-/// The folder a swap store goes in: `store` itself when it is a folder, else the folder holding it; none given,
-/// the system's temporary directory.
-pub fn store_dir(store: Option<&Path>) -> PathBuf {
-    match store {
-        Some(p) if p.is_dir() => p.to_path_buf(),
-        Some(p) => p
-            .parent()
-            .map_or_else(std::env::temp_dir, Path::to_path_buf),
-        None => std::env::temp_dir(),
+/// The folder a swap store goes in: `store` itself when it is a folder, else the folder holding it (an existing
+/// file or device); none given, the system's temporary directory. A location that does not exist is
+/// [`SetupError::StoreMissing`], never its parent: a mistyped `/mnt/nvme/swp` must not put the store on the root
+/// file system.
+pub fn store_dir(store: Option<&Path>) -> Result<PathBuf, SetupError> {
+    let Some(p) = store else {
+        return Ok(std::env::temp_dir());
+    };
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_dir() => Ok(p.to_path_buf()),
+        Ok(_) => Ok(match p.parent() {
+            Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
+            _ => PathBuf::from("."),
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SetupError::StoreMissing {
+            path: p.to_path_buf(),
+        }),
+        Err(source) => Err(SetupError::StoreLocation {
+            path: p.to_path_buf(),
+            source,
+        }),
     }
 }
 
 /// The folders swap stores go in for the platform's `stores` ([`store_dir`] of each; none given, the system's
 /// temporary directory). Several stripe the store over them.
-pub fn store_dirs(stores: &[PathBuf]) -> Vec<PathBuf> {
+pub fn store_dirs(stores: &[PathBuf]) -> Result<Vec<PathBuf>, SetupError> {
     if stores.is_empty() {
-        return vec![std::env::temp_dir()];
+        return Ok(vec![std::env::temp_dir()]);
     }
     stores.iter().map(|s| store_dir(Some(s))).collect()
 }
@@ -121,7 +152,7 @@ pub fn measure_bandwidths(stores: &[PathBuf], size: u64) -> Result<Bandwidths, S
     let store = Arc::new(
         SwapStore::builder()
             .capacity_bytes(size)
-            .build(&store_dirs(stores))?,
+            .build(&store_dirs(stores)?)?,
     );
     let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
     let pool = Pool::new(PoolConfig::new(size), device, store)?;
@@ -160,7 +191,7 @@ pub fn measure_demand(
     readahead: oversub_core::Readahead,
 ) -> Result<oversub_core::DemandSpeeds, SetupError> {
     Ok(oversub_core::measure_demand_bandwidths_with(
-        Some(&store_dir(store)),
+        Some(&store_dir(store)?),
         MEASURE_BYTES,
         3,
         readahead,
@@ -196,7 +227,7 @@ pub fn pool_for(system: &System) -> Result<Pool, SetupError> {
     let store = Arc::new(
         SwapStore::builder()
             .capacity_bytes(store_bytes)
-            .build(&store_dirs(&system.platform.stores))?,
+            .build(&store_dirs(&system.platform.stores)?)?,
     );
     let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
     Ok(Pool::new(
@@ -213,10 +244,34 @@ mod tests {
     #[test]
     fn store_dir_is_the_folder_or_the_files_folder() {
         let dir = tempfile::tempdir().unwrap();
-        assert_eq!(store_dir(Some(dir.path())), dir.path());
+        assert_eq!(store_dir(Some(dir.path())).unwrap(), dir.path());
         let file = dir.path().join("swap.bin");
-        assert_eq!(store_dir(Some(&file)), dir.path());
-        assert_eq!(store_dir(None), std::env::temp_dir());
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(store_dir(Some(&file)).unwrap(), dir.path());
+        assert_eq!(store_dir(None).unwrap(), std::env::temp_dir());
+    }
+
+    #[test]
+    fn a_missing_store_location_is_refused_and_nothing_is_created() {
+        let dir = tempfile::tempdir().unwrap();
+        let missing = dir.path().join("nonexistent/dir");
+        match store_dir(Some(&missing)) {
+            Err(e @ SetupError::StoreMissing { .. }) => assert_eq!(
+                e.to_string(),
+                format!(
+                    "store location {} does not exist: give an existing folder, file or device",
+                    missing.display()
+                )
+            ),
+            other => panic!("unexpected {other:?}"),
+        }
+        let err = measure_bandwidths(std::slice::from_ref(&missing), 8 << 20).unwrap_err();
+        assert!(
+            matches!(err, SetupError::StoreMissing { ref path } if *path == missing),
+            "{err:?}"
+        );
+        assert!(store_dirs(&[dir.path().to_path_buf(), missing]).is_err());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
     #[test]
@@ -242,6 +297,6 @@ mod tests {
         )
         .unwrap();
         assert!(striped.read_bytes_per_s > 0.0 && striped.write_bytes_per_s > 0.0);
-        assert_eq!(store_dirs(&[]), [std::env::temp_dir()]);
+        assert_eq!(store_dirs(&[]).unwrap(), [std::env::temp_dir()]);
     }
 }

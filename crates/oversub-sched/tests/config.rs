@@ -592,7 +592,7 @@ fn zero_sizes_and_bad_sizes() {
     );
     check(
         &PAPER.replacen("size = \"1GiB\"", "size = 1.5 # bad", 1),
-        "expected a size",
+        "size must be a size in quotes or a whole number of bytes, e.g. size = \"256MiB\", not 1.5",
         "# bad",
     );
 }
@@ -769,7 +769,7 @@ start_ms = 0
 fn wrong_types_and_values() {
     check(
         &PAPER.replacen("cpus = 2", "cpus = \"two\" # bad", 1),
-        "invalid type",
+        "cpus must be a whole number, e.g. cpus = 2, not the string \"two\"",
         "# bad",
     );
     check(
@@ -784,7 +784,7 @@ fn wrong_types_and_values() {
     );
     check(
         &PAPER.replacen("cpus = [1]", "cpus = [-1] # bad", 1),
-        "invalid value",
+        "the items of cpus must each be a whole number, e.g. cpus = [0], not -1",
         "# bad",
     );
     check(
@@ -804,9 +804,56 @@ fn wrong_types_and_values() {
     );
     check(
         &PAPER.replacen("cpus = 2", "cpus = 2\nstore = 3 # bad", 1),
-        "a path or a list of paths",
+        "store must be a path or a list of paths, e.g. store = \"/mnt/nvme\"",
         "# bad",
     );
+}
+
+/// A value of the wrong type names its key, says what the key takes in words with an example, and keeps the
+/// position of the value.
+#[test]
+fn wrong_types_are_said_in_words() {
+    let t = PAPER.replacen("budget_ms = 500", "budget_ms = \"100\" # bad", 1);
+    check(
+        &t,
+        "budget_ms must be a number of milliseconds, e.g. budget_ms = 100, not the string \"100\"",
+        "# bad",
+    );
+    let e = err(&t);
+    assert_eq!(e.column(), Some("budget_ms = ".len() + 1), "{e}");
+    check(
+        &PAPER.replacen("budget_ms = 500", "budget_ms = true # bad", 1),
+        "budget_ms must be a number of milliseconds, e.g. budget_ms = 100, not true",
+        "# bad",
+    );
+    check(
+        &PAPER.replacen("spin_ms = 300", "spin_ms = \"3x\"", 1),
+        "spin_ms must be a number of milliseconds, e.g. spin_ms = 100, not the string \"3x\"",
+        "spin_ms = \"3x\"",
+    );
+    check(
+        &PAPER.replacen("read_only = false", "read_only = \"no\" # bad", 1),
+        "read_only must be true or false, e.g. read_only = true, not the string \"no\"",
+        "# bad",
+    );
+    check(
+        &PAPER.replacen("cpus = [1]", "cpus = 1 # bad", 1),
+        "cpus must be a list, e.g. cpus = [0, 1], not 1",
+        "# bad",
+    );
+    check(
+        &PAPER.replacen("name = \"A\"", "name = 5 # bad", 1),
+        "name must be a string in quotes, e.g. name = \"A\", not 5",
+        "# bad",
+    );
+    check(
+        &PAPER.replacen("capacity = \"4GiB\"", "capacity = true # bad", 1),
+        "capacity must be a size in quotes or a whole number of bytes, e.g. capacity = \"256MiB\", not true",
+        "# bad",
+    );
+    // Sizes as strings stay sizes.
+    let s = ok(&PAPER.replacen("capacity = \"4GiB\"", "capacity = \"4096MiB\"", 1));
+    assert_eq!(s.platform.capacity_bytes, 4 * GIB);
 }
 
 #[test]

@@ -39,13 +39,18 @@ pub struct InterferenceArgs {
     #[arg(long, value_parser = parse_duration_arg)]
     measure: Option<Duration>,
     /// Size of the buffers the paging loops page out and in.
-    #[arg(long, default_value = "64MiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "64MiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     paging_buffer: u64,
     /// Last-level cache size (default: read from sysfs).
-    #[arg(long, value_parser = crate::parse_size_arg)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
     llc: Option<u64>,
     /// PREM iterations per condition (default: the paper's 1350; 150 with --quick).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     iterations: Option<usize>,
     /// Where the PREM task runs: in a process of its own (the paper's setting) and/or as a thread of the
     /// benchmark's process, sharing the pager's address space.
@@ -66,14 +71,19 @@ pub struct InterferenceArgs {
     interferers: Vec<InterfererKind>,
     /// Split each PREM condition into this many interleaved rounds (alone, interfered, arbitrated, alone, ...), so
     /// that slow drifts of the machine fall on every condition alike (default 10, 3 with --quick).
-    #[arg(long)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     rounds: Option<usize>,
     /// Write a Chrome trace-event timeline of the PREM runs (phases, gate decisions, transfer-side work, outlier
     /// causes) to this file; open it in Perfetto (ui.perfetto.dev).
     #[arg(long)]
     trace: Option<PathBuf>,
     /// Pixel data the PREM task walks per pass (the paper's 256 MB).
-    #[arg(long, default_value = "256MB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "256MB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     data: u64,
 }
 

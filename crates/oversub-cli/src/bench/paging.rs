@@ -50,10 +50,15 @@ impl From<EngineArg> for EngineChoice {
 #[derive(Debug, Args)]
 pub struct PagingArgs {
     /// Size of the paged buffer (e.g. 256MiB, 1GiB).
-    #[arg(long, default_value = "1GiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "1GiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     pub(super) size: u64,
     /// Samples per measurement (with --device cuda, 3 to 5 are enough at 8 GiB).
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = 20, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     pub(super) samples: usize,
     /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force-store;
     /// its contents are destroyed). Default: a new file in the system's temporary directory, removed afterwards.
@@ -64,7 +69,7 @@ pub struct PagingArgs {
     #[arg(long, value_delimiter = ',', value_name = "PATH[,PATH...]")]
     pub(super) store: Vec<PathBuf>,
     /// Stripe unit of a store over several locations (default: --max-io, so each request lands on one member).
-    #[arg(long, value_parser = crate::parse_size_arg)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
     pub(super) stripe_bytes: Option<u64>,
     /// Device-memory backend.
     #[arg(long, value_enum, default_value_t = DeviceKind::Host)]
@@ -73,10 +78,15 @@ pub struct PagingArgs {
     #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
     pub(super) engine: EngineArg,
     /// Largest single I/O request of the pager; a buffer's transfer is split only at this size.
-    #[arg(long, default_value = "4MiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "4MiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     pub(super) max_io: u64,
     /// Requests the pager keeps in flight.
-    #[arg(long, default_value_t = 32)]
+    #[arg(long, default_value_t = 32, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     pub(super) queue_depth: usize,
     /// Platform profile (`oversub probe --out`) whose `[storage]` grid picks the pager's request size and queue
     /// depth, one point for reads and one for writes (replaces --max-io and --queue-depth).
@@ -119,13 +129,23 @@ pub struct PagingArgs {
     #[arg(long, value_enum, default_value_t = CacheDropArg::Auto)]
     pub(super) cache_drop: CacheDropArg,
     /// CUDA device ordinal (--device cuda).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<i32>
+    )]
     pub(super) gpu: i32,
     /// Size of one staging buffer of the pager's staging ring (--device cuda).
-    #[arg(long, default_value = "16MiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "16MiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     pub(super) staging_chunk: u64,
     /// Number of staging buffers in the ring (--device cuda).
-    #[arg(long, default_value_t = 8)]
+    #[arg(long, default_value_t = 8, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     pub(super) staging_chunks: usize,
     /// Stage through pageable instead of pinned host memory (--device cuda).
     #[arg(long)]

@@ -29,25 +29,35 @@ fn parse_duration_list(s: &str) -> Result<Durations, String> {
 #[derive(Debug, Args)]
 pub struct TenantsArgs {
     /// Number of tenants.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     tenants: usize,
     /// Memory each tenant needs (its buffers together).
-    #[arg(long, default_value = "256MiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "256MiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     demand: u64,
     /// Size of each buffer (one subtask's data).
-    #[arg(long, default_value = "16MiB", value_parser = crate::parse_size_arg)]
+    #[arg(
+        long,
+        default_value = "16MiB",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg
+    )]
     buffer: u64,
     /// Total demand over pool capacity (1.3: the tenants need 30% more than the pool holds).
-    #[arg(long, default_value_t = 1.3)]
+    #[arg(long, default_value_t = 1.3, allow_hyphen_values = true, value_parser = crate::args::parse_positive_number)]
     oversubscription: f64,
     /// Kernel time per subtask, one per tenant, cycled (e.g. `10ms,20ms,40ms`).
     #[arg(long, default_value = "10ms,20ms,40ms", value_parser = parse_duration_list)]
     compute: Durations,
     /// Passes of each tenant over its buffers.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     rounds: usize,
     /// Runs of each condition; medians are reported.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
     samples: usize,
     /// Where tenant priorities come from.
     #[arg(long, value_enum, default_value_t = Priorities::Measured)]
@@ -75,7 +85,13 @@ pub struct TenantsArgs {
     no_priority_io: bool,
     /// Windows of the priority queue to measure in the cold-start experiment (requests let into the engine at
     /// once; 0 means the engine's queue depth), comma-separated.
-    #[arg(long, default_value = "0", value_delimiter = ',')]
+    #[arg(
+        long,
+        default_value = "0",
+        value_delimiter = ',',
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>
+    )]
     priority_windows: Vec<usize>,
 }
 

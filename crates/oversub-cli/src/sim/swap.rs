@@ -76,10 +76,10 @@ pub struct SwapArgs {
     #[arg(long, value_delimiter = ',', value_name = "RULE")]
     alpha_rule: Vec<String>,
     /// Memory capacity for every scenario (default: each scenario's, 18GB or 240MiB in the paper).
-    #[arg(long, value_name = "SIZE", value_parser = crate::parse_size_arg)]
+    #[arg(long, value_name = "SIZE", allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
     capacity: Option<u64>,
     /// Streaming multiprocessors (default: the number of tasks).
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", allow_hyphen_values = true, value_parser = crate::args::parse_count::<u32>)]
     sms: Option<u32>,
     /// Which tasks Baseline and MaT may swap out: `not-transferring` (default: any task not moving data, also
     /// while it executes) or `between-subtasks` (only in the allocate step between two subtasks).
@@ -95,7 +95,13 @@ pub struct SwapArgs {
     profile: Option<PathBuf>,
     /// Multiply every subtask's compute time by this factor (compute per byte: e.g. Fig. 6's kernels at the
     /// scale where Baseline thrashes, as in the paper); a list, comma separated, runs each scenario once per factor.
-    #[arg(long, value_delimiter = ',', value_name = "FACTOR")]
+    #[arg(
+        long,
+        value_delimiter = ',',
+        value_name = "FACTOR",
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_number
+    )]
     compute_scale: Vec<f64>,
     /// Seed of the synthetic compute times; the same seed gives the same figures.
     #[arg(long, default_value_t = 1)]

@@ -31,7 +31,7 @@ pub struct WorkloadOpts {
     #[arg(long)]
     pub quick: bool,
     /// Multiply the default problem size by this factor (ignored with --quick).
-    #[arg(long, value_name = "FACTOR")]
+    #[arg(long, value_name = "FACTOR", allow_hyphen_values = true, value_parser = crate::args::parse_positive_number)]
     pub scale: Option<f64>,
     /// Seed of the random graphs and keys; the same seed gives the same trace.
     #[arg(long, default_value_t = 1)]
@@ -161,7 +161,12 @@ pub struct UvmArgs {
     #[arg(long, value_enum, default_value = "block")]
     eviction_unit: UnitArg,
     /// Worker threads (default: one per core).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>
+    )]
     threads: usize,
     /// Write results as JSON.
     #[arg(long, value_name = "FILE")]

@@ -42,11 +42,16 @@ pub struct TasksArgs {
     builtin: Option<Builtin>,
 
     /// file-io: the size of each task's file, which is also its demand.
-    #[arg(long, value_parser = crate::parse_size_arg, default_value = "1GiB")]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg,
+        default_value = "1GiB"
+    )]
     size: u64,
 
     /// file-io: how many times each task reads its file back.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<u32>)]
     passes: u32,
 
     /// Work directory: the file-io tasks' files and the tasks' logs go in a fresh directory inside it, removed
@@ -56,7 +61,7 @@ pub struct TasksArgs {
 
     /// The emulated memory: the limit of the run's cgroup, shared by all tasks. Default: their total demand / 1.3
     /// (30% oversubscribed).
-    #[arg(long, value_parser = crate::parse_size_arg)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
     capacity: Option<u64>,
 
     /// Where priorities come from: `measured` (Alg. 1: each task alone, then all together) or `given` (the order
@@ -76,16 +81,26 @@ pub struct TasksArgs {
 
     /// The smallest limit given to a victim: a real process cannot run in 0 bytes (its code and stack are charged
     /// too).
-    #[arg(long, value_parser = crate::parse_size_arg, default_value = "64MiB")]
+    #[arg(
+        long,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg,
+        default_value = "64MiB"
+    )]
     min_limit: u64,
 
     /// Runs of each measurement; the report gives the median.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(
+        long,
+        default_value_t = 1,
+        value_parser = clap::value_parser!(u32).range(1..=100),
+        allow_hyphen_values = true
+    )]
     repeat: u32,
 
     /// Untimed runs of all tasks together before any measurement (the first run on a machine pays for cold
     /// caches and fresh disk blocks).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=10))]
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=10), allow_hyphen_values = true)]
     warmup: u32,
 
     /// Write the results as JSON.

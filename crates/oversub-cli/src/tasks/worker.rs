@@ -21,16 +21,21 @@ pub struct FileIoArgs {
     #[arg(long)]
     file: PathBuf,
     /// Its size.
-    #[arg(long, value_parser = crate::parse_size_arg)]
+    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
     size: u64,
     /// How many times to read it back.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<u32>)]
     passes: u32,
     /// Keep the file at the end.
     #[arg(long)]
     keep: bool,
     /// Compute per byte read: rounds of a hash over every chunk after it is read (0: pure I/O).
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<u32>
+    )]
     hash_rounds: u32,
 }
 

@@ -12,7 +12,8 @@ use super::inspect::Verdict;
 use super::scrub::Backing;
 use super::sys::{
     block_size64, c_path, dio_alignment, direct_refused_for_test, euid, fstat, logical_block_size,
-    narrow_mode, now_unix, preallocate, probe_direct_read, set_direct, warn_buffered, write_header,
+    narrow_mode, now_unix, on_store, preallocate, probe_direct_read, set_direct, store_io,
+    warn_buffered, write_header, Doing,
 };
 use super::{
     exclusive, inspect, prioritized, stripe, Scrub, SwapStore, DEFAULT_ALIGNMENT, NEXT_TEMP_ID,
@@ -294,8 +295,12 @@ impl StoreBuilder {
         Ok(capacity)
     }
 
-    /// The file of [`create`](Self::create).
+    /// The file of [`create`](Self::create); a failed system call on it is [`IoError::StoreIo`] naming it.
     fn create_member(&self, path: &Path) -> Result<Backing, IoError> {
+        self.create_file(path).map_err(on_store(path))
+    }
+
+    fn create_file(&self, path: &Path) -> Result<Backing, IoError> {
         let capacity = self.check_create()?;
         let cpath = c_path(path)?;
         // O_DIRECT is added with fcntl below: opening with it on a file system that
@@ -309,7 +314,8 @@ impl StoreBuilder {
             )
         };
         if raw < 0 {
-            return Err(IoError::last_os("open"));
+            let err = std::io::Error::last_os_error();
+            return Err(store_io("open", path, err, Doing::Create));
         }
         // SAFETY: open just returned this descriptor.
         let fd = unsafe { OwnedFd::from_raw_fd(raw) };
@@ -353,7 +359,7 @@ impl StoreBuilder {
         let total = header_bytes
             .checked_add(capacity)
             .ok_or_else(|| IoError::InvalidArgument(format!("capacity {capacity} too large")))?;
-        preallocate(fd.as_raw_fd(), total)?;
+        preallocate(fd.as_raw_fd(), path, total)?;
         if direct && !probe_direct_read(fd.as_raw_fd(), dio_align)? {
             warn_buffered(path, "a direct read failed with EINVAL");
             set_direct(fd.as_raw_fd(), false)?;
@@ -396,8 +402,12 @@ impl StoreBuilder {
         self.assemble(vec![member])
     }
 
-    /// The file or device of [`open`](Self::open).
+    /// The file or device of [`open`](Self::open); a failed system call on it is [`IoError::StoreIo`] naming it.
     fn open_member(&self, path: &Path) -> Result<Backing, IoError> {
+        self.open_existing(path).map_err(on_store(path))
+    }
+
+    fn open_existing(&self, path: &Path) -> Result<Backing, IoError> {
         let cpath = c_path(path)?;
         // O_EXCL without O_CREAT is defined for block devices only, so it is asked for them alone; fstat below
         // checks that the path did not change kind in between.
@@ -447,10 +457,7 @@ impl StoreBuilder {
             if want_device && e.raw_os_error() == Some(libc::EBUSY) {
                 exclusive::device_busy(path)
             } else {
-                IoError::Io {
-                    op: "open",
-                    source: e,
-                }
+                store_io("open", path, e, Doing::Open)
             }
         })?;
         let st = fstat(fd.as_raw_fd())?;
@@ -493,7 +500,10 @@ impl StoreBuilder {
         let capacity = match self.capacity {
             Some(c) if c > room => {
                 return Err(IoError::InvalidArgument(format!(
-                    "capacity {c} exceeds the {room} bytes of the device after its header"
+                    "capacity {} exceeds the {} of the block device {} after its header: give a smaller capacity",
+                    oversub_base::format_bytes(c),
+                    oversub_base::format_bytes(room),
+                    path.display()
                 )))
             }
             Some(c) => c,
@@ -579,7 +589,7 @@ impl StoreBuilder {
         narrow_mode(raw, path, st, self.force)?;
         // Also for a long enough file: the scrub of an earlier store punched its data area, and a user's file
         // may be sparse; writes into holes could hit ENOSPC mid-page-out.
-        preallocate(raw, total)?;
+        preallocate(raw, path, total)?;
         write_header(raw, alignment, header_bytes, capacity, created)?;
         Ok(Backing {
             fd,

@@ -102,9 +102,10 @@ pub(super) fn set_direct(fd: RawFd, on: bool) -> Result<(), IoError> {
     Ok(())
 }
 
-/// Reserves the first `len` bytes; `fallocate` where supported so writes cannot hit ENOSPC
-/// later, else `ftruncate` (sparse). Never shrinks the file.
-pub(super) fn preallocate(fd: RawFd, len: u64) -> Result<(), IoError> {
+/// Reserves the first `len` bytes of the store at `path`; `fallocate` where supported so writes cannot hit ENOSPC
+/// later, else `ftruncate` (sparse). Never shrinks the file. A failure is [`IoError::StoreIo`] naming `path` and
+/// `len` (with the space free there when the file system is full).
+pub(super) fn preallocate(fd: RawFd, path: &Path, len: u64) -> Result<(), IoError> {
     let off = libc::off_t::try_from(len)
         .map_err(|_| IoError::InvalidArgument(format!("capacity {len} too large")))?;
     loop {
@@ -116,12 +117,7 @@ pub(super) fn preallocate(fd: RawFd, len: u64) -> Result<(), IoError> {
         match err.raw_os_error() {
             Some(libc::EINTR) => continue,
             Some(libc::EOPNOTSUPP) | Some(libc::ENOSYS) => break,
-            _ => {
-                return Err(IoError::Io {
-                    op: "fallocate",
-                    source: err,
-                })
-            }
+            _ => return Err(store_io("fallocate", path, err, Doing::Reserve(len))),
         }
     }
     if fstat(fd)?.st_size >= off {
@@ -129,9 +125,164 @@ pub(super) fn preallocate(fd: RawFd, len: u64) -> Result<(), IoError> {
     }
     // SAFETY: plain syscall on an open fd.
     if unsafe { libc::ftruncate(fd, off) } < 0 {
-        return Err(IoError::last_os("ftruncate"));
+        let err = std::io::Error::last_os_error();
+        return Err(store_io("ftruncate", path, err, Doing::Reserve(len)));
     }
     Ok(())
+}
+
+/// What a system call on a store's file or device was for, as [`store_io`] words it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Doing {
+    /// Creating a new file (`open` with `O_CREAT | O_EXCL`).
+    Create,
+    /// Opening an existing file or device.
+    Open,
+    /// Reserving this many bytes (the header and the data area).
+    Reserve(u64),
+    /// Any other call on the open store, named by its `op`.
+    Call,
+}
+
+/// The system calls on a store's file or device whose [`IoError::Io`] [`on_store`] turns into
+/// [`IoError::StoreIo`] (not, for example, a memory mapping's).
+const STORE_OPS: [&str; 13] = [
+    "open",
+    "fstat",
+    "flock",
+    "unlink",
+    "fchmod",
+    "fcntl(F_GETFL)",
+    "fcntl(F_SETFL)",
+    "fallocate",
+    "ftruncate",
+    "pread",
+    "pwrite",
+    "ioctl(BLKGETSIZE64)",
+    "ioctl(BLKSSZGET)",
+];
+
+/// [`IoError::StoreIo`]: `op` failed with `source` on the store at `path` while `doing`, worded for the user, with
+/// a hint where the error says what would help.
+pub(super) fn store_io(
+    op: &'static str,
+    path: &Path,
+    source: std::io::Error,
+    doing: Doing,
+) -> IoError {
+    let what = match (doing, op) {
+        (Doing::Create, _) => "cannot create the swap store file".to_string(),
+        (Doing::Open, _) => "cannot open the swap store".to_string(),
+        (Doing::Reserve(n), _) => format!(
+            "cannot reserve {} for the swap store",
+            oversub_base::format_bytes(n)
+        ),
+        (Doing::Call, "fstat") => "cannot read the status of the swap store".to_string(),
+        (Doing::Call, "flock") => "cannot lock the swap store".to_string(),
+        (Doing::Call, "unlink") => "cannot remove the name of the new swap store file".to_string(),
+        (Doing::Call, "fchmod") => "cannot set mode 0600 on the swap store".to_string(),
+        (Doing::Call, "fcntl(F_GETFL)" | "fcntl(F_SETFL)") => {
+            "cannot switch direct I/O for the swap store".to_string()
+        }
+        (Doing::Call, "fallocate" | "ftruncate") => {
+            "cannot reserve space for the swap store".to_string()
+        }
+        (Doing::Call, "pread") => "cannot read the swap store".to_string(),
+        (Doing::Call, "pwrite") => "cannot write the header of the swap store".to_string(),
+        (Doing::Call, "ioctl(BLKGETSIZE64)" | "ioctl(BLKSSZGET)") => {
+            "cannot read the size of the block device".to_string()
+        }
+        (Doing::Call, op) => format!("{op} failed on the swap store"),
+    };
+    let hint = hint(path, &source, doing);
+    IoError::StoreIo {
+        op,
+        what,
+        path: path.to_path_buf(),
+        source,
+        hint,
+    }
+}
+
+/// Turns an [`IoError::Io`] of a system call on the store at `path` into [`IoError::StoreIo`] naming it; every
+/// other error is returned unchanged.
+pub(super) fn on_store(path: &Path) -> impl Fn(IoError) -> IoError + '_ {
+    move |e| match e {
+        IoError::Io { op, source } if STORE_OPS.contains(&op) => {
+            store_io(op, path, source, Doing::Call)
+        }
+        e => e,
+    }
+}
+
+/// What to do about `source`, where it tells: a full file system (with the space free there), a missing or
+/// read-only folder, missing permissions.
+fn hint(path: &Path, source: &std::io::Error, doing: Doing) -> Option<String> {
+    const ELSEWHERE: &str = "give a smaller capacity or another store location";
+    let folder = folder_of(path);
+    let errno = source.raw_os_error()?;
+    Some(match (errno, doing) {
+        (libc::ENOSPC, Doing::Reserve(_)) => match free_bytes(path) {
+            Some(free) => format!(
+                "free: {} on that file system; {ELSEWHERE}",
+                oversub_base::format_bytes(free)
+            ),
+            None => format!("the file system is full; {ELSEWHERE}"),
+        },
+        (libc::ENOSPC, _) => "the file system is full; give another store location".to_string(),
+        (libc::EDQUOT, _) => format!("your disk quota on that file system is used up; {ELSEWHERE}"),
+        (libc::EFBIG, _) => {
+            format!("more than the file system allows in one file; {ELSEWHERE}")
+        }
+        (libc::ENOENT, Doing::Create) if !folder.is_dir() => format!(
+            "the folder {} does not exist: give an existing folder, file or device",
+            folder.display()
+        ),
+        (libc::ENOENT, Doing::Create) => format!(
+            "{} does not take new files: give another store location",
+            folder.display()
+        ),
+        (libc::ENOENT, _) => {
+            "it does not exist: give an existing folder, file or device".to_string()
+        }
+        (libc::ENOTDIR, _) => format!("{} is not a folder", folder.display()),
+        (libc::EROFS, _) => {
+            "it is on a read-only file system: give another store location".to_string()
+        }
+        (libc::EACCES | libc::EPERM, Doing::Create) => format!(
+            "this user may not create files in {}: give another store location",
+            folder.display()
+        ),
+        (libc::EACCES | libc::EPERM, Doing::Open) => {
+            "this user may not read and write it: change its permissions or give another store location"
+                .to_string()
+        }
+        _ => return None,
+    })
+}
+
+/// Bytes free to this user on the file system holding `path` (its folder when the file was unlinked or not yet
+/// created).
+pub(super) fn free_bytes(path: &Path) -> Option<u64> {
+    let at = |p: &Path| -> Option<u64> {
+        let c = c_path(p).ok()?;
+        // SAFETY: an all-zero statvfs is a valid value to be overwritten.
+        let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+        // SAFETY: c is a valid NUL-terminated path and st a valid out pointer.
+        if unsafe { libc::statvfs(c.as_ptr(), &mut st) } < 0 {
+            return None;
+        }
+        (st.f_bavail as u64).checked_mul(st.f_frsize as u64)
+    };
+    at(path).or_else(|| at(folder_of(path)))
+}
+
+/// The folder holding `path` (`.` for a bare file name).
+pub(super) fn folder_of(path: &Path) -> &Path {
+    match path.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p,
+        _ => Path::new("."),
+    }
 }
 
 /// Writes a fresh header (owner: this process's euid) into the first `header_bytes` bytes.
@@ -309,5 +460,96 @@ pub(super) fn logical_block_size(fd: RawFd) -> Result<usize, IoError> {
     match usize::try_from(bs) {
         Ok(b) if b > 0 && b.is_power_of_two() => Ok(b),
         _ => Err(IoError::Unsupported(format!("odd logical block size {bs}"))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn os(errno: i32) -> std::io::Error {
+        std::io::Error::from_raw_os_error(errno)
+    }
+
+    #[test]
+    fn a_full_file_system_names_the_store_the_size_and_the_space_free() {
+        let dir = std::env::temp_dir();
+        let path = dir.join("oversub-swap-test.swap");
+        let e = store_io(
+            "fallocate",
+            &path,
+            os(libc::ENOSPC),
+            Doing::Reserve(256 << 20),
+        );
+        let text = e.to_string();
+        assert!(
+            text.starts_with(&format!(
+                "cannot reserve 256.00 MiB for the swap store {}: ",
+                path.display()
+            )),
+            "{text}"
+        );
+        assert!(text.contains("(free: "), "{text}");
+        assert!(
+            text.ends_with(
+                "on that file system; give a smaller capacity or another store location)"
+            ),
+            "{text}"
+        );
+        assert_eq!(e.raw_os_error(), Some(libc::ENOSPC));
+        let source = std::error::Error::source(&e).map(ToString::to_string);
+        assert_eq!(source, Some(os(libc::ENOSPC).to_string()));
+    }
+
+    #[test]
+    fn hints_say_what_to_do() {
+        let path = Path::new("/no/such/folder/swap");
+        let text = store_io("open", path, os(libc::ENOENT), Doing::Create).to_string();
+        assert!(
+            text.starts_with("cannot create the swap store file /no/such/folder/swap: "),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "(the folder /no/such/folder does not exist: give an existing folder, file or device)"
+            ),
+            "{text}"
+        );
+        let text = store_io("open", path, os(libc::EACCES), Doing::Open).to_string();
+        assert!(
+            text.starts_with("cannot open the swap store /no/such/folder/swap: "),
+            "{text}"
+        );
+        assert!(text.contains("change its permissions"), "{text}");
+        let text = store_io("open", path, os(libc::EACCES), Doing::Create).to_string();
+        assert!(
+            text.contains("may not create files in /no/such/folder"),
+            "{text}"
+        );
+        // No hint where the error does not tell what would help.
+        let e = store_io("pread", path, os(libc::EIO), Doing::Call);
+        assert!(matches!(e, IoError::StoreIo { hint: None, .. }), "{e:?}");
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "cannot read the swap store /no/such/folder/swap: {}",
+                os(libc::EIO)
+            )
+        );
+        // Errors of other calls (a memory mapping) are left as they are.
+        let other = on_store(path)(IoError::Io {
+            op: "mmap",
+            source: os(libc::ENOMEM),
+        });
+        assert!(matches!(other, IoError::Io { op: "mmap", .. }), "{other:?}");
+        let named = on_store(path)(IoError::Io {
+            op: "fstat",
+            source: os(libc::EIO),
+        });
+        assert!(
+            matches!(&named, IoError::StoreIo { op: "fstat", path: p, .. } if p == path),
+            "{named:?}"
+        );
+        assert_eq!(folder_of(Path::new("swap.bin")), Path::new("."));
     }
 }

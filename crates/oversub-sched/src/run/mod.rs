@@ -947,7 +947,7 @@ pub(crate) fn execute<'w>(
                 .stores
                 .first()
                 .map(std::path::PathBuf::as_path),
-        );
+        )?;
         let space = DemandSpace::create(Some(&dir), &sizes)
             .map_err(demand(format!("create a store in {}", dir.display())))?;
         space
