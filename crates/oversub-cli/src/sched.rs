@@ -98,7 +98,12 @@ pub struct RunArgs {
     warmup: usize,
     /// Extra warm-up repetitions allowed after --warmup until the table runs on time (see `oversub demo --help`);
     /// the summary says how many it took.
-    #[arg(long, default_value_t = 0)]
+    #[arg(
+        long,
+        default_value_t = 0,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>
+    )]
     extra_warmup: usize,
     /// Run each mode at the shortest period the planner finds feasible for it instead of the table's own.
     #[arg(long)]
@@ -186,7 +191,12 @@ pub struct DemoArgs {
     /// the set-up's writes makes the first repetitions late, and the table catches up only as fast as the store's
     /// idle time allows. The warm-up ends at the first repetition that ran on time, or whose lateness stopped
     /// falling; the report says how many it took. 0: exactly --warmup.
-    #[arg(long, default_value_t = 10)]
+    #[arg(
+        long,
+        default_value_t = 10,
+        allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>
+    )]
     extra_warmup: usize,
     /// Swap store location (directory or file); default: the system's temporary directory. Several,
     /// comma-separated (`--store /mnt/a,/mnt/b`), stripe the pager's store over them (demand paging uses the

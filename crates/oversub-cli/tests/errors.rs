@@ -275,6 +275,11 @@ fn negative_shares_and_sizes_reach_the_flag_parser() {
             "cannot be negative",
         ),
         (
+            &["demo", "--extra-warmup", "-1"],
+            "--extra-warmup",
+            "cannot be negative",
+        ),
+        (
             &["bench", "tenants", "--tenants", "-3"],
             "--tenants",
             "cannot be negative",

@@ -175,7 +175,7 @@ fn an_extra_warm_up_ends_the_run_its_counted_repetitions_later_and_frees_everyth
 #[test]
 fn a_warm_up_that_does_not_catch_up_ends_when_the_lateness_stops_falling() {
     // Every work runs past its window: every repetition misses, none is on time, and the lateness never falls, so
-    // the warm-up ends after the third repetition (the first that can be compared with two before).
+    // the warm-up ends after the second repetition (the first that can be compared with one before).
     let mut sys = tiny_paper();
     for c in &mut sys.components {
         c.work = oversub_sched::Work::Sleep {
@@ -192,9 +192,9 @@ fn a_warm_up_that_does_not_catch_up_ends_when_the_lateness_stops_falling() {
         ..RunOptions::default()
     };
     let r = run(&sys, &space, &p, &options).unwrap();
-    // Three on a quiet machine; scheduling jitter of more than the on-time margin can make one repetition look
-    // like progress and add one or two.
-    assert!((3..=10).contains(&r.warmup_hyperperiods), "{r:?}");
+    // Two on a quiet machine; scheduling jitter of more than twice the on-time margin can make one repetition
+    // look like progress and add one or more.
+    assert!((2..=10).contains(&r.warmup_hyperperiods), "{r:?}");
     assert_eq!(r.hyperperiods, r.warmup_hyperperiods + 2);
     assert_eq!(r.deadline_misses, r.counted_slots());
     let profile = oversub_sched::miss_profile(&r);

@@ -82,6 +82,13 @@ impl MissProfile {
             MissOrigin::StartCaughtUp {
                 initial_lateness_s,
                 on_time_from,
+            } if initial_lateness_s <= ON_TIME_S => format!(
+                "misses only in the first {on_time_from} repetition(s), with the table on time (works that ran \
+                 past their window while the system warmed up), none after; {by_rep}"
+            ),
+            MissOrigin::StartCaughtUp {
+                initial_lateness_s,
+                on_time_from,
             } => format!(
                 "misses only at the start: the table began {initial_lateness_s:.2} s late and ran on time from \
                  repetition {on_time_from} (after {:.1} s); {by_rep}",

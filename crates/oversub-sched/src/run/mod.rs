@@ -292,8 +292,8 @@ pub struct RunOptions {
     /// Extra warm-up repetitions allowed beyond `warmup_hyperperiods`, until the table runs on time (0: none, the
     /// default). The plan must cover them: plan `warmup_hyperperiods + max_extra_warmup + counted` repetitions. The
     /// warm-up ends after the first repetition (from the asked warm-up's last on) that ran on time, or whose
-    /// lateness did not fall from two before (a backlog that is not draining); the run ends the counted repetitions
-    /// after it. [`RunResult::warmup_hyperperiods`] says how many it took.
+    /// lateness fell by less than 20 ms from the one before (a backlog that is not draining); the run ends the
+    /// counted repetitions after it. [`RunResult::warmup_hyperperiods`] says how many it took.
     pub max_extra_warmup: usize,
 }
 

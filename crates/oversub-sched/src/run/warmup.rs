@@ -107,10 +107,11 @@ impl Warmup {
             return false;
         }
         let on_time = st.misses[rep] == 0 && st.worst_lateness_s[rep] <= ON_TIME_S;
-        // The lateness of this repetition is no lower than two before: the backlog is not draining.
-        let stuck = rep >= 2
-            && st.worst_lateness_s[rep] > st.worst_lateness_s[rep - 2] - ON_TIME_S
-            && st.done[rep - 2] == self.slots_per_rep[rep - 2];
+        // The lateness fell by less than two on-time margins since the repetition before: the backlog is not
+        // draining (or drains so slowly that the allowed extra repetitions would not clear it).
+        let stuck = rep >= 1
+            && st.done[rep - 1] == self.slots_per_rep[rep - 1]
+            && st.worst_lateness_s[rep] > st.worst_lateness_s[rep - 1] - 2.0 * ON_TIME_S;
         if !(on_time || stuck) {
             return false;
         }
