@@ -12,9 +12,7 @@ use oversub_report::{
 };
 use oversub_sched::plan::{self, feasible_table};
 use oversub_sched::setup::{self, StoreSpeed};
-use oversub_sched::{
-    Bandwidths, Mode, PlanDoc, Prime, Readahead, RunOptions, RunResult, System,
-};
+use oversub_sched::{Bandwidths, Mode, PlanDoc, Prime, Readahead, RunOptions, RunResult, System};
 use serde::Serialize;
 
 use crate::error::BoxError;
@@ -598,7 +596,11 @@ fn run_line(n: usize, label: &str, r: &RunResult, started: Instant) -> String {
             p.rounds,
             if p.rounds == 1 { "" } else { "s" },
             speeds.join(" → "),
-            if p.reached { "" } else { ", short of the plan's speed" }
+            if p.reached {
+                ""
+            } else {
+                ", short of the plan's speed"
+            }
         )
     });
     let mut line = format!(
@@ -1036,7 +1038,9 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     });
     let total: usize = runs
         .iter()
-        .map(|(_, _, s)| s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup))
+        .map(|(_, _, s)| {
+            s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup)
+        })
         .sum();
     let bar = slots_bar(total as u64);
     std::fs::create_dir_all(&args.out)
@@ -1149,7 +1153,8 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
                 format_bytes(u)
             );
             bar.inc_length(
-                (s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup)) as u64,
+                (s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup))
+                    as u64,
             );
             bar.set_message(label.clone());
             let r = run_mode(&s, Mode::Async, how, &bar)?;
@@ -1199,6 +1204,34 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         args.swap_share
     );
     println!("{share_line}");
+    // Met below the prediction: say where the misses of the runs at shares the planner thought feasible came from.
+    if let Some(predicted) = predicted_share {
+        let met = largest_share_met.unwrap_or(0.0);
+        if met < predicted - 0.1 + 1e-9 {
+            let async_at_share = |sh: f64| -> Option<&RunResult> {
+                if (sh - args.swap_share).abs() < 1e-9 {
+                    results.first().map(|(_, _, r)| r)
+                } else {
+                    share_runs
+                        .iter()
+                        .find(|(s, _)| (s - sh).abs() < 1e-9)
+                        .map(|(_, r)| r)
+                }
+            };
+            for sh in SHARES
+                .iter()
+                .copied()
+                .filter(|&sh| sh <= predicted + 1e-9 && sh > met + 1e-9)
+            {
+                if let Some(r) = async_at_share(sh) {
+                    println!(
+                        "  share {sh:.2}, which the planner predicted feasible, missed: {}",
+                        oversub_sched::miss_profile(r).describe(r.hyperperiod_s)
+                    );
+                }
+            }
+        }
+    }
     // The paper's analysis beside ours: its bandwidth assumptions (4 GiB/s direct I/O, 1.33 GiB/s demand paging;
     // Sec. III-B), its 1 GiB units, our planner, one set of speeds for all three modes.
     let gib = (1u64 << 30) as f64;

@@ -286,7 +286,10 @@ fn demo_writes_its_report() {
     for run in v["runs"].as_array().unwrap() {
         assert!(run["prime"]["rounds"].as_u64().unwrap() >= 1, "{run}");
         let reps = run["misses"]["repetitions"].as_array().unwrap();
-        assert_eq!(reps.len() as u64, run["warmup_hyperperiods"].as_u64().unwrap() + 1);
+        assert_eq!(
+            reps.len() as u64,
+            run["warmup_hyperperiods"].as_u64().unwrap() + 1
+        );
         assert!(run["misses"]["origin"]["kind"].is_string(), "{run}");
         assert_eq!(run["warmup_asked"], 2);
     }

@@ -199,7 +199,10 @@ fn a_warm_up_that_does_not_catch_up_ends_when_the_lateness_stops_falling() {
     assert_eq!(r.deadline_misses, r.counted_slots());
     let profile = oversub_sched::miss_profile(&r);
     assert!(
-        matches!(profile.origin, oversub_sched::MissOrigin::SteadyState { .. }),
+        matches!(
+            profile.origin,
+            oversub_sched::MissOrigin::SteadyState { .. }
+        ),
         "{profile:?}"
     );
     assert_eq!(pool.stats().used_bytes, 0, "buffers left behind");

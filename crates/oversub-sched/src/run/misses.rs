@@ -227,12 +227,20 @@ mod tests {
 
     #[test]
     fn a_clean_run_has_no_origin() {
-        assert_eq!(origin(&[rep(0, 0, 0.001), rep(1, 0, 0.0)]), MissOrigin::None);
+        assert_eq!(
+            origin(&[rep(0, 0, 0.001), rep(1, 0, 0.0)]),
+            MissOrigin::None
+        );
     }
 
     #[test]
     fn a_late_start_that_catches_up() {
-        let o = origin(&[rep(0, 3, 3.0), rep(1, 2, 1.5), rep(2, 0, 0.002), rep(3, 0, 0.0)]);
+        let o = origin(&[
+            rep(0, 3, 3.0),
+            rep(1, 2, 1.5),
+            rep(2, 0, 0.002),
+            rep(3, 0, 0.0),
+        ]);
         assert_eq!(
             o,
             MissOrigin::StartCaughtUp {
@@ -244,7 +252,12 @@ mod tests {
 
     #[test]
     fn a_backlog_still_draining_at_the_end() {
-        let o = origin(&[rep(0, 5, 3.0), rep(1, 5, 2.6), rep(2, 5, 2.2), rep(3, 5, 1.8)]);
+        let o = origin(&[
+            rep(0, 5, 3.0),
+            rep(1, 5, 2.6),
+            rep(2, 5, 2.2),
+            rep(3, 5, 1.8),
+        ]);
         let MissOrigin::StartStillDraining {
             drain_s_per_hyperperiod,
             hyperperiods_to_catch_up,
@@ -271,7 +284,12 @@ mod tests {
 
     #[test]
     fn misses_that_do_not_fall_are_the_steady_state() {
-        let o = origin(&[rep(0, 1, 0.2), rep(1, 1, 0.3), rep(2, 0, 0.0), rep(3, 1, 0.25)]);
+        let o = origin(&[
+            rep(0, 1, 0.2),
+            rep(1, 1, 0.3),
+            rep(2, 0, 0.0),
+            rep(3, 1, 0.25),
+        ]);
         assert_eq!(
             o,
             MissOrigin::SteadyState {

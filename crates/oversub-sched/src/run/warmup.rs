@@ -117,11 +117,7 @@ impl Warmup {
         }
         st.decided = true;
         let end = (rep + 1 + self.counted).min(self.planned);
-        let last = self
-            .entry_rep
-            .iter()
-            .rposition(|&r| r < end)
-            .unwrap_or(0);
+        let last = self.entry_rep.iter().rposition(|&r| r < end).unwrap_or(0);
         self.last_entry.store(last, Ordering::Release);
         self.end.store(end, Ordering::Release);
         tracing::debug!(rep, on_time, stuck, end, "warm-up decided");
