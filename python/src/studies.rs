@@ -187,6 +187,8 @@ struct RunOut {
     read_bytes_per_s: f64,
     write_bytes_per_s: f64,
     bandwidth_source: BandwidthSource,
+    /// Where the misses came from, repetition by repetition (`oversub_sched::miss_profile`).
+    misses: oversub_sched::MissProfile,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -241,6 +243,7 @@ fn run_one(
         read_bytes_per_s: speed.bw.read_bytes_per_s,
         write_bytes_per_s: speed.bw.write_bytes_per_s,
         bandwidth_source: speed.source,
+        misses: oversub_sched::miss_profile(&r),
         result: r,
     })
 }
@@ -541,9 +544,12 @@ fn plan_schedule<'py>(
 ///     ``ops`` (paging operations: kind
 ///     "in"/"out", buffer, io_bytes, start_s, end_s, for_component), ``resident_at_start``,
 ///     ``warmup_hyperperiods``, ``deadline_misses``, ``warmup_misses``, ``max_lateness_s``, ``bytes_paged``,
-///     ``store_busy_s``, ``major_faults``) and ``met_target``, ``counted_slots``, ``hyperperiods_counted``,
-///     ``min_feasible_period_s`` (the planner's, None when none found), ``at_min_period``, ``read_bytes_per_s``,
-///     ``write_bytes_per_s``, ``bandwidth_source``. Times are seconds from the table's start. For ``mode="all"``:
+///     ``store_busy_s``, ``major_faults``, ``prime`` (how the store was read back before the table: rounds,
+///     seconds, read_bytes_per_s per round), ``warmup_asked``) and ``met_target``, ``counted_slots``,
+///     ``hyperperiods_counted``, ``min_feasible_period_s`` (the planner's, None when none found), ``at_min_period``,
+///     ``read_bytes_per_s``, ``write_bytes_per_s``, ``bandwidth_source``, ``misses`` (each repetition's misses and
+///     worst lateness, and ``origin``: where the misses came from, ``{"kind": "none" | "start_caught_up" |
+///     "start_still_draining" | "steady_state", ...}``). Times are seconds from the table's start. For ``mode="all"``:
 ///     ``{"modes": {"async": run, "sync": run, "demand": run}}``.
 ///
 /// Raises:

@@ -255,6 +255,12 @@ def test_run_schedule_returns_the_run_record(async_run: dict) -> None:
     assert isinstance(r["deadline_misses"], int) and 0 <= r["deadline_misses"] <= r["counted_slots"]
     assert isinstance(r["warmup_misses"], int)
     assert r["met_target"] is (r["deadline_misses"] == 0)
+    # The store was read back before the table (one round at least), and the misses are read repetition by
+    # repetition.
+    assert r["prime"]["rounds"] >= 1 and all(b > 0 for b in r["prime"]["read_bytes_per_s"])
+    assert r["warmup_asked"] == 1
+    assert [rep["hyperperiod"] for rep in r["misses"]["repetitions"]] == [0, 1, 2]
+    assert r["misses"]["origin"]["kind"] in {"none", "start_caught_up", "start_still_draining", "steady_state"}
     for s in r["slots"]:
         assert set(s) == {
             "component",

@@ -51,6 +51,12 @@ pub enum MissOrigin {
         /// Repetitions more at that rate until on time.
         hyperperiods_to_catch_up: usize,
     },
+    /// Every slot that missed started on time (within [`ON_TIME_S`]): the work ran past its window, not the paging
+    /// (a CPU busy with other work, or a work longer than its budget).
+    WorkOverran {
+        /// Repetitions with a miss, of all repetitions.
+        repetitions_with_misses: usize,
+    },
     /// Misses all through the run without a falling backlog: the paging does not fit the slots at this period and
     /// these speeds (the steady state is infeasible in practice).
     SteadyState {
@@ -82,16 +88,9 @@ impl MissProfile {
             MissOrigin::StartCaughtUp {
                 initial_lateness_s,
                 on_time_from,
-            } if initial_lateness_s <= ON_TIME_S => format!(
-                "misses only in the first {on_time_from} repetition(s), with the table on time (works that ran \
-                 past their window while the system warmed up), none after; {by_rep}"
-            ),
-            MissOrigin::StartCaughtUp {
-                initial_lateness_s,
-                on_time_from,
             } => format!(
-                "misses only at the start: the table began {initial_lateness_s:.2} s late and ran on time from \
-                 repetition {on_time_from} (after {:.1} s); {by_rep}",
+                "misses only at the start: the worst start in the first repetition was {initial_lateness_s:.2} s \
+                 late, and the table ran on time from repetition {on_time_from} (after {:.1} s); {by_rep}",
                 on_time_from as f64 * hyperperiod_s
             ),
             MissOrigin::StartStillDraining {
@@ -105,6 +104,14 @@ impl MissProfile {
                  {hyperperiods_to_catch_up} more repetitions to be on time; a longer warm-up would hide it, a \
                  store that is fast from the start avoids it); {by_rep}",
                 drain_s_per_hyperperiod * 1e3
+            ),
+            MissOrigin::WorkOverran {
+                repetitions_with_misses,
+            } => format!(
+                "misses with every slot started on time ({repetitions_with_misses} of {} repetitions): the works \
+                 ran past their windows, not the paging (a CPU busy with other work, or works longer than their \
+                 budget); {by_rep}",
+                self.repetitions.len()
             ),
             MissOrigin::SteadyState {
                 repetitions_with_misses,
@@ -163,6 +170,15 @@ fn origin(reps: &[Repetition]) -> MissOrigin {
     let Some(first) = reps.first() else {
         return MissOrigin::None;
     };
+    if reps
+        .iter()
+        .filter(|r| r.misses > 0)
+        .all(|r| r.worst_lateness_s <= ON_TIME_S)
+    {
+        return MissOrigin::WorkOverran {
+            repetitions_with_misses: with_misses,
+        };
+    }
     // Misses only in a leading run of repetitions, everything on time after it.
     if let Some(from) = reps.iter().position(on_time) {
         if reps[from..].iter().all(on_time) && reps[..from].iter().any(|r| r.misses > 0) {
@@ -230,6 +246,17 @@ mod tests {
         assert_eq!(
             origin(&[rep(0, 0, 0.001), rep(1, 0, 0.0)]),
             MissOrigin::None
+        );
+    }
+
+    #[test]
+    fn misses_of_slots_that_started_on_time_are_the_works_own() {
+        let o = origin(&[rep(0, 0, 0.0), rep(1, 2, 0.004), rep(2, 0, 0.0), rep(3, 1, 0.0)]);
+        assert_eq!(
+            o,
+            MissOrigin::WorkOverran {
+                repetitions_with_misses: 2
+            }
         );
     }
 
