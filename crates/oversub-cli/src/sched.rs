@@ -815,9 +815,6 @@ const SUMMARY_HEADER: [&str; 8] = [
 pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     let system = load(&args.config)?;
     eprintln!("{}: {}", args.config.display(), describe_system(&system));
-    if args.hyperperiods == 0 {
-        return Err("--hyperperiods must be at least 1".into());
-    }
     let user: Vec<&str> = system
         .components
         .iter()
