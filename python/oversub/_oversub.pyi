@@ -305,7 +305,6 @@ def sim_uvm(
     traces: _StrPath | Sequence[_StrPath] | None = None,
     ratios: float | str | Sequence[float | str] | None = None,
     policies: str | Sequence[str] | None = None,
-    ratio_unit: Literal["percent", "fraction"] = "percent",
     suite: bool = False,
     quick: bool = False,
     scale: float | None = None,
@@ -321,6 +320,9 @@ def sim_uvm(
     threads: int | None = None,
 ) -> dict[str, Any]:
     """The unified-memory migration-policy simulator: runs, speedups, cost_model, ... (as ``oversub sim uvm``)."""
+
+def ratio_percent(value: float | str) -> float:
+    """One oversubscription ratio in percent, read as ``sim_uvm`` reads it (``200``, ``"200%"``, ``"2x"``)."""
 
 def sim_swap(
     *,

@@ -27,6 +27,7 @@ use oversub_sim::uvm::report::{self as uvm_report, UvmDoc};
 use oversub_sim::uvm::sim::{EvictionOrder, EvictionUnit, MachineScale, SimConfig, TimeModel};
 use oversub_sim::uvm::suite::{self, run_suite, SuiteSpec, TraceSource};
 use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
+use oversub_sim::uvm::SimError;
 use oversub_tenants::swap::AlphaRule;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -42,6 +43,7 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(plan_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(run_schedule, m)?)?;
     m.add_function(wrap_pyfunction!(sim_uvm, m)?)?;
+    m.add_function(wrap_pyfunction!(ratio_percent, m)?)?;
     m.add_function(wrap_pyfunction!(sim_swap, m)?)?;
     Ok(())
 }
@@ -674,59 +676,31 @@ fn run_schedule<'py>(
 // ---------------------------------------------------------------------------------------------------------------
 // `oversub sim uvm`.
 
-/// A ratio as the command line takes it: percent (`200`, `200%`) or a factor (`2x`).
-fn parse_ratio(text: &str) -> PyResult<f64> {
-    suite::parse_ratio(text).ok_or_else(|| {
-        PyValueError::new_err(format!(
-            "bad ratio {text:?}: give a percentage such as 200 or \"200%\" (or \"2x\")"
-        ))
-    })
+/// A bad ratio is a `ValueError`, as every other bad argument of the simulators.
+fn ratio_error(e: SimError) -> PyErr {
+    PyValueError::new_err(e.to_string())
 }
 
-/// How bare ratio numbers read: percent (`200`, the command line's and the default) or fractions (`2.0`, as
-/// `oversub.sweep` writes them).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum RatioUnit {
-    Percent,
-    Fraction,
-}
-
-impl RatioUnit {
-    fn parse(text: &str) -> PyResult<RatioUnit> {
-        match text.trim().to_ascii_lowercase().as_str() {
-            "percent" | "%" => Ok(RatioUnit::Percent),
-            "fraction" => Ok(RatioUnit::Fraction),
-            _ => Err(PyValueError::new_err(format!(
-                "ratio_unit must be \"percent\" or \"fraction\", not {text:?}"
-            ))),
-        }
+/// One ratio as a fraction (2.0 = 200%): a number in percent, or a string as on the command line (`"200"`,
+/// `"200%"`, `"2x"`), with `oversub_sim`'s one rule for both (small bare numbers are refused as likely fractions).
+fn ratio_value(item: &Bound<'_, PyAny>) -> PyResult<f64> {
+    if let Ok(s) = item.cast::<PyString>() {
+        return suite::parse_ratio(s.to_str()?).map_err(ratio_error);
     }
-
-    fn name(self) -> &'static str {
-        match self {
-            RatioUnit::Percent => "percentage such as 200",
-            RatioUnit::Fraction => "fraction such as 2.0",
-        }
+    match item.extract::<f64>() {
+        Ok(v) => suite::ratio_from_percent(v).map_err(ratio_error),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "ratios must be numbers in percent (200) or strings such as \"200%\" or \"2x\", not {}",
+            item.get_type()
+                .name()
+                .map_or_else(|_| "?".to_string(), |n| n.to_string())
+        ))),
     }
 }
 
-/// One ratio string: with "%" or "x" as on the command line; a bare number in `unit`.
-fn ratio_text(text: &str, unit: RatioUnit) -> PyResult<f64> {
-    let t = text.trim();
-    if unit == RatioUnit::Fraction && !t.ends_with('%') && !t.to_ascii_lowercase().ends_with('x') {
-        return match t.parse::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
-            _ => Err(PyValueError::new_err(format!(
-                "bad ratio {text:?}: give a fraction such as 2.0 (or \"200%\", \"2x\")"
-            ))),
-        };
-    }
-    parse_ratio(t)
-}
-
-/// Ratios as fractions (2.0 = 200%): numbers in `unit` (percent by default), strings as on the command line (a
-/// bare number in `unit`), one value, a comma-separated string or a sequence (list, tuple, any iterable).
-fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f64>> {
+/// Ratios as fractions: one value, a comma-separated string or a sequence (list, tuple, any iterable) of
+/// [`ratio_value`]s.
+fn ratios_arg(obj: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<f64>> {
     let Some(obj) = obj else {
         return Ok(Vec::new());
     };
@@ -736,25 +710,10 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f
                 .to_str()?
                 .split(',')
                 .filter(|p| !p.trim().is_empty())
-                .map(|p| ratio_text(p, unit))
+                .map(|p| suite::parse_ratio(p).map_err(ratio_error))
                 .collect();
         }
-        match item.extract::<f64>() {
-            Ok(v) if v.is_finite() && v >= 0.0 => Ok(vec![match unit {
-                RatioUnit::Percent => v / 100.0,
-                RatioUnit::Fraction => v,
-            }]),
-            Ok(v) => Err(PyValueError::new_err(format!(
-                "bad ratio {v}: give a non-negative {}",
-                unit.name()
-            ))),
-            Err(_) => Err(PyTypeError::new_err(format!(
-                "ratios must be numbers (percent, or fractions with ratio_unit=\"fraction\") or strings such as \"200%\", not {}",
-                item.get_type()
-                    .name()
-                    .map_or_else(|_| "?".to_string(), |n| n.to_string())
-            ))),
-        }
+        Ok(vec![ratio_value(item)?])
     };
     if obj.is_instance_of::<PyString>() || obj.extract::<f64>().is_ok() {
         return one(obj);
@@ -766,6 +725,18 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f
     Ok(out)
 }
 
+/// One oversubscription ratio in percent, read as ``sim_uvm`` reads it: a number in percent (``200``) or a string
+/// as on the command line (``"200"``, ``"200%"``, ``"2x"``). ``oversub.sweep.grid`` checks its ratios with it.
+///
+/// Raises:
+///     ValueError: a negative or unreadable ratio, or a bare number above 0 and below 10, which is almost certainly
+///         a fraction ("ratios are percent as in the paper: did you mean 200?"); write ``"5%"`` to mean 5%.
+#[pyfunction]
+fn ratio_percent(value: &Bound<'_, PyAny>) -> PyResult<f64> {
+    // Rounded to a billionth of a percent, so that "33.3" comes back as 33.3 rather than 33.300000000000004.
+    Ok((ratio_value(value)? * 100.0 * 1e9).round() / 1e9)
+}
+
 /// Simulates page-migration policies for unified memory under oversubscription (Chang et al., SYSTOR'21), as
 /// ``oversub sim uvm --json`` does: every trace source × ratio × policy, in parallel, with the GIL released.
 ///
@@ -773,11 +744,10 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f
 ///     workloads: generated workloads, a name, a comma-separated string or a sequence of names: bfs, sssp, nw,
 ///         gaussian, atax, pagerank, bst, or "all". Default: all with ``suite``, else none.
 ///     traces: trace files to simulate (oversub binary or NVBit mem_trace text): a path or a sequence of paths.
-///     ratios: oversubscription ratios, (problem - GPU memory) / GPU memory, in **percent** by default: numbers
-///         (``200``) or strings as on the command line (``"200%"``, ``"2x"``); one value, a comma-separated string
-///         or a sequence (list, tuple). Default: 100, 200, 300 with ``suite``, else 200.
-///     ratio_unit: how bare numbers in ``ratios`` read: "percent" (default; ``200``) or "fraction" (``2.0`` or
-///         ``0.3``, as ``oversub.sweep`` writes them). "200%" and "2x" mean the same under both.
+///     ratios: oversubscription ratios, (problem - GPU memory) / GPU memory, in **percent** as in the paper:
+///         numbers (``200``) or strings as on the command line (``"200"``, ``"200%"``, ``"2x"``); one value, a
+///         comma-separated string or a sequence (list, tuple). A bare number above 0 and below 10 is refused as a
+///         likely fraction (write ``"5%"`` for 5%). Default: 100, 200, 300 with ``suite``, else 200.
 ///     policies: policy names (a string, comma separated, or a sequence), or "all" (the default): eager,
 ///         eager-wopref, lazy-grp-hw[:N], pin-host, lazy-pg-stat-sw[:N] (without N: the paper's thresholds 2, 8,
 ///         32, 64, 256), lazy-pg-dyn-sw[:N], static-map[:SHARE], dynamap, oracle.
@@ -798,7 +768,7 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f
 ///     threads: worker threads (default: one per core).
 ///
 /// Returns:
-///     dict with ``runs`` (one dict per run, in source × ratio × policy order: workload, ratio (percent), policy,
+///     dict with ``runs`` (one dict per run, in source × ratio × policy order: workload, ratio_percent, policy,
 ///     est_time_s, speedup_vs_lazygrphw (None without a LazyGrpHW run to compare with), faults, migrations,
 ///     prefetches, evictions, evictions_per_page, remote_accesses, cache_hits, gpu_mem_accesses, bytes_h2d,
 ///     bytes_d2h, accesses, footprint_bytes, gpu_memory_bytes, sim_seconds), ``speedups`` (the figures' rows:
@@ -817,7 +787,6 @@ fn ratios_arg(obj: Option<&Bound<'_, PyAny>>, unit: RatioUnit) -> PyResult<Vec<f
     traces=None,
     ratios=None,
     policies=None,
-    ratio_unit="percent",
     suite=false,
     quick=false,
     scale=None,
@@ -839,7 +808,6 @@ fn sim_uvm<'py>(
     traces: Option<&Bound<'py, PyAny>>,
     ratios: Option<&Bound<'py, PyAny>>,
     policies: Option<&Bound<'py, PyAny>>,
-    ratio_unit: &str,
     suite: bool,
     quick: bool,
     scale: Option<f64>,
@@ -883,7 +851,7 @@ fn sim_uvm<'py>(
     };
     let workload_names = names_arg(workloads, "workloads")?;
     let trace_paths = paths_arg(traces, "traces")?;
-    let mut ratios = ratios_arg(ratios, RatioUnit::parse(ratio_unit)?)?;
+    let mut ratios = ratios_arg(ratios)?;
     if ratios.is_empty() {
         ratios = if suite {
             vec![1.0, 2.0, 3.0]

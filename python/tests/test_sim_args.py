@@ -1,5 +1,5 @@
 """The simulators' arguments as Python code writes them: lists and tuples wherever a comma-separated string works,
-and ratios as fractions (ratio_unit="fraction") beside the command line's percentages."""
+and ratios in percent as on the command line (one unit everywhere, issue 32)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import oversub
 
 
 def _runs(r):
-    return [(x["workload"], x["ratio"], x["policy"]) for x in r["runs"]]
+    return [(x["workload"], x["ratio_percent"], x["policy"]) for x in r["runs"]]
 
 
 def test_sim_uvm_lists_tuples_and_strings_agree() -> None:
@@ -23,21 +23,25 @@ def test_sim_uvm_lists_tuples_and_strings_agree() -> None:
         assert a["est_time_s"] == b["est_time_s"]
 
 
-def test_sim_uvm_ratios_as_fractions() -> None:
+def test_sim_uvm_ratios_are_percent_and_fractions_are_refused() -> None:
     common = dict(workloads="nw", policies="eager", quick=True, threads=2)
-    percent = oversub.sim_uvm(ratios=[50, 200], **common)
-    fraction = oversub.sim_uvm(ratios=[0.5, 2.0], ratio_unit="fraction", **common)
-    strings = oversub.sim_uvm(ratios="0.5,2", ratio_unit="fraction", **common)
-    suffixed = oversub.sim_uvm(ratios=["50%", "2x"], ratio_unit="fraction", **common)  # the same under both units
-    assert _runs(percent) == _runs(fraction) == _runs(strings) == _runs(suffixed)
-    assert [x["ratio"] for x in fraction["runs"]] == [50, 200]
-    assert [x["est_time_s"] for x in percent["runs"]] == [x["est_time_s"] for x in fraction["runs"]]
-    with pytest.raises(ValueError, match="ratio_unit"):
-        oversub.sim_uvm(ratios=2.0, ratio_unit="factor", **common)
-    with pytest.raises(ValueError, match="fraction such as 2.0"):
-        oversub.sim_uvm(ratios=-0.5, ratio_unit="fraction", **common)
+    numbers = oversub.sim_uvm(ratios=[50, 200], **common)
+    strings = oversub.sim_uvm(ratios="50,200", **common)
+    suffixed = oversub.sim_uvm(ratios=["50%", "2x"], **common)
+    assert _runs(numbers) == _runs(strings) == _runs(suffixed) == [("nw", 50, "Eager"), ("nw", 200, "Eager")]
+    assert [x["est_time_s"] for x in numbers["runs"]] == [x["est_time_s"] for x in suffixed["runs"]]
+    # A bare number that reads as a fraction is refused with what was meant; "5%" says 5% explicitly.
+    for ratios in (2.0, [2], "2", [0.5, 200]):
+        with pytest.raises(ValueError, match=r"ratios are percent as in the paper: did you mean (200|50)\?"):
+            oversub.sim_uvm(ratios=ratios, **common)
+    assert _runs(oversub.sim_uvm(ratios="5%", **common)) == [("nw", 5, "Eager")]
+    with pytest.raises(TypeError):
+        oversub.sim_uvm(ratios=[2.0], ratio_unit="fraction", **common)  # the second unit is gone
+    with pytest.raises(ValueError, match="non-negative"):
+        oversub.sim_uvm(ratios=-50, **common)
     with pytest.raises(ValueError, match="bad ratio"):
-        oversub.sim_uvm(ratios="lots", ratio_unit="fraction", **common)
+        oversub.sim_uvm(ratios="lots", **common)
+    assert oversub._oversub.ratio_percent("2x") == 200 and oversub._oversub.ratio_percent("33.3") == 33.3
 
 
 def test_sim_swap_takes_lists_and_tuples() -> None:

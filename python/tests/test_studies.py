@@ -307,7 +307,7 @@ def test_run_schedule_all_modes_from_text() -> None:
 
 UVM_RUN_FIELDS = {
     "workload",
-    "ratio",
+    "ratio_percent",
     "policy",
     "est_time_s",
     "speedup_vs_lazygrphw",
@@ -352,7 +352,7 @@ def test_sim_uvm_quick_one_workload_one_ratio() -> None:
         "eviction_unit",
         "wall_seconds",
     }
-    assert [(x["workload"], x["ratio"], x["policy"]) for x in r["runs"]] == [
+    assert [(x["workload"], x["ratio_percent"], x["policy"]) for x in r["runs"]] == [
         ("nw", 200, "LazyGrpHW"),
         ("nw", 200, "DynaMap"),
     ]
@@ -376,7 +376,7 @@ def test_sim_uvm_ratio_spellings() -> None:
     r = oversub.sim_uvm(
         workloads=["nw"], ratios=["100%", "2x"], policies="eager", quick=True, l2="1MiB", time_model="serial"
     )
-    assert [x["ratio"] for x in r["runs"]] == [100, 200]
+    assert [x["ratio_percent"] for x in r["runs"]] == [100, 200]
     assert r["cost_model"]["machine"]["l2_bytes"] == 1 << 20
     assert r["runs"][0]["geometry"]["l2_bytes"] == 1 << 20  # fixed, not scaled
     assert r["runs"][0]["est_time_s"] == r["runs"][0]["serial_time_s"]

@@ -60,7 +60,7 @@ fn a_small_study_writes_json_csv_and_figures() {
     assert_eq!(runs.len(), 10);
     for key in [
         "workload",
-        "ratio",
+        "ratio_percent",
         "policy",
         "est_time_s",
         "faults",
@@ -76,12 +76,13 @@ fn a_small_study_writes_json_csv_and_figures() {
         assert!(runs[0].get(key).is_some(), "missing {key}");
     }
     assert_eq!(runs[0]["workload"], "nw");
-    assert_eq!(runs[0]["ratio"], 100);
+    assert_eq!(runs[0]["ratio_percent"], 100);
+    assert!(runs[0].get("ratio").is_none(), "the unit is in the name");
     // The oracle never migrates more than demand migration on the same trace.
     for ratio in [100, 200] {
         let get = |p: &str| {
             runs.iter()
-                .find(|r| r["ratio"] == ratio && r["policy"] == p)
+                .find(|r| r["ratio_percent"] == ratio && r["policy"] == p)
                 .map(|r| r["migrations"].as_u64().unwrap())
                 .unwrap()
         };
@@ -99,6 +100,7 @@ fn a_small_study_writes_json_csv_and_figures() {
     }
     let csv = std::fs::read_to_string(out_dir.join("results.csv")).unwrap();
     assert_eq!(csv.lines().count(), 11);
+    assert!(csv.starts_with("workload,ratio_percent,policy,"), "{csv}");
 }
 
 #[test]
@@ -216,6 +218,51 @@ fn unknown_names_and_bad_files_are_refused_clearly() {
     let out = oversub().args(["sim", "uvm"]).output().unwrap();
     assert!(!out.status.success());
     assert!(stderr(&out).contains("--workload NAME, --trace FILE or --suite"));
+}
+
+/// Ratios are percent everywhere, as in the paper (issue 32): a bare number that can only be a fraction is refused
+/// with what was meant, before anything runs, and an explicit `%` is taken as written.
+#[test]
+fn ratios_are_percent_and_fractions_are_refused() {
+    for (ratio, meant) in [("2", "200"), ("0.5", "50"), ("3.0", "300")] {
+        let out = oversub()
+            .args([
+                "sim",
+                "uvm",
+                "--workload",
+                "nw",
+                "--quick",
+                "--ratio",
+                ratio,
+            ])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{ratio} accepted");
+        let e = stderr(&out);
+        assert!(
+            e.contains(&format!(
+                "ratios are percent as in the paper: did you mean {meant}?"
+            )),
+            "{ratio}: {e}"
+        );
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("runs.json");
+    let out = oversub()
+        .args(["sim", "uvm", "--workload", "nw", "--quick", "--ratio"])
+        .args(["5%,200,3x", "--policy", "eager", "--no-progress", "--json"])
+        .arg(&json)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let doc = common::read_json(&json);
+    let ratios: Vec<u64> = doc["runs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ratio_percent"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ratios, [5, 200, 300]);
 }
 
 #[test]

@@ -1,8 +1,9 @@
-//! Whole runs on generated workloads: the same seed gives the same output, results come back in order, and the
-//! oracle bound holds on real access patterns.
+//! Whole runs on generated workloads: the same seed gives the same output, results come back in order, the
+//! oracle bound holds on real access patterns, and a document rebuilt from its rows (as `--ray` does) is the same.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use oversub_sim::uvm::policy::Policy;
+use oversub_sim::uvm::report::{RunRow, UvmDoc};
 use oversub_sim::uvm::sim::{SimConfig, SimResult};
 use oversub_sim::uvm::suite::{run_suite, speedups, SuiteSpec, TraceSource};
 use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
@@ -88,4 +89,38 @@ fn a_bad_trace_file_fails_the_suite_with_its_name() {
     s.sources = vec![TraceSource::File(path)];
     let e = run_suite(&s, &|_| {}).unwrap_err().to_string();
     assert!(e.contains("broken.ovtrace"), "{e}");
+}
+
+/// `oversub sim uvm --ray` gets each run's row back as JSON from Python, in another order, and rebuilds the
+/// document with `UvmDoc::from_runs`: that must be the local document, speed-ups included.
+#[test]
+fn a_document_rebuilt_from_its_rows_is_the_same() {
+    let spec = spec(3, 2);
+    let results = run_suite(&spec, &|_| {}).unwrap();
+    let doc = UvmDoc::new(&results, &spec, 1.5);
+    let mut rows: Vec<(Policy, RunRow)> = doc
+        .runs
+        .iter()
+        .map(|r| {
+            let mut value = serde_json::to_value(r).unwrap();
+            value["speedup_vs_lazygrphw"] = serde_json::Value::Null; // recomputed
+            let row: RunRow = serde_json::from_value(value).unwrap();
+            (Policy::parse(&row.policy).unwrap(), row)
+        })
+        .collect();
+    rows.reverse();
+    let mut again = UvmDoc::from_runs(rows, &spec.template, 1.5);
+    again.runs.reverse();
+    assert_eq!(
+        serde_json::to_value(&again.runs).unwrap(),
+        serde_json::to_value(&doc.runs).unwrap()
+    );
+    // The figures' rows follow the runs' order, so compare them as sets.
+    let key = |d: &UvmDoc| {
+        let mut v: Vec<String> = d.speedups.iter().map(|s| format!("{s:?}")).collect();
+        v.sort();
+        v
+    };
+    assert_eq!(key(&again), key(&doc));
+    assert!(doc.runs.iter().any(|r| r.speedup_vs_lazygrphw.is_some()));
 }

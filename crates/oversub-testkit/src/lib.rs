@@ -171,6 +171,25 @@ fn writable(path: &Path) -> bool {
     unsafe { libc::access(c.as_ptr(), libc::W_OK) == 0 }
 }
 
+/// The Python interpreter the CLI starts for `--ray` (`$OVERSUB_PYTHON`, else `python3`), when it can import
+/// `modules` (as an import statement lists them: `"oversub.sweep, ray"`); otherwise why not (the import's last
+/// error line).
+pub fn python_with(modules: &str) -> Result<String, String> {
+    let py = std::env::var("OVERSUB_PYTHON").unwrap_or_else(|_| "python3".into());
+    let out = Command::new(&py)
+        .args(["-c", &format!("import {modules}")])
+        .output()
+        .map_err(|e| format!("`{py}` cannot be started: {e}"))?;
+    if out.status.success() {
+        return Ok(py);
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    Err(format!(
+        "`{py}`: {} (set OVERSUB_PYTHON)",
+        err.lines().last().unwrap_or("import failed").trim()
+    ))
+}
+
 /// A loop device over an image file, attached with `losetup` and detached on drop, so a failing assertion leaves
 /// nothing attached.
 #[derive(Debug)]

@@ -2,6 +2,7 @@
 //! policies and ratios as one Ray task and prints the same speedup table. oversub has no cluster scheduler of its
 //! own; this is the one door to one (docs/sim-uvm.md, "Sweeps on Ray").
 
+use std::io::Read;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
@@ -48,25 +49,42 @@ pub fn delegate(
     if capture {
         args.push("--json".into());
     }
-    let mut cmd = Command::new(&py);
-    cmd.args(&args)
-        .stdin(Stdio::null())
-        .stderr(Stdio::inherit());
-    let (status, value) = if capture {
-        let out = cmd.stdout(Stdio::piped()).output()?;
+    // The sweep ends with this process: Python reads its standard input, which only this process holds open, and
+    // stops (cleaning up its Ray cluster or workers) at end of file, which a kill of this process gives too.
+    args.push("--exit-with-stdin".into());
+    let mut child = Command::new(&py)
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(if capture {
+            Stdio::piped()
+        } else {
+            Stdio::inherit()
+        })
+        .stderr(Stdio::inherit())
+        .spawn()
+        .map_err(|e| format!("starting `{py}`: {e}"))?;
+    let keep_open = child.stdin.take();
+    let mut stdout = Vec::new();
+    if let Some(mut out) = child.stdout.take() {
+        out.read_to_end(&mut stdout)
+            .map_err(|e| format!("reading the sweep's output: {e}"))?;
+    }
+    let status = child.wait()?;
+    drop(keep_open);
+    let value = if capture {
         if let Some(path) = json {
-            std::fs::write(path, &out.stdout)
+            std::fs::write(path, &stdout)
                 .map_err(|e| format!("writing {}: {e}", path.display()))?;
             eprintln!("wrote {}", path.display());
         }
-        let value = serde_json::from_slice::<serde_json::Value>(&out.stdout).ok();
-        (out.status, value)
+        serde_json::from_slice::<serde_json::Value>(&stdout).ok()
     } else {
-        (cmd.status()?, None)
+        None
     };
     match status.code() {
         Some(0) => Ok(value),
         Some(1) => Err("some runs of the sweep failed (listed above)".into()),
+        Some(130) => Err("the sweep was interrupted".into()),
         _ => Err(format!("the Ray sweep failed ({status})").into()),
     }
 }

@@ -12,7 +12,7 @@ use oversub_report::{
 use oversub_sim::uvm::analysis::StackDistance;
 use oversub_sim::uvm::cost::CostModel;
 use oversub_sim::uvm::policy::Policy;
-use oversub_sim::uvm::report::{parse_policies, speedup_of, UvmDoc};
+use oversub_sim::uvm::report::{parse_policies, speedup_of, RunRow, UvmDoc};
 use oversub_sim::uvm::sim::{
     EvictionOrder, EvictionUnit, MachineScale, SimConfig, SimResult, TimeModel,
 };
@@ -182,8 +182,8 @@ pub struct UvmArgs {
     no_progress: bool,
     /// Run the sweep as Ray tasks (one per trace) on the cluster at ADDRESS, or on a local one without it, through
     /// the Python package (`pip install "oversub[ray]"`; `$OVERSUB_PYTHON` picks the interpreter). Same rows and
-    /// speedup table as a local run; --json and --out (results, the speed-up figures 8, 11, 12 and a report) work,
-    /// --csv, --threads and the --no-* switches do not.
+    /// speedup table as a local run; --json writes the same document, --out its results.json, the speed-up figures
+    /// 8, 11, 12 and a report; --csv, --threads and the --no-* switches do not work with it.
     #[arg(long, num_args = 0..=1, default_missing_value = "", value_name = "ADDRESS")]
     ray: Option<String>,
 }
@@ -193,7 +193,8 @@ fn value_name(v: impl ValueEnum) -> String {
         .map_or_else(String::new, |p| p.get_name().replace('-', "_"))
 }
 
-/// `oversub sim uvm --ray`: the same sweep through `oversub.sweep` (crate::sim::ray).
+/// `oversub sim uvm --ray`: the same sweep through `oversub.sweep` (crate::sim::ray), and with --json or --out the
+/// same document as a local run (`UvmDoc`, built from the sweep's rows by `UvmDoc::from_runs`).
 fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
     let unsupported = [
         (args.csv.is_some(), "--csv"),
@@ -208,6 +209,12 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
         )
         .into());
     }
+    // Everything is checked here, before Python and Ray start: the same errors as a local run, and the settings
+    // the document describes.
+    let sources = parse_sources(args)?;
+    let ratios = ratios(args)?;
+    let policies = parse_policies(&args.policy)?;
+    let template = template(args)?;
     let mut py: Vec<String> = Vec::new();
     let all = args.suite || args.workload.iter().any(|w| w.eq_ignore_ascii_case("all"));
     if all {
@@ -219,32 +226,23 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
         py.push("--traces".into());
         py.extend(args.trace.iter().map(|t| t.display().to_string()));
     }
-    let ratios: Vec<f64> = if args.ratio.is_empty() {
-        if args.suite {
-            vec![1.0, 2.0, 3.0]
-        } else {
-            vec![2.0]
-        }
-    } else {
-        args.ratio
-            .iter()
-            .map(|r| parse_ratio(r))
-            .collect::<Result<_, _>>()?
-    };
-    py.extend([
-        "--ratios".into(),
+    // Percent, as typed: `oversub.sweep` reads ratios with the same parser.
+    let ratio_text = if args.ratio.is_empty() {
         ratios
             .iter()
-            .map(|r| format!("{r}"))
+            .map(|r| ratio_percent(*r).to_string())
             .collect::<Vec<_>>()
-            .join(","),
-    ]);
-    let policies = if args.policy.is_empty() {
+            .join(",")
+    } else {
+        args.ratio.join(",")
+    };
+    py.extend(["--ratios".into(), ratio_text]);
+    let policy_text = if args.policy.is_empty() {
         "all".to_string()
     } else {
         args.policy.join(",")
     };
-    py.extend(["--policies".into(), policies]);
+    py.extend(["--policies".into(), policy_text]);
     py.extend(["--seeds".into(), args.workload_opts.seed.to_string()]);
     if args.workload_opts.quick {
         py.push("--quick".into());
@@ -281,42 +279,37 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
     if args.no_progress {
         py.push("--no-progress".into());
     }
-    let Some(dir) = &args.out else {
-        return super::ray::delegate("uvm", py, address, args.json.as_deref(), false).map(|_| ());
-    };
-    let value = super::ray::delegate("uvm", py, address, args.json.as_deref(), true)?
+    if args.json.is_none() && args.out.is_none() {
+        return super::ray::delegate("uvm", py, address, None, false).map(|_| ());
+    }
+    let sweep = super::ray::delegate("uvm", py, address, None, true)?
         .ok_or("the Ray sweep's JSON could not be read back")?;
+    let order = SweepOrder {
+        sources: &sources,
+        ratios: &ratios,
+        policies: &policies,
+    };
+    let doc = doc_from_sweep(&sweep, &order, &template)?;
+    if let Some(path) = &args.json {
+        write_file(path, &serde_json::to_string_pretty(&doc)?)?;
+        eprintln!("wrote {}", path.display());
+    }
+    let Some(dir) = &args.out else {
+        return Ok(());
+    };
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    write_file(
-        &dir.join("results.json"),
-        &serde_json::to_string_pretty(&value)?,
-    )?;
-    let rows: Vec<SpeedupRow> = value["speedups"]
-        .as_array()
-        .map(|a| {
-            a.iter()
-                .filter_map(|r| {
-                    Some(SpeedupRow {
-                        workload: r["workload"].as_str()?.to_string(),
-                        ratio_percent: u32::try_from(r["ratio_percent"].as_u64()?).ok()?,
-                        label: r["label"].as_str()?.to_string(),
-                        est_time_s: r["est_time_s"].as_f64()?,
-                        speedup: r["speedup"].as_f64()?,
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default();
-    let tables = figure_tables(&rows, &ratios);
+    write_file(&dir.join("results.json"), &serde_json::to_string(&doc)?)?;
+    let rows = &doc.speedups;
+    let tables = figure_tables(rows, &ratios);
     print!("{tables}");
     let mut report =
         HtmlReport::new("oversub sim uvm on Ray: page migration under oversubscription");
     report.push(HtmlBlock::Paragraph(format!(
-        "{} rows from a sweep run as Ray tasks (oversub.sweep); the per-run analysis figures need a local run.",
-        value["rows"].as_array().map_or(0, Vec::len)
+        "{} runs from a sweep run as Ray tasks (oversub.sweep); the per-run analysis figures need a local run.",
+        doc.runs.len()
     )));
     report.push(HtmlBlock::Pre(tables));
-    for (file, title, chart) in figures(&rows, &ratios) {
+    for (file, title, chart) in figures(rows, &ratios) {
         let svg = chart.to_svg();
         write_file(&dir.join(file), &svg)?;
         report.push(HtmlBlock::Heading(title));
@@ -332,49 +325,77 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
     Ok(())
 }
 
-fn parse_ratio(text: &str) -> Result<f64, BoxError> {
-    suite::parse_ratio(text).ok_or_else(|| {
-        format!("bad ratio `{text}`: give a percentage such as 200 or 200% (or 2x)").into()
-    })
+/// The order a local suite lists its runs in (source × ratio × policy), which the sweep's sorted rows are put back
+/// into so that `--ray` and a local run write the same document.
+struct SweepOrder<'a> {
+    sources: &'a [TraceSource],
+    ratios: &'a [f64],
+    policies: &'a [Policy],
 }
 
-fn parse_sources(args: &UvmArgs) -> Result<Vec<TraceSource>, BoxError> {
-    let mut sources = Vec::new();
-    let all = args.suite || args.workload.iter().any(|w| w.eq_ignore_ascii_case("all"));
-    if all {
-        sources.extend(WorkloadKind::ALL.iter().map(|&k| TraceSource::Workload(k)));
-    } else {
-        for w in &args.workload {
-            sources.push(TraceSource::Workload(WorkloadKind::from_name(w)?));
+impl SweepOrder<'_> {
+    fn key(&self, row: &RunRow, policy: Policy) -> (usize, usize, usize) {
+        let at = |i: Option<usize>| i.unwrap_or(usize::MAX);
+        (
+            at(self.sources.iter().position(|s| s.name() == row.workload)),
+            at(self
+                .ratios
+                .iter()
+                .position(|r| ratio_percent(*r) == row.ratio_percent)),
+            at(self.policies.iter().position(|p| *p == policy)),
+        )
+    }
+}
+
+/// The local run's document from the JSON `python -m oversub.sweep uvm --json` printed: its rows (each run's
+/// `sim_uvm` row, kept apart from its simulation time, which the sweep lists in `sim_seconds`) through
+/// `UvmDoc::from_runs`, with the settings the flags give.
+fn doc_from_sweep(
+    sweep: &serde_json::Value,
+    order: &SweepOrder<'_>,
+    template: &SimConfig,
+) -> Result<UvmDoc, BoxError> {
+    let rows = sweep["rows"]
+        .as_array()
+        .ok_or("the Ray sweep's JSON has no rows")?;
+    let times = sweep["sim_seconds"].as_array();
+    let mut runs = Vec::with_capacity(rows.len());
+    for (i, row) in rows.iter().enumerate() {
+        let mut row = row.clone();
+        let sim_seconds = times
+            .and_then(|t| t.get(i))
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(0.0);
+        if let Some(obj) = row.as_object_mut() {
+            obj.insert("sim_seconds".into(), sim_seconds.into());
         }
+        let run: RunRow = serde_json::from_value(row)
+            .map_err(|e| format!("a row of the Ray sweep's JSON is not a run: {e}"))?;
+        let policy = Policy::parse(&run.policy)?;
+        runs.push((policy, run));
     }
-    sources.extend(args.trace.iter().cloned().map(TraceSource::File));
-    if sources.is_empty() {
-        return Err(
-            "say what to simulate: --workload NAME, --trace FILE or --suite (see --help)".into(),
-        );
-    }
-    Ok(sources)
+    runs.sort_by_key(|(policy, run)| order.key(run, *policy));
+    let wall_s = sweep["wall_s"].as_f64().unwrap_or(0.0);
+    Ok(UvmDoc::from_runs(runs, template, wall_s))
 }
 
-pub fn run(args: UvmArgs) -> Result<(), BoxError> {
-    if let Some(address) = &args.ray {
-        return run_on_ray(&args, address);
-    }
-    let sources = parse_sources(&args)?;
-    let ratios: Vec<f64> = if args.ratio.is_empty() {
-        if args.suite {
+/// The ratios asked for as fractions (2.0 = 200%), which the suite takes; typed in percent.
+fn ratios(args: &UvmArgs) -> Result<Vec<f64>, BoxError> {
+    if args.ratio.is_empty() {
+        return Ok(if args.suite {
             vec![1.0, 2.0, 3.0]
         } else {
             vec![2.0]
-        }
-    } else {
-        args.ratio
-            .iter()
-            .map(|r| parse_ratio(r))
-            .collect::<Result<_, _>>()?
-    };
-    let policies = parse_policies(&args.policy)?;
+        });
+    }
+    args.ratio
+        .iter()
+        .map(|r| suite::parse_ratio(r).map_err(BoxError::from))
+        .collect()
+}
+
+/// The settings every run shares, from the flags; the Ray path builds the same one to describe its document.
+fn template(args: &UvmArgs) -> Result<SimConfig, BoxError> {
     let mut cost = match &args.profile {
         Some(p) => CostModel::from_profile(p)?,
         None => CostModel::default(),
@@ -411,6 +432,36 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
         UnitArg::Group => EvictionUnit::Group,
         UnitArg::Block => EvictionUnit::Block,
     };
+    Ok(template)
+}
+
+fn parse_sources(args: &UvmArgs) -> Result<Vec<TraceSource>, BoxError> {
+    let mut sources = Vec::new();
+    let all = args.suite || args.workload.iter().any(|w| w.eq_ignore_ascii_case("all"));
+    if all {
+        sources.extend(WorkloadKind::ALL.iter().map(|&k| TraceSource::Workload(k)));
+    } else {
+        for w in &args.workload {
+            sources.push(TraceSource::Workload(WorkloadKind::from_name(w)?));
+        }
+    }
+    sources.extend(args.trace.iter().cloned().map(TraceSource::File));
+    if sources.is_empty() {
+        return Err(
+            "say what to simulate: --workload NAME, --trace FILE or --suite (see --help)".into(),
+        );
+    }
+    Ok(sources)
+}
+
+pub fn run(args: UvmArgs) -> Result<(), BoxError> {
+    if let Some(address) = &args.ray {
+        return run_on_ray(&args, address);
+    }
+    let sources = parse_sources(&args)?;
+    let ratios = ratios(&args)?;
+    let policies = parse_policies(&args.policy)?;
+    let template = template(&args)?;
     let spec = SuiteSpec {
         sources,
         ratios,
@@ -1052,18 +1103,4 @@ fn figures(rows: &[SpeedupRow], ratios_f: &[f64]) -> Vec<(String, String, BarCha
         out.push(("fig12.svg".to_string(), title.clone(), chart(title, fig12)));
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ratios_parse_as_percentages() {
-        assert_eq!(parse_ratio("200").unwrap(), 2.0);
-        assert_eq!(parse_ratio("150%").unwrap(), 1.5);
-        assert_eq!(parse_ratio("3x").unwrap(), 3.0);
-        assert!(parse_ratio("-5").is_err());
-        assert!(parse_ratio("lots").is_err());
-    }
 }

@@ -39,9 +39,18 @@ pub enum SimError {
         /// The names accepted, comma separated.
         known: String,
     },
-    /// A parameter out of its range (a negative ratio, an empty trace, a zero-sized cache).
+    /// A parameter out of its range (an empty trace, a zero-sized cache).
     #[error("invalid parameter: {0}")]
     InvalidParameter(String),
+    /// An oversubscription ratio that is not one: not a number, negative, or a bare number so small that it is
+    /// almost certainly a fraction (`2` for 200%) although ratios are percent.
+    #[error("bad ratio `{text}`: {reason}")]
+    BadRatio {
+        /// The ratio as given.
+        text: String,
+        /// Why it is refused, with what was probably meant.
+        reason: String,
+    },
     /// The platform profile could not be read, or is not a valid profile.
     #[error(transparent)]
     Profile(#[from] oversub_profile::ProfileError),

@@ -1,15 +1,15 @@
 //! A suite's results as serializable documents: what `oversub sim uvm --json` writes and the Python bindings'
 //! `sim_uvm` returns.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::cost::CostModel;
 use super::policy::{Policy, LAZY_PG_STAT_THRESHOLDS};
 use super::sim::{
-    EpochPoint, EvictionOrder, EvictionUnit, Geometry, MachineScale, SimResult, TimeBreakdown,
-    TimeModel, Utilisation,
+    EpochPoint, EvictionOrder, EvictionUnit, Geometry, MachineScale, SimConfig, SimResult,
+    TimeBreakdown, TimeModel, Utilisation,
 };
-use super::suite::{ratio_percent, speedups, SpeedupRow, SuiteSpec};
+use super::suite::{ratio_percent, speedups_of, SpeedupRow, SuiteSpec};
 use super::SimError;
 
 /// Policies named as on the command line: none or `all` is the whole suite ([`Policy::suite`]); a bare
@@ -39,9 +39,9 @@ pub fn parse_policies(names: &[String]) -> Result<Vec<Policy>, SimError> {
     Ok(out)
 }
 
-/// A run's speed-up over LazyGrpHW on its workload and ratio, from the figures' rows ([`speedups`]); for a
-/// LazyPgStatSW threshold, which the rows reduce to the best one, from LazyGrpHW's time. None without a LazyGrpHW
-/// run to compare with.
+/// A run's speed-up over LazyGrpHW on its workload and ratio, from the figures' rows
+/// ([`speedups`](super::suite::speedups)); for a LazyPgStatSW threshold, which the rows reduce to the best one, from
+/// LazyGrpHW's time. None without a LazyGrpHW run to compare with.
 pub fn speedup_of(rows: &[SpeedupRow], r: &SimResult) -> Option<f64> {
     let label = r.policy.to_string();
     let ratio = ratio_percent(r.ratio);
@@ -56,20 +56,21 @@ pub fn speedup_of(rows: &[SpeedupRow], r: &SimResult) -> Option<f64> {
         })
 }
 
-/// One run of a suite as a row of the JSON document.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+/// One run of a suite as a row of the JSON document. It deserializes too, so that rows simulated elsewhere (a sweep
+/// on Ray, `oversub.sweep`) come back into the same document ([`UvmDoc::from_runs`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct RunRow {
     /// The trace's name.
     pub workload: String,
-    /// Oversubscription ratio, percent.
-    pub ratio: u32,
+    /// Oversubscription ratio, percent (the paper's unit, named so in every output: `ratio_percent`).
+    pub ratio_percent: u32,
     /// The policy, as the figures name it.
     pub policy: String,
     /// Estimated run time under the suite's time model, seconds.
     pub est_time_s: f64,
     /// The serial estimate (Eqs. 1 and 3's constants, events summed), seconds.
     pub serial_time_s: f64,
-    /// LazyGrpHW's time over this one ([`speedup_of`]).
+    /// LazyGrpHW's time over this one ([`speedup_of`]); filled in by [`UvmDoc::from_runs`].
     pub speedup_vs_lazygrphw: Option<f64>,
     /// Driver service events: faults on unmapped pages and access-counter notifications.
     pub faults: u64,
@@ -127,7 +128,7 @@ impl RunRow {
         let c = &r.counters;
         RunRow {
             workload: r.workload.clone(),
-            ratio: ratio_percent(r.ratio),
+            ratio_percent: ratio_percent(r.ratio),
             policy: r.policy.to_string(),
             est_time_s: r.est_time_s,
             serial_time_s: r.serial_time_s,
@@ -192,7 +193,7 @@ impl CostCurve {
 pub struct UvmDoc {
     /// One row per run, in the results' order.
     pub runs: Vec<RunRow>,
-    /// The figures' rows ([`speedups`]).
+    /// The figures' rows ([`speedups`](super::suite::speedups)).
     pub speedups: Vec<SpeedupRow>,
     /// The cost model's constants: decision constants and machine.
     pub cost_model: CostModel,
@@ -213,24 +214,56 @@ pub struct UvmDoc {
 impl UvmDoc {
     /// The document of `results`, run from `spec` in `wall_seconds`.
     pub fn new(results: &[SimResult], spec: &SuiteSpec, wall_seconds: f64) -> Self {
-        let rows = speedups(results);
         let page = spec.template.cost.page_bytes;
         let runs = results
             .iter()
-            .map(|r| RunRow::new(r, speedup_of(&rows, r), page))
+            .map(|r| (r.policy, RunRow::new(r, None, page)))
+            .collect();
+        Self::from_runs(runs, &spec.template, wall_seconds)
+    }
+
+    /// The document of runs simulated with `template`'s settings, each with its policy, in the order the document
+    /// lists them: what [`UvmDoc::new`] makes of a local suite, and what a front end makes of rows that were
+    /// simulated elsewhere (`oversub sim uvm --ray`), so that both write one shape. The speed-ups (the figures' rows
+    /// and each run's `speedup_vs_lazygrphw`) are computed here from the runs' estimated times.
+    pub fn from_runs(runs: Vec<(Policy, RunRow)>, template: &SimConfig, wall_seconds: f64) -> Self {
+        let keys: Vec<(&str, u32, Policy, f64)> = runs
+            .iter()
+            .map(|(p, r)| (r.workload.as_str(), r.ratio_percent, *p, r.est_time_s))
+            .collect();
+        let rows = speedups_of(&keys);
+        let runs = runs
+            .into_iter()
+            .map(|(_, mut r)| {
+                r.speedup_vs_lazygrphw = row_speedup(&rows, &r);
+                r
+            })
             .collect();
         UvmDoc {
             runs,
             speedups: rows,
-            cost_model: spec.template.cost.clone(),
-            time_model: spec.template.time_model,
-            machine_scale: spec.template.machine_scale,
-            cost_curves: CostCurve::figure7(&spec.template.cost),
-            eviction: spec.template.eviction,
-            eviction_unit: spec.template.eviction_unit,
+            cost_model: template.cost.clone(),
+            time_model: template.time_model,
+            machine_scale: template.machine_scale,
+            cost_curves: CostCurve::figure7(&template.cost),
+            eviction: template.eviction,
+            eviction_unit: template.eviction_unit,
             wall_seconds,
         }
     }
+}
+
+/// [`speedup_of`] for a row rather than a result.
+fn row_speedup(rows: &[SpeedupRow], r: &RunRow) -> Option<f64> {
+    let same = |s: &&SpeedupRow| s.workload == r.workload && s.ratio_percent == r.ratio_percent;
+    rows.iter()
+        .filter(same)
+        .find(|s| s.label == r.policy)
+        .map(|s| s.speedup)
+        .or_else(|| {
+            let base = rows.iter().filter(same).find(|s| s.label == "LazyGrpHW")?;
+            (r.est_time_s > 0.0).then(|| base.est_time_s / r.est_time_s)
+        })
 }
 
 #[cfg(test)]

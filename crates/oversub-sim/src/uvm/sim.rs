@@ -12,7 +12,7 @@
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::cache::L2Cache;
 use super::cost::{CostModel, PAPER_GPU_MEMORY_BYTES};
@@ -385,7 +385,7 @@ impl Counters {
 }
 
 /// The time of one epoch (or a whole run) by resource, seconds. The overlap model charges their maximum per epoch.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeParts {
     /// Bus to the GPU: copy setups plus migrated and remotely read bytes at min(B_C, B_PCI).
     pub bus_h2d_s: f64,
@@ -436,7 +436,7 @@ impl TimeParts {
 }
 
 /// Where a run's time went, under the overlap model.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize, Deserialize)]
 pub struct TimeBreakdown {
     /// Each resource's busy time summed over the epochs (their sum is the time without overlap).
     pub parts: TimeParts,
@@ -449,7 +449,7 @@ pub struct TimeBreakdown {
 }
 
 /// Sizes the run's machine ended up with.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Geometry {
     /// GPU memory over the paper's 5935 MiB (1 under [`MachineScale::None`]).
     pub scale: f64,
@@ -462,7 +462,7 @@ pub struct Geometry {
 }
 
 /// Some epochs of a run, merged: one point of Figs. 5, 9 and 10.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct EpochPoint {
     /// Accesses simulated by the end of these epochs.
     pub end_access: u64,
@@ -481,7 +481,7 @@ pub struct EpochPoint {
 }
 
 /// Utilisation of pages at eviction: what Figs. 3 and 4 show.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Utilisation {
     /// Evictions by lines used during the residency just ended: index = lines (0..=lines per page).
     pub at_eviction: Vec<u64>,

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use super::policy::{Policy, LAZY_GRP_HW_THRESHOLD};
 use super::sim::{simulate, PreparedTrace, PreparedTraceBuilder, SimConfig, SimResult};
@@ -257,7 +257,7 @@ fn trace_for(
 }
 
 /// One bar of the paper's figures: a policy's speed-up over LazyGrpHW on one workload at one ratio.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct SpeedupRow {
     /// Workload.
     pub workload: String,
@@ -271,18 +271,67 @@ pub struct SpeedupRow {
     pub speedup: f64,
 }
 
-/// An oversubscription ratio as the command line spells it: percent (`200`, `200%` → 2.0) or a factor (`2x` → 2.0).
-/// None unless it is a finite, non-negative number.
-pub fn parse_ratio(text: &str) -> Option<f64> {
-    let t = text.trim();
-    let (number, scale) = if let Some(x) = t.strip_suffix(['x', 'X']) {
-        (x, 1.0)
-    } else {
-        (t.trim_end_matches('%'), 0.01)
+/// Bare ratios below this many percent are refused ([`ratio_from_percent`]): until issue 32 Python took fractions
+/// (`2.0` = 200%) and the command line percent, so a bare `2` is far likelier a fraction than 2%. Between 1 and 10
+/// the two readings overlap (5 could be 5% or 500%); from 10 up a fraction would be an oversubscription of 1000% or
+/// more, which nobody means, so those numbers are read as percent without a doubt. `"5%"` says 5% explicitly.
+pub const SMALLEST_BARE_PERCENT: f64 = 10.0;
+
+/// An oversubscription ratio given as a bare number, in percent as the paper writes it (`200` → 2.0, the fraction
+/// [`SimConfig`] takes). Refuses negative and non-finite numbers, and numbers above 0 but
+/// below [`SMALLEST_BARE_PERCENT`], whose error asks whether the percentage was meant ("did you mean 200?").
+pub fn ratio_from_percent(percent: f64) -> Result<f64, SimError> {
+    ratio_number(percent, &format_number(percent))
+}
+
+fn ratio_number(percent: f64, text: &str) -> Result<f64, SimError> {
+    let bad = |reason: String| SimError::BadRatio {
+        text: text.to_string(),
+        reason,
     };
-    match number.trim().parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Some(v * scale),
-        _ => None,
+    if !percent.is_finite() || percent < 0.0 {
+        return Err(bad(
+            "give a non-negative percentage such as 200 (or 200%, or 2x)".into(),
+        ));
+    }
+    if percent > 0.0 && percent < SMALLEST_BARE_PERCENT {
+        return Err(bad(format!(
+            "ratios are percent as in the paper: did you mean {}? (write {}% if you do mean {}%)",
+            format_number(percent * 100.0),
+            format_number(percent),
+            format_number(percent)
+        )));
+    }
+    Ok(percent / 100.0)
+}
+
+/// `200` rather than `200.0`, `12.5` as it is, for messages.
+fn format_number(v: f64) -> String {
+    format!("{}", (v * 1e6).round() / 1e6)
+}
+
+/// An oversubscription ratio as the command line spells it: percent (`200`, `200%` → 2.0) or a factor (`2x` → 2.0).
+/// A bare number is read as [`ratio_from_percent`] reads it (small numbers refused as likely fractions); with `%`
+/// or `x` the unit is explicit and any finite, non-negative value is taken.
+pub fn parse_ratio(text: &str) -> Result<f64, SimError> {
+    let t = text.trim();
+    let bad = || SimError::BadRatio {
+        text: t.to_string(),
+        reason: "give a percentage such as 200 or 200% (or 2x)".into(),
+    };
+    let explicit = |number: &str, scale: f64| match number.trim().parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v * scale),
+        _ => Err(bad()),
+    };
+    if let Some(x) = t.strip_suffix(['x', 'X']) {
+        explicit(x, 1.0)
+    } else if let Some(p) = t.strip_suffix('%') {
+        explicit(p, 0.01)
+    } else {
+        match t.parse::<f64>() {
+            Ok(v) => ratio_number(v, t),
+            Err(_) => Err(bad()),
+        }
     }
 }
 
@@ -295,52 +344,66 @@ pub fn ratio_percent(ratio: f64) -> u32 {
 /// LazyPgStatSW reduced to its best threshold ("LazyPgStatSW", as Fig. 8 shows it). Rows keep the order of
 /// `results`; workload/ratio pairs without a LazyGrpHW run are left out.
 pub fn speedups(results: &[SimResult]) -> Vec<SpeedupRow> {
+    let runs: Vec<(&str, u32, Policy, f64)> = results
+        .iter()
+        .map(|r| {
+            (
+                r.workload.as_str(),
+                ratio_percent(r.ratio),
+                r.policy,
+                r.est_time_s,
+            )
+        })
+        .collect();
+    speedups_of(&runs)
+}
+
+/// [`speedups`] of runs given as (workload, ratio in percent, policy, estimated time), in the suite's order: the
+/// one computation behind a local suite's rows and rows read back from elsewhere (a sweep on Ray).
+pub fn speedups_of(runs: &[(&str, u32, Policy, f64)]) -> Vec<SpeedupRow> {
     let mut rows = Vec::new();
-    let mut keys: Vec<(String, u32)> = Vec::new();
-    for r in results {
-        let key = (r.workload.clone(), ratio_percent(r.ratio));
-        if !keys.contains(&key) {
-            keys.push(key);
+    let mut keys: Vec<(&str, u32)> = Vec::new();
+    for &(workload, ratio, _, _) in runs {
+        if !keys.contains(&(workload, ratio)) {
+            keys.push((workload, ratio));
         }
     }
+    let base_policy = Policy::LazyGrpHw {
+        threshold: LAZY_GRP_HW_THRESHOLD,
+    };
     for (workload, ratio) in keys {
-        let group: Vec<&SimResult> = results
+        let group: Vec<&(&str, u32, Policy, f64)> = runs
             .iter()
-            .filter(|r| r.workload == workload && ratio_percent(r.ratio) == ratio)
+            .filter(|r| r.0 == workload && r.1 == ratio)
             .collect();
-        let Some(base) = group.iter().find(|r| {
-            r.policy
-                == Policy::LazyGrpHw {
-                    threshold: LAZY_GRP_HW_THRESHOLD,
-                }
-        }) else {
+        let Some(&&(_, _, _, base_time)) = group.iter().find(|r| r.2 == base_policy) else {
             continue;
         };
         let mut push = |label: String, t: f64| {
             rows.push(SpeedupRow {
-                workload: workload.clone(),
+                workload: workload.to_string(),
                 ratio_percent: ratio,
                 label,
                 est_time_s: t,
                 speedup: if t > 0.0 {
-                    base.est_time_s / t
+                    base_time / t
                 } else {
                     f64::INFINITY
                 },
             });
         };
-        let mut best_static: Option<&SimResult> = None;
-        for r in &group {
-            if let Policy::LazyPgStatSw { .. } = r.policy {
-                if best_static.is_none_or(|b| r.est_time_s < b.est_time_s) {
-                    best_static = Some(r);
+        let mut best_static: Option<f64> = None;
+        for &&(_, _, policy, t) in &group {
+            if let Policy::LazyPgStatSw { .. } = policy {
+                if best_static.is_none_or(|b| t < b) {
+                    best_static = Some(t);
                 }
                 continue;
             }
-            push(r.policy.to_string(), r.est_time_s);
+            push(policy.to_string(), t);
         }
         if let Some(b) = best_static {
-            push("LazyPgStatSW".to_string(), b.est_time_s);
+            push("LazyPgStatSW".to_string(), b);
         }
     }
     rows
@@ -356,4 +419,49 @@ pub fn geomean(values: impl IntoIterator<Item = f64>) -> Option<f64> {
         }
     }
     (n > 0).then(|| (sum / f64::from(n)).exp())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratios_are_percent_and_small_bare_numbers_are_refused() {
+        assert_eq!(parse_ratio("200").unwrap(), 2.0);
+        assert_eq!(parse_ratio(" 150% ").unwrap(), 1.5);
+        assert_eq!(parse_ratio("3x").unwrap(), 3.0);
+        assert_eq!(parse_ratio("0").unwrap(), 0.0);
+        assert_eq!(parse_ratio("10").unwrap(), 0.1);
+        // Explicit units take any non-negative value.
+        assert_eq!(parse_ratio("5%").unwrap(), 0.05);
+        assert_eq!(parse_ratio("0.5x").unwrap(), 0.5);
+        for text in ["2", "2.0", "0.5", "9.99"] {
+            let e = parse_ratio(text).unwrap_err().to_string();
+            assert!(
+                e.contains("ratios are percent as in the paper: did you mean"),
+                "{text}: {e}"
+            );
+        }
+        assert!(parse_ratio("2")
+            .unwrap_err()
+            .to_string()
+            .contains("did you mean 200?"));
+        assert!(parse_ratio("0.5")
+            .unwrap_err()
+            .to_string()
+            .contains("did you mean 50?"));
+        for text in ["-5", "lots", "", "nan", "inf", "-2x", "%"] {
+            assert!(
+                matches!(parse_ratio(text), Err(SimError::BadRatio { .. })),
+                "{text}"
+            );
+        }
+        assert_eq!(ratio_from_percent(200.0).unwrap(), 2.0);
+        assert!(ratio_from_percent(3.0)
+            .unwrap_err()
+            .to_string()
+            .contains("did you mean 300?"));
+        assert!(ratio_from_percent(-1.0).is_err());
+        assert!(ratio_from_percent(f64::NAN).is_err());
+    }
 }

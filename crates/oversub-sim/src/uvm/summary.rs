@@ -65,7 +65,7 @@ pub fn lookup(rows: &[SpeedupRow], workload: &str, ratio: u32, label: &str) -> O
 /// One CSV line per run (with its speed-up over LazyGrpHW), commas in names replaced by semicolons.
 pub fn csv(results: &[SimResult], rows: &[SpeedupRow]) -> String {
     let mut out = String::from(
-        "workload,ratio,policy,est_time_s,speedup_vs_lazygrphw,faults,migrations,prefetches,evictions,\
+        "workload,ratio_percent,policy,est_time_s,speedup_vs_lazygrphw,faults,migrations,prefetches,evictions,\
          evictions_per_page,remote_accesses,cache_hits,gpu_mem_accesses,bytes_h2d,bytes_d2h,accesses,sim_seconds,\
          serial_time_s,throttles,pins,pst_updates\n",
     );
@@ -136,7 +136,7 @@ mod tests {
     fn empty_results() {
         assert!(find(&[], "a", 200, "Oracle").is_none());
         assert!(best_static(&[], "a", 200).is_none());
-        assert!(csv(&[], &[]).starts_with("workload,ratio,policy,"));
+        assert!(csv(&[], &[]).starts_with("workload,ratio_percent,policy,"));
         assert_eq!(csv(&[], &[]).lines().count(), 1);
     }
 }
