@@ -109,8 +109,8 @@ impl MissProfile {
                 repetitions_with_misses,
             } => format!(
                 "misses with every slot started on time ({repetitions_with_misses} of {} repetitions): the works \
-                 ran past their windows, not the paging (a CPU busy with other work, or works longer than their \
-                 budget); {by_rep}",
+                 ran past their windows, not the paging's timing (their CPU was shared: with the pager's checksums \
+                 and copies on a small machine, or with other programs; `--inflate` budgets for that); {by_rep}",
                 self.repetitions.len()
             ),
             MissOrigin::SteadyState {
@@ -251,7 +251,12 @@ mod tests {
 
     #[test]
     fn misses_of_slots_that_started_on_time_are_the_works_own() {
-        let o = origin(&[rep(0, 0, 0.0), rep(1, 2, 0.004), rep(2, 0, 0.0), rep(3, 1, 0.0)]);
+        let o = origin(&[
+            rep(0, 0, 0.0),
+            rep(1, 2, 0.004),
+            rep(2, 0, 0.0),
+            rep(3, 1, 0.0),
+        ]);
         assert_eq!(
             o,
             MissOrigin::WorkOverran {
