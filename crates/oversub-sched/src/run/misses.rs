@@ -57,6 +57,15 @@ pub enum MissOrigin {
         /// Repetitions with a miss, of all repetitions.
         repetitions_with_misses: usize,
     },
+    /// Misses in one repetition only, after the first: a hiccup of the machine or the store, not a trend.
+    Isolated {
+        /// The repetition.
+        hyperperiod: usize,
+        /// Whether it was counted (after the warm-up).
+        counted: bool,
+        /// Its worst lateness, seconds.
+        worst_lateness_s: f64,
+    },
     /// Misses all through the run without a falling backlog: the paging does not fit the slots at this period and
     /// these speeds (the steady state is infeasible in practice).
     SteadyState {
@@ -112,6 +121,16 @@ impl MissProfile {
                  ran past their windows, not the paging's timing (their CPU was shared: with the pager's checksums \
                  and copies on a small machine, or with other programs; `--inflate` budgets for that); {by_rep}",
                 self.repetitions.len()
+            ),
+            MissOrigin::Isolated {
+                hyperperiod,
+                counted,
+                worst_lateness_s,
+            } => format!(
+                "misses in one repetition only ({hyperperiod}, {}; worst start {:.0} ms late): a hiccup of the \
+                 machine or the store, not a trend; {by_rep}",
+                if counted { "counted" } else { "warm-up" },
+                worst_lateness_s * 1e3
             ),
             MissOrigin::SteadyState {
                 repetitions_with_misses,
@@ -185,6 +204,15 @@ fn origin(reps: &[Repetition]) -> MissOrigin {
             return MissOrigin::StartCaughtUp {
                 initial_lateness_s: first.worst_lateness_s,
                 on_time_from: from,
+            };
+        }
+    }
+    if let [only] = reps.iter().filter(|r| r.misses > 0).collect::<Vec<_>>()[..] {
+        if only.hyperperiod > 0 {
+            return MissOrigin::Isolated {
+                hyperperiod: only.hyperperiod,
+                counted: only.counted,
+                worst_lateness_s: only.worst_lateness_s,
             };
         }
     }
@@ -263,6 +291,12 @@ mod tests {
                 repetitions_with_misses: 2
             }
         );
+    }
+
+    #[test]
+    fn one_late_repetition_after_the_first_is_a_hiccup() {
+        let o = origin(&[rep(0, 0, 0.0), rep(1, 0, 0.0), rep(2, 1, 0.04), rep(3, 0, 0.0)]);
+        assert!(matches!(o, MissOrigin::Isolated { hyperperiod: 2, .. }), "{o:?}");
     }
 
     #[test]
