@@ -197,11 +197,14 @@ fn a_warm_up_that_does_not_catch_up_ends_when_the_lateness_stops_falling() {
     assert!((2..=10).contains(&r.warmup_hyperperiods), "{r:?}");
     assert_eq!(r.hyperperiods, r.warmup_hyperperiods + 2);
     assert_eq!(r.deadline_misses, r.counted_slots());
+    // The slots start on time and their works run past their windows: the works' own misses (WorkOverran) on a
+    // quiet machine; a start delayed past the on-time margin by a busy one can read as another origin, never as
+    // none or as a start that caught up.
     let profile = oversub_sched::miss_profile(&r);
     assert!(
-        matches!(
+        !matches!(
             profile.origin,
-            oversub_sched::MissOrigin::SteadyState { .. }
+            oversub_sched::MissOrigin::None | oversub_sched::MissOrigin::StartCaughtUp { .. }
         ),
         "{profile:?}"
     );

@@ -295,8 +295,16 @@ mod tests {
 
     #[test]
     fn one_late_repetition_after_the_first_is_a_hiccup() {
-        let o = origin(&[rep(0, 0, 0.0), rep(1, 0, 0.0), rep(2, 1, 0.04), rep(3, 0, 0.0)]);
-        assert!(matches!(o, MissOrigin::Isolated { hyperperiod: 2, .. }), "{o:?}");
+        let o = origin(&[
+            rep(0, 0, 0.0),
+            rep(1, 0, 0.0),
+            rep(2, 1, 0.04),
+            rep(3, 0, 0.0),
+        ]);
+        assert!(
+            matches!(o, MissOrigin::Isolated { hyperperiod: 2, .. }),
+            "{o:?}"
+        );
     }
 
     #[test]
