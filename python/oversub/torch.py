@@ -5,7 +5,10 @@ into one oversub buffer, written to the swap store once (read-only for inference
 ``forward`` is about to run. The first forward pass records the order in which the groups ran; later passes start
 the page-ins of the next groups ahead of need (``lookahead``), and when the pool is full the group evicted is the
 resident one whose next use in the recorded order is furthest away (Belady), so the part of a model that fits stays
-resident across passes. A pass that departs from the recorded order continues on demand and is recorded instead::
+resident across passes: once the order is known, the groups that fit beside two rotating ones stay resident for the
+whole pass, and the others rotate through the rest. With ``host_memory`` (by default on a CUDA device, what the
+host's RAM has to spare) the groups are kept in a host tier, pinned, and paged in from RAM instead of the store.
+A pass that departs from the recorded order continues on demand and is recorded instead::
 
     import oversub.torch as ot
     model = build_model()                                   # weights on "cpu", or on "meta" + a checkpoint
