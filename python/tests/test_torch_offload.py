@@ -685,6 +685,34 @@ def test_no_fixed_part_on_demand(tmp_path, x):
     assert ot.stats(m)["pinned_groups"] == []
 
 
+def test_generate_with_a_kv_cache_keeps_the_order(tmp_path):
+    """A Llama's greedy generate (a prefill pass, then one pass per token with the KV cache growing) through the
+    host tier and the fixed part of the residency: the same tokens as the resident model, every pass after the
+    first follows the learned order, and the groups kept resident are not read again."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=1024, max_position_embeddings=128)
+    m = tf.LlamaForCausalLM(cfg).eval()
+    inp = torch.randint(0, 1024, (1, 12), generator=torch.Generator().manual_seed(3))
+    kw = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        ref = m.generate(inp, **kw)
+    total = sum(p.numel() * p.element_size() for p in m.parameters())
+    h = ot.offload(m, capacity=total // 2, store=tmp_path, host_memory="8MiB")
+    names = {g.name for g in h.groups}
+    assert {"model.embed_tokens", "lm_head"} <= names and ot.stats(m)["groups_in_host_tier"] == len(h.groups)
+    with torch.no_grad():
+        assert torch.equal(m.generate(inp, **kw), ref)
+        before = ot.stats(m)
+        assert torch.equal(m.generate(inp, **kw), ref)
+    s = ot.stats(m)
+    assert s["traces_recorded"] == 1 and s["divergences"] == 0 and s["passes"] == 20
+    assert s["pinned_groups"] and all(s["page_ins_per_group"][n] == before["page_ins_per_group"][n]
+                                      for n in s["pinned_groups"])
+    assert s["bytes_from_store"] == 0 and s["bytes_from_host_tier"] == s["bytes_paged_in"]
+
+
 # --- on a GPU (opt-in: OVERSUB_TEST_CUDA=1) ----------------------------------------------------------------------------
 
 gpu = pytest.mark.skipif(os.environ.get("OVERSUB_TEST_CUDA") != "1", reason="GPU tests are opt-in: OVERSUB_TEST_CUDA=1")
