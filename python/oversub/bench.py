@@ -160,7 +160,8 @@ def _table(rows: list[dict]) -> str:
 _OFFLOAD_METHODS = {
     "resident": "all weights resident (the floor)",
     "oversub-demand": "oversub.torch, lookahead=0 (on demand)",
-    "oversub-learned": "oversub.torch, order learned from the first pass",
+    "oversub-learned": "oversub.torch, order learned from the first pass (on a GPU: host_memory='auto', the host tier)",
+    "oversub-store": "oversub.torch, order learned, host_memory=0: every page-in from the store (GPU only)",
     "deepspeed-zero3-nvme": "DeepSpeed ZeRO-3, offload_param nvme (CPU accelerator, one gloo process)",
     "accelerate-disk": "accelerate disk_offload (np.memmap per weight)",
     "accelerate-safetensors": "accelerate device_map='disk' with the safetensors file as offload index",
@@ -377,6 +378,8 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
     dev = torch.device(spec.get("device", "cpu"))
     if dev.type == "cuda" and method in _HOST_ONLY:
         raise _Skip(_HOST_ONLY[method])
+    if dev.type != "cuda" and method == "oversub-store":
+        raise _Skip("on the CPU backend oversub-learned has no host tier either (host_memory='auto' is 0 there)")
     info: dict = {"t0": time.perf_counter()}  # reset where loading the weights starts
     before_pass: list = []
     if method == "resident":
@@ -395,7 +398,7 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         la = spec["lookahead"]
         h = ot.offload(model, capacity=capacity, store=store, checkpoint=ckpt, device=str(dev),
                        lookahead=0 if method == "oversub-demand" else (la if la == "auto" else int(la)),
-                       verify_checksums=spec["checksums"])
+                       verify_checksums=spec["checksums"], host_memory=0 if method == "oversub-store" else "auto")
         info["groups"] = len(h.groups)
         info["kept_bytes"] = h.kept_bytes
         info["transfer_path"] = h.pool.transfer_path
@@ -600,7 +603,9 @@ def _worker(args) -> int:
         if "stats" in info:
             st = info.pop("stats")()
             result["oversub"] = {k: st[k] for k in ("paging_hidden", "lookahead", "hits", "page_ins_on_demand",
-                                                    "page_ins_prefetched", "bytes_paged_in", "load_s")}
+                                                    "page_ins_prefetched", "bytes_paged_in", "load_s",
+                                                    "bytes_from_host_tier", "bytes_from_store", "host_tier_bytes",
+                                                    "pinned_groups")}
             result["oversub"]["passes"] = waits
         result["info"] = info
     except SystemExit:
@@ -744,7 +749,11 @@ def _offload_main(args) -> int:
                     o = r["oversub"]
                     hid = f"{o['paging_hidden']:.0%}" if o["paging_hidden"] is not None else "-"
                     print(f"  {r['method']}: lookahead {o['lookahead']}, paging hidden {hid}, "
-                          f"{o['page_ins_prefetched']} prefetched / {o['page_ins_on_demand']} on demand page-ins")
+                          f"{o['page_ins_prefetched']} prefetched / {o['page_ins_on_demand']} on demand page-ins, "
+                          f"{o.get('bytes_from_host_tier', 0) / _MIB:.0f} MiB from the host tier "
+                          f"({o.get('host_tier_bytes', 0) / _MIB:.0f} MiB), "
+                          f"{o.get('bytes_from_store', 0) / _MIB:.0f} MiB from the store, "
+                          f"{len(o.get('pinned_groups') or [])} groups kept resident")
                 if r.get("info", {}).get("note"):
                     print(f"  {r['method']}: {r['info']['note']}")
         finally:

@@ -5,7 +5,10 @@ into one oversub buffer, written to the swap store once (read-only for inference
 ``forward`` is about to run. The first forward pass records the order in which the groups ran; later passes start
 the page-ins of the next groups ahead of need (``lookahead``), and when the pool is full the group evicted is the
 resident one whose next use in the recorded order is furthest away (Belady), so the part of a model that fits stays
-resident across passes. A pass that departs from the recorded order continues on demand and is recorded instead::
+resident across passes: once the order is known, the groups that fit beside two rotating ones stay resident for the
+whole pass, and the others rotate through the rest. With ``host_memory`` (by default on a CUDA device, what the
+host's RAM has to spare) the groups are kept in a host tier, pinned, and paged in from RAM instead of the store.
+A pass that departs from the recorded order continues on demand and is recorded instead::
 
     import oversub.torch as ot
     model = build_model()                                   # weights on "cpu", or on "meta" + a checkpoint
@@ -119,6 +122,36 @@ def _parse_size(size: int | str) -> int:
 
 def _round_up(n: int, align: int) -> int:
     return (n + align - 1) // align * align
+
+
+# The host tier's granule (the core's TIER_ALIGN), and what host_memory="auto" leaves free of MemAvailable.
+_TIER_ALIGN = 4096
+_HOST_HEADROOM_MIN = 2 << 30
+
+
+def _meminfo() -> dict[str, int]:
+    """/proc/meminfo in bytes ({} where it cannot be read)."""
+    out: dict[str, int] = {}
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                key, _, rest = line.partition(":")
+                parts = rest.split()
+                if parts and parts[0].isdigit():
+                    out[key] = int(parts[0]) * (1024 if parts[1:] == ["kB"] else 1)
+    except OSError:
+        pass
+    return out
+
+
+def _auto_host_memory() -> int:
+    """The host tier ``host_memory="auto"`` may take: ``MemAvailable`` less an eighth of ``MemTotal`` (at least 2
+    GiB), left for the process's own memory (activations, the CUDA context, torch) and the rest of the machine."""
+    info = _meminfo()
+    avail, total = info.get("MemAvailable"), info.get("MemTotal")
+    if avail is None or total is None:
+        return 0
+    return max(0, avail - max(total // 8, _HOST_HEADROOM_MIN))
 
 
 def _fmt(n: int | float) -> str:
@@ -287,6 +320,8 @@ class _Group:
     calls: int = 0
     loaded: bool = False  # the slots' tensors were moved into the buffer
     external: tuple[str, int] | None = None  # (checkpoint file, aligned offset): the file is this group's store
+    tier: str = "store"  # where its paged-out bytes are: "host" (the host tier), "store", or "checkpoint"
+    pinned: bool = False  # kept resident for the whole pass (the fixed part of the residency; see _plan_residency)
 
 
 def _module_tensors(module: nn.Module, recurse: bool):
@@ -365,7 +400,8 @@ class Offloaded:
     """What :func:`offload` returns (and attaches to the model): the pool, the groups, the hooks, the trace."""
 
     def __init__(self, model: nn.Module, *, capacity: int, store, device: str, lookahead, order, trainable: bool,
-                 store_capacity: int | None, verify_checksums: bool, copy_checkpoint: bool = False):
+                 store_capacity: int | None, verify_checksums: bool, copy_checkpoint: bool = False,
+                 host_memory: int | str = "auto"):
         self.model = model
         self.capacity = capacity
         self.store = store
@@ -381,6 +417,12 @@ class Offloaded:
         self.store_capacity = store_capacity
         self.verify_checksums = verify_checksums
         self.copy_checkpoint = copy_checkpoint
+        if host_memory != "auto":
+            host_memory = _parse_size(host_memory)
+            if host_memory < 0:
+                raise ValueError(f"host_memory must be 'auto', a size or 0, not {host_memory!r}")
+        self.host_memory = host_memory
+        self.host_tier_bytes = 0  # the host tier's size, decided in _plan_host_tier
         self.groups: list[_Group] = []
         self.kept_bytes = 0
         self.pool = None
@@ -406,7 +448,7 @@ class Offloaded:
             passes=0, traces_recorded=0, divergences=0, bytes_paged_in=0, bytes_paged_out=0, bytes_written=0,
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
             evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
-            groups_in_checkpoint=0,
+            groups_in_checkpoint=0, groups_in_host_tier=0, bytes_from_host_tier=0, bytes_from_store=0,
         )
         self.per_pass: list[dict[str, Any]] = []
 
@@ -518,9 +560,10 @@ class Offloaded:
                 raise CheckpointError(
                     f"{len(missing)} tensors are on the meta device and no checkpoint was given (first: "
                     f"{missing[0]}): pass checkpoint='model.safetensors'")
+        self._plan_host_tier()
         if reader is not None and not self.copy_checkpoint and not self.trainable:
             self._place_in_checkpoint(reader)
-        copied = [g for g in self.groups if g.external is None]
+        copied = [g for g in self.groups if g.external is None and g.tier != "host"]
         total_store = sum(_round_up(g.nbytes, 2 * _MIB) for g in copied) if copied else _MIB
         try:
             self._create_pool(total_store)
@@ -544,6 +587,26 @@ class Offloaded:
             self._set_trace(self._resolve_order(self._explicit_order, names))
         self._install_hooks()
 
+    def _plan_host_tier(self) -> None:
+        """Sizes the host tier and marks the groups it will hold (``tier = "host"``): the groups in their order, as
+        many as fit in ``host_memory`` (``"auto"``: on a CUDA device, what ``MemAvailable`` leaves after
+        :data:`_HOST_HEADROOM`; on the CPU backend, none). Those groups are written to the tier at load (a checkpoint
+        is read once into it, not used in place) and paged in from it; the store backs the rest."""
+        need = sum(_round_up(g.nbytes, _TIER_ALIGN) for g in self.groups)
+        if self.host_memory == "auto":
+            budget = _auto_host_memory() if self.device.type == "cuda" else 0
+        else:
+            budget = int(self.host_memory)
+        budget = min(budget, need)
+        acc = 0
+        for g in self.groups:
+            size = _round_up(g.nbytes, _TIER_ALIGN)
+            if acc + size > budget:
+                break  # the tier fills in the groups' order: a later group that would fit is not taken out of turn
+            acc += size
+            g.tier = "host"
+        self.host_tier_bytes = acc
+
     def _place_in_checkpoint(self, reader: _CheckpointReader) -> None:
         """Marks the groups whose checkpoint bytes can be their buffer: every tensor in one file with the model's
         dtype, together (the span holds at most 1/8 of other bytes), at offsets torch can view with that dtype, and
@@ -551,6 +614,8 @@ class Offloaded:
         gran = 4096 if self.device.type == "cpu" else 2 * _MIB
         sizes: dict[str, int] = {}
         for g in self.groups:
+            if g.tier == "host":
+                continue  # read once from the checkpoint into the host tier, then paged in from there
             entries = [reader.index[s.qualname] for s in g.slots]
             path = entries[0].path
             if any(e.path != path or e.dtype != s.dtype for e, s in zip(entries, g.slots)):
@@ -576,8 +641,22 @@ class Offloaded:
             store_capacity=self.store_capacity or store_bytes + 2 * _MIB, verify_checksums=self.verify_checksums)
         if self.device.type == "cuda":
             kwargs["device_index"] = self.device.index or 0
+        if self.host_tier_bytes:
+            kwargs.update(host_tier=self.host_tier_bytes, pinned_host_tier=self.device.type == "cuda")
         try:
-            self.pool = Pool(self.capacity, **kwargs)
+            try:
+                self.pool = Pool(self.capacity, **kwargs)
+            except _errors.Error as e:
+                if not self.host_tier_bytes or self.host_memory != "auto" or isinstance(e, _errors.IoError):
+                    raise
+                # The tier could not be allocated (or pinned): the store backs every group instead.
+                warnings.warn(f"oversub.torch: no host tier of {_fmt(self.host_tier_bytes)} ({e}); every group "
+                              "is paged from the store", stacklevel=4)
+                self.host_tier_bytes = 0
+                del kwargs["host_tier"], kwargs["pinned_host_tier"]
+                store_bytes = sum(_round_up(g.nbytes, 2 * _MIB) for g in self.groups if g.external is None)
+                kwargs["store_capacity"] = self.store_capacity or store_bytes + 2 * _MIB
+                self.pool = Pool(self.capacity, **kwargs)
         except _errors.IoError as e:
             if "os error 28" in str(e) or "No space" in str(e):
                 raise StoreTooSmallError(
@@ -677,6 +756,14 @@ class Offloaded:
             except _errors.StoreFullError as e:
                 raise StoreTooSmallError(f"the store is full at group {g.name}: {e}") from e
             pending.pop(0)
+        # Where each group's bytes now are, as the pager placed them (the tier takes a page-out while it has room;
+        # a read-only buffer keeps that copy for good, so a group's tier never changes).
+        for g in self.groups:
+            if g.external is not None:
+                g.tier = "checkpoint"
+            else:
+                g.tier = "host" if g.buf.info()["in_host_tier"] else "store"
+        self.c["groups_in_host_tier"] = sum(g.tier == "host" for g in self.groups)
 
     def _take_placeholders(self, g: _Group) -> None:
         """The group's tensors hold placeholders from now on (its buffer is paged out); a meta tensor is replaced by
@@ -751,6 +838,63 @@ class Offloaded:
         self._uses = {}
         for pos, gi in enumerate(self.trace):
             self._uses.setdefault(gi, []).append(pos)
+        self._plan_residency()
+
+    def _window_bytes(self, rotating: set[int]) -> int:
+        """Room the rotating groups need at once: the most bytes of two consecutive distinct rotating groups of the
+        cyclic trace (the running group and the next one, paged in while it runs; one group with ``lookahead=0``).
+        A deeper lookahead prefetches into what the rotating part has to spare beyond that: the bytes kept resident
+        count for more than slack in the prefetch, when the read of a group takes longer than its compute."""
+        trace, reserved = self.trace, [g.reserved for g in self.groups]
+        rot = [gi for gi in trace if gi in rotating]
+        if not rot:
+            return 0
+        k, best = min(self._lookahead, 1) + 1, 0
+        for start in range(len(rot)):
+            seen: set[int] = set()
+            total = 0
+            for j in range(len(rot)):
+                gi = rot[(start + j) % len(rot)]
+                if gi in seen:
+                    continue
+                seen.add(gi)
+                total += reserved[gi]
+                if len(seen) == k:
+                    break
+            best = max(best, total)
+        return best
+
+    def _plan_residency(self) -> None:
+        """Chooses the groups that stay resident for the whole pass (``pinned``) from the trace: as many as fit in
+        the capacity beside the window the others rotate through (:meth:`_window_bytes`), taking first the groups
+        used most often per pass, then the largest, then those nearest the ends of the pass (an embedding, a
+        language-model head). A pinned group is read once; the others are read each pass, in the rotating part of
+        the pool, where Belady (furthest next use) picks the victims and keeps what the leftover room holds. Bytes
+        read per pass then approach model - capacity + window."""
+        for g in self.groups:
+            g.pinned = False
+        if not self.trace or self._lookahead == 0:
+            return  # on demand, Belady alone is optimal (it keeps more than a fixed set: N(N-C)/(N-1) misses)
+        counts: dict[int, int] = {}
+        for gi in self.trace:
+            counts[gi] = counts.get(gi, 0) + 1
+        T = len(self.trace)
+        first = {gi: uses[0] for gi, uses in self._uses.items()}
+        order = sorted(counts, key=lambda gi: (-counts[gi], -self.groups[gi].reserved,
+                                               min(first[gi], T - 1 - self._uses[gi][-1]), gi))
+        rotating = set(counts)
+        pinned_bytes = 0
+        for gi in order:
+            g = self.groups[gi]
+            if pinned_bytes + g.reserved > self.capacity:
+                continue
+            rotating.discard(gi)
+            w = self._window_bytes(rotating)
+            if pinned_bytes + g.reserved + w > self.capacity:
+                rotating.add(gi)
+                continue
+            g.pinned = True
+            pinned_bytes += g.reserved
 
     def _next_use(self, gi: int, pos: int) -> float:
         """Position of the next use of group ``gi`` at or after ``pos`` in the cyclic trace (inf: never)."""
@@ -809,6 +953,8 @@ class Offloaded:
             "pass": int(c["passes"]),
             "time_s": time.perf_counter() - self._pass_t0,
             "bytes_paged_in": int(c["bytes_paged_in"] - snap.get("bytes_paged_in", 0)),
+            "bytes_from_host_tier": int(c["bytes_from_host_tier"] - snap.get("bytes_from_host_tier", 0)),
+            "bytes_from_store": int(c["bytes_from_store"] - snap.get("bytes_from_store", 0)),
             "page_ins_on_demand": int(c["page_ins_on_demand"] - snap.get("page_ins_on_demand", 0)),
             "page_ins_prefetched": int(c["page_ins_prefetched"] - snap.get("page_ins_prefetched", 0)),
             "wait_s": c["wait_s"] - snap.get("wait_s", 0.0),
@@ -929,10 +1075,10 @@ class Offloaded:
         self.c["evictions"] += 1
         self.c["bytes_paged_out"] += g.nbytes
 
-    def _victims(self, pos: int | None):
-        """Resident groups not in use, best victim first: furthest next use (Belady) when a trace is being
-        followed, least recently used otherwise."""
-        cands = [g for g in self.groups if g.state == _RESIDENT and g.in_use == 0]
+    def _victims(self, pos: int | None, pinned: bool = False):
+        """Resident groups not in use (those kept for the whole pass when ``pinned``, the others otherwise), best
+        victim first: furthest next use (Belady) when a trace is being followed, least recently used otherwise."""
+        cands = [g for g in self.groups if g.state == _RESIDENT and g.in_use == 0 and g.pinned == pinned]
         if pos is not None and self.trace is not None:
             cands.sort(key=lambda g: (-self._next_use(g.index, pos), g.last_used))
         else:
@@ -985,6 +1131,7 @@ class Offloaded:
             c["page_ins_on_demand"] += 1
             c["bytes_on_demand"] += g.nbytes
             c["bytes_paged_in"] += g.nbytes
+            c["bytes_from_host_tier" if g.tier == "host" else "bytes_from_store"] += g.nbytes
         if not g.views:
             self._install_views(g)
 
@@ -1008,6 +1155,10 @@ class Offloaded:
                     x.state, x.handle = _OUT, None
                     self.c["prefetch_errors"] += 1
                 self.c["wait_s"] += time.perf_counter() - t0
+                continue
+            victims = self._victims(pos, pinned=True)  # only a page-in on demand takes a pinned group's room
+            if victims:
+                self._evict(victims[0])
                 continue
             in_use = [x.name for x in self.groups if x.in_use]
             raise OffloadError(
@@ -1044,6 +1195,7 @@ class Offloaded:
             self.c["page_ins_prefetched"] += 1
             self.c["bytes_prefetched"] += g.nbytes
             self.c["bytes_paged_in"] += g.nbytes
+            self.c["bytes_from_host_tier" if g.tier == "host" else "bytes_from_store"] += g.nbytes
 
     # -- stats and restore -----------------------------------------------------------------------------------------
 
@@ -1061,6 +1213,8 @@ class Offloaded:
             capacity_bytes=self.capacity,
             offloaded_bytes=sum(g.nbytes for g in self.groups),
             kept_bytes=self.kept_bytes,
+            host_tier_bytes=self.host_tier_bytes,
+            pinned_groups=[g.name for g in self.groups if g.pinned],
             resident_groups=[g.name for g in self.groups if g.state == _RESIDENT],
             lookahead=self._lookahead,
             paging_hidden=hidden,
@@ -1096,7 +1250,7 @@ class Offloaded:
             if g.state == _OUT:
                 with contextlib.suppress(_errors.AlreadyResidentError):
                     while self.capacity - self._used() < g.reserved:
-                        victims = self._victims(None)
+                        victims = self._victims(None) or self._victims(None, pinned=True)
                         if not victims:
                             break
                         self._evict(victims[0])
@@ -1147,6 +1301,7 @@ def offload(
     store_capacity: int | str | None = None,
     verify_checksums: bool = True,
     copy_checkpoint: bool = False,
+    host_memory: int | str = "auto",
 ) -> Offloaded:
     """Offloads ``model``'s weights to an oversub pool of ``capacity`` bytes with a swap store in ``store``.
 
@@ -1166,6 +1321,11 @@ def offload(
       do not cover these groups (taking them would read the whole file); a file modified while the model is
       offloaded raises :class:`oversub.ExternalChangedError` at the next page-in.
     - ``order``: the order the groups run in (modules, names or indices), instead of learning it from the first pass.
+    - ``host_memory``: host RAM for a tier between the device and the store (``"auto"``, a size, or ``0`` for none).
+      The groups that fit (in their order) are written there at load, pinned on a CUDA device, and paged in from
+      there; the store backs only the rest. ``"auto"`` on a CUDA device takes what ``MemAvailable`` leaves after an
+      eighth of ``MemTotal`` (at least 2 GiB), up to the weights' size; on the CPU backend it is 0 (the device
+      memory is host memory already: a tier would only copy RAM to RAM).
 
     Raises :class:`GroupTooLargeError`, :class:`StoreTooSmallError` or :class:`CheckpointError` before anything
     moves; on any error the model is left as it was. Returns the :class:`Offloaded` handle (also kept on the model).
@@ -1189,6 +1349,7 @@ def offload(
         store_capacity=_parse_size(store_capacity) if store_capacity is not None else None,
         verify_checksums=verify_checksums,
         copy_checkpoint=copy_checkpoint,
+        host_memory=host_memory,
     )
     h._build(group, keep, checkpoint)
     model.__dict__[_ATTR] = h

@@ -497,8 +497,9 @@ impl Pool {
         d.set_item("used_bytes", s.used_bytes)?;
         d.set_item("store_capacity_bytes", s.store_capacity_bytes)?;
         d.set_item("store_free_bytes", s.store_free_bytes)?;
-        if let Some((used, cap)) = self.inner.host_tier_bytes() {
-            d.set_item("host_tier_used_bytes", used)?;
+        // The core reports the tier's (free, total) bytes.
+        if let Some((free, cap)) = self.inner.host_tier_bytes() {
+            d.set_item("host_tier_used_bytes", cap - free)?;
             d.set_item("host_tier_capacity_bytes", cap)?;
         }
         record_class(py, "PoolStats")?.call((), Some(&d))

@@ -485,6 +485,234 @@ def test_offload_benchmark_refuses_a_bad_device(tmp_path):
     assert p.returncode != 0 and "--device must be cpu or cuda[:N], not 'tpu'" in p.stderr
 
 
+# --- the host tier (host_memory) -----------------------------------------------------------------------------------
+
+
+def test_host_tier_holds_the_groups_and_pages_them_in(tmp_path, x):
+    """host_memory large enough for every group: each is written to the pool's host tier at load, every page-in
+    comes from it, the store holds nothing, and the outputs are the resident model's bit for bit."""
+    m = _model(6)
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=3 * BLOCK, store=tmp_path, host_memory="1MiB")
+    s = ot.stats(m)
+    assert s["host_tier_bytes"] == 6 * BLOCK and s["groups_in_host_tier"] == 6
+    assert [g.tier for g in h.groups] == ["host"] * 6
+    assert h.pool.stats()["host_tier_capacity_bytes"] == 6 * BLOCK
+    assert h.pool.stats()["host_tier_used_bytes"] == 6 * BLOCK
+    assert h.pool.stats()["store_capacity_bytes"] == h.pool.stats()["store_free_bytes"]
+    with torch.no_grad():
+        for _ in range(4):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    assert s["bytes_paged_in"] > 0 and s["bytes_from_host_tier"] == s["bytes_paged_in"]
+    assert s["bytes_from_store"] == 0 and s["last_pass"]["bytes_from_host_tier"] == s["last_pass"]["bytes_paged_in"]
+    ot.restore(m)
+    with torch.no_grad():
+        assert torch.equal(m(x), ref)
+
+
+def test_host_tier_smaller_than_the_weights(tmp_path, x):
+    """A tier with room for two groups takes the first two; the store backs the other four, and stats report the
+    bytes paged in from each."""
+    m = _model(6)
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=3 * BLOCK, store=tmp_path, host_memory=2 * BLOCK + 100)
+    assert [g.tier for g in h.groups] == ["host"] * 2 + ["store"] * 4
+    assert ot.stats(m)["host_tier_bytes"] == 2 * BLOCK and ot.stats(m)["groups_in_host_tier"] == 2
+    with torch.no_grad():
+        for _ in range(4):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    assert s["bytes_from_host_tier"] > 0 and s["bytes_from_store"] > 0
+    assert s["bytes_from_host_tier"] + s["bytes_from_store"] == s["bytes_paged_in"]
+
+
+def test_host_memory_auto_and_zero(tmp_path, x, monkeypatch):
+    """"auto" (the default) is no tier on the CPU backend; 0 is none anywhere; "auto" on a GPU takes MemAvailable
+    less an eighth of MemTotal (at least 2 GiB); a negative or malformed size is refused."""
+    m = _model(4)
+    for hm in ("auto", 0, "0"):
+        h = ot.offload(m, capacity=3 * BLOCK, store=tmp_path, host_memory=hm)
+        assert ot.stats(m)["host_tier_bytes"] == 0 and {g.tier for g in h.groups} == {"store"}
+        assert h.pool.stats().host_tier_capacity_bytes is None
+        ot.restore(m)
+    GiB = 1 << 30
+    real = ot._meminfo()
+    assert 0 < real["MemAvailable"] <= real["MemTotal"]
+    for avail, total, want in ((10 * GiB, 16 * GiB, 8 * GiB), (10 * GiB, 64 * GiB, 2 * GiB), (GiB, 4 * GiB, 0)):
+        monkeypatch.setattr(ot, "_meminfo", lambda a=avail, t=total: {"MemAvailable": a, "MemTotal": t})
+        assert ot._auto_host_memory() == want
+    monkeypatch.setattr(ot, "_meminfo", lambda: {})
+    assert ot._auto_host_memory() == 0
+    with pytest.raises(ValueError):
+        ot.offload(m, capacity=3 * BLOCK, store=tmp_path, host_memory=-1)
+    with pytest.raises(ValueError):
+        ot.offload(m, capacity=3 * BLOCK, store=tmp_path, host_memory="lots")
+    assert not ot.is_offloaded(m)
+
+
+def test_a_checkpoint_is_read_once_into_the_host_tier(tmp_path, x):
+    """With a tier that holds the weights, the checkpoint is read into it at load (not used in place as the
+    store), and every page-in after comes from the tier."""
+    st = pytest.importorskip("safetensors.torch")
+    m = _model(6, seed=3)
+    ref = _ref(m, x)
+    path = tmp_path / "model.safetensors"
+    st.save_file({k: v.contiguous() for k, v in m.state_dict().items()}, str(path))
+    with torch.device("meta"):
+        empty = Stack(6)
+    h = ot.offload(empty, capacity=3 * BLOCK, store=tmp_path / "store", checkpoint=path, host_memory="1MiB")
+    s = ot.stats(empty)
+    assert s["groups_in_checkpoint"] == 0 and s["groups_in_host_tier"] == 6
+    assert all(g.external is None and g.tier == "host" for g in h.groups)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(empty(x), ref)
+    s = ot.stats(empty)
+    assert s["bytes_from_store"] == 0 and s["bytes_from_host_tier"] == s["bytes_paged_in"] > 0
+
+
+# --- the residency: a fixed part and a rotating part ------------------------------------------------------------------
+
+
+def _bytes_per_pass(h, passes):
+    return [p["bytes_paged_in"] for p in h.per_pass[-passes:]]
+
+
+def test_bytes_per_pass_approach_model_less_capacity(tmp_path):
+    """24 blocks, a third of them as capacity, lookahead auto (2): once the order is known, a pass reads at most
+    1.1 x (model - capacity + the window of two groups the rest rotate through); the groups kept for the whole pass
+    are read once and stay resident."""
+    d = 256
+    torch.manual_seed(0)
+    m = Stack(24, d)
+    x = torch.randn(4, d, generator=torch.Generator().manual_seed(1))
+    ref = _ref(m, x)
+    model_bytes = sum(p.numel() * p.element_size() for p in m.blocks.parameters())
+    capacity = model_bytes // 3
+    h = ot.offload(m, capacity=capacity, store=tmp_path)
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+        before = ot.stats(m)["page_ins_per_group"]
+        for _ in range(5):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    assert s["lookahead"] == 2 and s["divergences"] == 0
+    offloaded = s["offloaded_bytes"]
+    window = 2 * max(g.nbytes for g in h.groups)
+    bound = 1.1 * (offloaded - capacity + window)
+    per_pass = _bytes_per_pass(h, 5)
+    assert max(per_pass) <= bound, (per_pass, bound)
+    pinned = s["pinned_groups"]
+    assert len(pinned) >= 4 and set(pinned) <= set(s["resident_groups"])
+    assert all(s["page_ins_per_group"][n] == before[n] for n in pinned)  # not read again once the order is known
+
+
+class Ends(nn.Module):
+    """A large first and last module (an embedding and a head, each two blocks' worth) around blocks."""
+
+    def __init__(self, n: int = 12, d: int = 128):
+        super().__init__()
+        self.inp = nn.Linear(d, 2 * d)
+        self.blocks = nn.ModuleList([Block(d) for _ in range(n)])
+        self.out = nn.Linear(2 * d, d)
+
+    def forward(self, x):
+        x = self.inp(x)[:, : x.shape[1]]
+        for b in self.blocks:
+            x = b(x)
+        return self.out(torch.cat([x, x], 1))
+
+
+def test_the_large_groups_at_the_ends_stay_resident(tmp_path):
+    torch.manual_seed(0)
+    m = Ends()
+    x = torch.randn(4, 128, generator=torch.Generator().manual_seed(1))
+    ref = _ref(m, x)
+    capacity = 2 * sum(p.numel() * p.element_size() for p in m.parameters()) // 5
+    h = ot.offload(m, capacity=capacity, store=tmp_path)
+    assert {g.name for g in h.groups} >= {"inp", "out"}
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+        before = ot.stats(m)["page_ins_per_group"]
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    assert {"inp", "out"} <= set(s["pinned_groups"])
+    assert s["page_ins_per_group"]["inp"] == before["inp"] and s["page_ins_per_group"]["out"] == before["out"]
+    window = 2 * max(g.nbytes for g in h.groups if not g.pinned)
+    assert max(_bytes_per_pass(h, 3)) <= 1.1 * (s["offloaded_bytes"] - capacity + window)
+
+
+class Twice(nn.Module):
+    """Block 0 runs at the start and again at the end of every pass (a group used twice per pass)."""
+
+    def __init__(self, n: int = 8):
+        super().__init__()
+        self.blocks = nn.ModuleList([Block() for _ in range(n)])
+
+    def forward(self, x):
+        for b in self.blocks:
+            x = b(x)
+        return self.blocks[0](x)
+
+
+def test_a_group_used_twice_per_pass_is_kept_first(tmp_path, x):
+    m = Twice()
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=4 * BLOCK, store=tmp_path)
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(m(x), ref)
+        before = ot.stats(m)["page_ins_per_group"]["blocks.0"]
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    assert s["trace"][0] == s["trace"][-1] == "blocks.0" and s["divergences"] == 0
+    assert "blocks.0" in s["pinned_groups"] and s["page_ins_per_group"]["blocks.0"] == before
+    assert sum(g.pinned for g in h.groups) == 2  # 4 blocks of room, 2 for the window
+
+
+def test_no_fixed_part_on_demand(tmp_path, x):
+    """With lookahead=0 Belady alone decides (on demand it keeps more than any fixed set)."""
+    m = _model(6)
+    ot.offload(m, capacity=3 * BLOCK, store=tmp_path, lookahead=0)
+    with torch.no_grad():
+        for _ in range(3):
+            m(x)
+    assert ot.stats(m)["pinned_groups"] == []
+
+
+def test_generate_with_a_kv_cache_keeps_the_order(tmp_path):
+    """A Llama's greedy generate (a prefill pass, then one pass per token with the KV cache growing) through the
+    host tier and the fixed part of the residency: the same tokens as the resident model, every pass after the
+    first follows the learned order, and the groups kept resident are not read again."""
+    tf = pytest.importorskip("transformers")
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=6, num_attention_heads=4,
+                         num_key_value_heads=4, vocab_size=1024, max_position_embeddings=128)
+    m = tf.LlamaForCausalLM(cfg).eval()
+    inp = torch.randint(0, 1024, (1, 12), generator=torch.Generator().manual_seed(3))
+    kw = dict(max_new_tokens=10, do_sample=False, pad_token_id=0)
+    with torch.no_grad():
+        ref = m.generate(inp, **kw)
+    total = sum(p.numel() * p.element_size() for p in m.parameters())
+    h = ot.offload(m, capacity=total // 2, store=tmp_path, host_memory="8MiB")
+    names = {g.name for g in h.groups}
+    assert {"model.embed_tokens", "lm_head"} <= names and ot.stats(m)["groups_in_host_tier"] == len(h.groups)
+    with torch.no_grad():
+        assert torch.equal(m.generate(inp, **kw), ref)
+        before = ot.stats(m)
+        assert torch.equal(m.generate(inp, **kw), ref)
+    s = ot.stats(m)
+    assert s["traces_recorded"] == 1 and s["divergences"] == 0 and s["passes"] == 20
+    assert s["pinned_groups"] and all(s["page_ins_per_group"][n] == before["page_ins_per_group"][n]
+                                      for n in s["pinned_groups"])
+    assert s["bytes_from_store"] == 0 and s["bytes_from_host_tier"] == s["bytes_paged_in"]
+
+
 # --- on a GPU (opt-in: OVERSUB_TEST_CUDA=1) ----------------------------------------------------------------------------
 
 gpu = pytest.mark.skipif(os.environ.get("OVERSUB_TEST_CUDA") != "1", reason="GPU tests are opt-in: OVERSUB_TEST_CUDA=1")
