@@ -182,7 +182,9 @@ fn svg_units_and_rotation() {
 #[test]
 fn write_sample_svg_and_png() {
     let plot = sample_plot();
-    let path = std::path::Path::new("/tmp/oversub-report-sample.svg");
+    // A folder of this test's own: a fixed name under /tmp belongs to whoever ran the tests there first.
+    let dir = tempfile::tempdir().unwrap();
+    let path = &dir.path().join("oversub-report-sample.svg");
     plot.write_svg(path).unwrap();
     let back = std::fs::read_to_string(path).unwrap();
     assert_eq!(back, plot.to_svg());
@@ -199,7 +201,7 @@ fn write_sample_svg_and_png() {
             })
             .collect(),
     };
-    many.write_svg(std::path::Path::new("/tmp/oversub-report-sample-many.svg"))
+    many.write_svg(&dir.path().join("oversub-report-sample-many.svg"))
         .unwrap();
 }
 

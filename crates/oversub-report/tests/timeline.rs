@@ -382,7 +382,9 @@ fn chrome_trace() {
     let _ = HOLDS;
     let _ = CPU0;
 
-    let path = std::path::Path::new("/tmp/oversub-timeline-sample.trace.json");
+    // A folder of this test's own: a fixed name under /tmp belongs to whoever ran the tests there first.
+    let dir = tempfile::tempdir().unwrap();
+    let path = &dir.path().join("oversub-timeline-sample.trace.json");
     t.write_chrome_trace(path).unwrap();
     let back: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
     let (a, b) = (
@@ -532,10 +534,11 @@ fn html_report() {
 #[test]
 fn write_samples() {
     let t = fig8();
-    let svg_path = std::path::Path::new("/tmp/oversub-timeline-sample.svg");
+    let dir = tempfile::tempdir().unwrap();
+    let svg_path = &dir.path().join("oversub-timeline-sample.svg");
     t.write_svg(svg_path).unwrap();
     assert_eq!(std::fs::read_to_string(svg_path).unwrap(), t.to_svg());
-    let html_path = std::path::Path::new("/tmp/oversub-report-sample.html");
+    let html_path = &dir.path().join("oversub-report-sample.html");
     let r = sample_report(&t);
     r.write(html_path).unwrap();
     assert_eq!(std::fs::read_to_string(html_path).unwrap(), r.to_html());
@@ -632,9 +635,10 @@ fn write_all_kinds_sample() {
     assert!(svg.contains(">row 5</text>"));
     assert!(svg.contains("time (µs)"));
     assert!(svg.contains("\u{2026}"));
-    t.write_svg(std::path::Path::new("/tmp/oversub-timeline-kinds.svg"))
+    let dir = tempfile::tempdir().unwrap();
+    t.write_svg(&dir.path().join("oversub-timeline-kinds.svg"))
         .unwrap();
     Timeline::default()
-        .write_svg(std::path::Path::new("/tmp/oversub-timeline-empty.svg"))
+        .write_svg(&dir.path().join("oversub-timeline-empty.svg"))
         .unwrap();
 }
