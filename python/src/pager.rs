@@ -372,7 +372,8 @@ impl Pool {
     /// through it raise PoolClosedError (``stats()`` and the properties still answer). Operations in flight end
     /// in the background and give their memory back. Closing again does nothing. ``with Pool(...) as pool:``
     /// closes at the end of the block. The store itself is closed (and scrubbed) once the pool's Python objects
-    /// are gone.
+    /// are gone. In a forked child of the process that made the pool, closing (like dropping the pool) only marks
+    /// it closed: the store, its lock and the buffers' stored copies are the parent's, and stay as they are.
     ///
     /// Raises:
     ///     oversub.errors.ViewError: a buffer has live views (NumPy arrays, DLPack tensors); nothing is freed and
@@ -793,9 +794,7 @@ pub(crate) fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
             .name("oversub-reaper".into())
             .spawn(move || {
                 for (ticket, buffer) in rx {
-                    if let Err(e) = ticket.finish() {
-                        tracing::warn!(buffer = %buffer.handle, "operation finished after its waiter left: {e}");
-                    }
+                    report_reaped(ticket.finish(), &buffer);
                 }
             })
             .ok()
@@ -808,7 +807,15 @@ pub(crate) fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
     };
     if let Some((ticket, buffer)) = unsent {
         // No reaper thread: finish here (this may block).
-        if let Err(e) = ticket.finish() {
+        report_reaped(ticket.finish(), &buffer);
+    }
+}
+
+/// Logs how an operation whose waiter left ended, unless it is a forked child's copy (which the parent finishes).
+fn report_reaped(finished: Result<(), PagerError>, buffer: &BufCore) {
+    match finished {
+        Ok(()) | Err(PagerError::Forked { .. }) => {}
+        Err(e) => {
             tracing::warn!(buffer = %buffer.handle, "operation finished after its waiter left: {e}");
         }
     }

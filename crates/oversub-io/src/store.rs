@@ -529,10 +529,16 @@ impl SwapStore {
     }
 
     /// Returns a slot's space. A slot of another store is ignored (logged). With [`Scrub::OnRelease`] the
-    /// ranges are discarded first, before they can be handed out again.
+    /// ranges are discarded first, before they can be handed out again. In a forked child nothing happens: the
+    /// space is the parent's, which may still hold its bytes.
     pub fn release(&self, slot: Slot) {
         if slot.external.is_some() {
             // Not the store's space: nothing to give back (the file closes with its last slot).
+            return;
+        }
+        if !self.first().held.is_creator() {
+            // A discard through the shared descriptor would destroy the parent's copy, and the allocator's lock
+            // may have been held by a thread that did not survive the fork.
             return;
         }
         if slot.store_id != self.id {

@@ -376,7 +376,7 @@ impl StoreBuilder {
         guard.armed = false;
         Ok(Backing {
             fd,
-            _held: held,
+            held,
             path: path.to_path_buf(),
             block_device: false,
             alignment,
@@ -520,7 +520,7 @@ impl StoreBuilder {
         write_header(raw, alignment, header_bytes, capacity, created)?;
         Ok(Backing {
             fd,
-            _held: held,
+            held,
             path: path.to_path_buf(),
             block_device: true,
             alignment,
@@ -593,7 +593,7 @@ impl StoreBuilder {
         write_header(raw, alignment, header_bytes, capacity, created)?;
         Ok(Backing {
             fd,
-            _held: held,
+            held,
             path: path.to_path_buf(),
             block_device: false,
             alignment,

@@ -11,6 +11,8 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use oversub_base::process::Creator;
+
 use crate::error::IoError;
 
 /// Holder text when the kernel refuses a device and nothing more can be found out.
@@ -41,10 +43,25 @@ fn open_here() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
 #[derive(Debug)]
 pub(crate) struct Held {
     node: (u64, u64),
+    /// The process that opened the store: a forked child has a copy of this claim, which is not its own.
+    creator: Creator,
+}
+
+impl Held {
+    /// Whether the calling process opened the store (false in a forked child, whose copy of the store must leave
+    /// the file alone).
+    pub(crate) fn is_creator(&self) -> bool {
+        self.creator.is_current()
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
+        // In a forked child the list is a copy that names the parent's stores, and its lock may have been held
+        // by a thread that did not survive the fork: leave it.
+        if !self.is_creator() {
+            return;
+        }
         let mut here = open_here();
         if let Some(i) = here.iter().position(|n| *n == self.node) {
             here.swap_remove(i);
@@ -71,7 +88,10 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held
     let node = (st.st_dev, st.st_ino);
     let held = || {
         open_here().push(node);
-        Held { node }
+        Held {
+            node,
+            creator: Creator::current(),
+        }
     };
     let mut retries = 0;
     loop {

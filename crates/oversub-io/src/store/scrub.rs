@@ -54,7 +54,7 @@ pub enum Scrub {
 pub(crate) struct Backing {
     pub fd: OwnedFd,
     /// This process's claim on the node; declared after `fd` so it is given up only once the fd is closed.
-    pub _held: super::exclusive::Held,
+    pub held: super::exclusive::Held,
     pub path: PathBuf,
     pub block_device: bool,
     pub alignment: usize,
@@ -101,7 +101,10 @@ impl Backing {
 
 impl Drop for Backing {
     fn drop(&mut self) {
-        if self.scrub_at_close {
+        // A forked child shares the open file description with its parent, whose store this still is: scrubbing
+        // it would destroy the parent's paged-out buffers. The child only closes its copy of the descriptor, which
+        // leaves the parent's flock in place (the lock belongs to the description, which the parent keeps open).
+        if self.scrub_at_close && self.held.is_creator() {
             self.scrub();
         }
     }
