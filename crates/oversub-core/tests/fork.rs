@@ -131,8 +131,9 @@ fn each_case(scrub: Scrub, child: impl Fn(Setup) -> i32) {
                 let cell = Cell::new(Some(s));
                 let end = in_child(CHILD_LIMIT, || cell.take().map_or(CHILD_GONE, &child));
                 let s = cell.into_inner().unwrap();
-                expect_clean_exit(end, &what);
+                // The parent's bytes first: what the child did to them matters most.
                 check_parent(&s, &what);
+                expect_clean_exit(end, &what);
             }
         }
     }
