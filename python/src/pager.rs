@@ -188,7 +188,8 @@ fn state_name(state: BufferState) -> &'static str {
 ///         bytes raises ChecksumMismatchError instead of returning them (default True; the hashing overlaps the
 ///         transfer on a thread of its own, cost in docs/benchmarks.md).
 ///     force_store: use an existing store file or block device whatever it holds (a file system, another user's
-///         store, data oversub did not write); without it such a store raises StoreRefusedError. A mounted or
+///         store, data oversub did not write) and wherever it is (a file of another user, a symbolic link at the
+///         store's name); without it such a store raises StoreRefusedError. A mounted or
 ///         busy device is refused regardless (StoreBusyError).
 ///     scrub_store: discard the store's data when the pool closes, so swapped bytes do not stay on disk
 ///         (default True; False keeps them).
