@@ -372,14 +372,15 @@ impl Pool {
     /// Frees every buffer of the pool's address spaces and closes the pool: later allocations, paging and copies
     /// through it raise PoolClosedError (``stats()`` and the properties still answer). Operations in flight end
     /// in the background and give their memory back. Closing again does nothing. ``with Pool(...) as pool:``
-    /// closes at the end of the block. The store itself is closed (and scrubbed) once the pool's Python objects
-    /// are gone. In a forked child of the process that made the pool, closing (like dropping the pool) only marks
+    /// closes at the end of the block. The store is closed too (scrubbed, and its lock given up, so another pool
+    /// can open it at once) when nothing is left on it; otherwise (operations still in flight) once the pool's
+    /// Python objects are gone. In a forked child of the process that made the pool, closing (like dropping the pool) only marks
     /// it closed: the store, its lock and the buffers' stored copies are the parent's, and stay as they are.
     ///
     /// Raises:
     ///     oversub.errors.ViewError: a buffer has live views (NumPy arrays, DLPack tensors); nothing is freed and
     ///         the pool stays open.
-    fn close(&self) -> PyResult<()> {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -401,6 +402,11 @@ impl Pool {
             }
         }
         lock(&self.spaces).clear();
+        if first.is_none() {
+            // Gives the store up now if every buffer's slot went back (a scrub may take a while: no GIL).
+            let store = Arc::clone(self.inner.store());
+            py.detach(move || store.close_if_idle());
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -415,8 +421,8 @@ impl Pool {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
         Ok(false)
     }
 

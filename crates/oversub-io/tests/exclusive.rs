@@ -613,6 +613,45 @@ fn another_users_store_and_damaged_headers_are_refused() {
     assert!(refused(open(&path)).contains("version 2"));
 }
 
+/// Issue 33: a store closed while idle gives its file up at once (a second `with Pool(store=f)` after the first
+/// block), refuses new slots, and its later drop leaves the file, by then another store's, alone.
+#[test]
+fn a_store_closed_while_idle_gives_its_file_up_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("closed.swap");
+    let first = builder()
+        .capacity_bytes(2 * MIB)
+        .keep(true)
+        .create(&path)
+        .unwrap();
+    let slot = write_slot(&first, 8192);
+    let e = slot.extents()[0];
+    assert!(!first.close_if_idle(), "a slot is still allocated");
+    busy(open(&path), &path);
+    first.release(slot);
+    assert!(first.close_if_idle());
+    assert!(
+        first.close_if_idle() && first.is_closed(),
+        "closing again changes nothing"
+    );
+    assert!(matches!(
+        first.allocate(4096),
+        Err(IoError::StoreClosed { .. })
+    ));
+    // Scrubbed at the close, as at a drop.
+    assert!(all_zero(&read_at(&path, e.offset, e.len as usize)));
+    // Free for another store while the first still exists; the first's drop neither scrubs nor unlocks it.
+    let second = open(&path).unwrap();
+    let slot = write_slot(&second, 8192);
+    drop(first);
+    let mut back = AlignedBuf::new(slot.len() as usize, 4096).unwrap();
+    // SAFETY: back outlives the blocking transfer.
+    unsafe { second.transfer(Direction::Read, &slot, &[back.iovec()]) }.unwrap();
+    assert_eq!(back.as_slice(), pattern(slot.len() as usize, 7).as_slice());
+    busy(open(&path), &path);
+    second.release(slot);
+}
+
 // ---- private ----
 
 /// Issue 33: a symbolic link at a store's name is refused unless forced (another user may have planted it,

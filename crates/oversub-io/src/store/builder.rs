@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::inspect::Verdict;
@@ -390,6 +390,7 @@ impl StoreBuilder {
             kept: self.keep,
             created: true,
             direct,
+            closed_early: AtomicBool::new(false),
         })
     }
 
@@ -550,6 +551,7 @@ impl StoreBuilder {
             kept: true,
             created: false,
             direct,
+            closed_early: AtomicBool::new(false),
         })
     }
 
@@ -634,6 +636,7 @@ impl StoreBuilder {
             kept: true,
             created: false,
             direct,
+            closed_early: AtomicBool::new(false),
         })
     }
 

@@ -8,6 +8,7 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -46,6 +47,8 @@ pub(crate) struct Held {
     node: (u64, u64),
     /// The process that opened the store: a forked child has a copy of this claim, which is not its own.
     creator: Creator,
+    /// Set once the claim was given up before the drop (the store was closed while idle).
+    released: AtomicBool,
 }
 
 impl Held {
@@ -60,7 +63,16 @@ impl Drop for Held {
     fn drop(&mut self) {
         // In a forked child the list is a copy that names the parent's stores, and its lock may have been held
         // by a thread that did not survive the fork: leave it.
-        if !self.is_creator() {
+        if self.is_creator() {
+            self.release();
+        }
+    }
+}
+
+impl Held {
+    /// Takes the node off this process's list of open stores, once (at close, or at the drop).
+    pub(crate) fn release(&self) {
+        if self.released.swap(true, Ordering::AcqRel) {
             return;
         }
         let mut here = open_here();
@@ -113,6 +125,7 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held
         Held {
             node,
             creator: Creator::current(),
+            released: AtomicBool::new(false),
         }
     };
     let mut retries = 0;
