@@ -56,7 +56,7 @@ class Pool:
         """A new address space: a set of buffers paged together. PoolClosedError after ``close()``."""
     def close(self) -> None:
         """Frees every buffer of the pool and closes it (again: nothing); ViewError, and nothing closed, while a
-        buffer has live views."""
+        buffer has live views. The store is given up at once (scrubbed, unlocked) when nothing is left on it."""
     @property
     def closed(self) -> bool: ...
     def __enter__(self) -> Pool: ...

@@ -188,7 +188,8 @@ fn state_name(state: BufferState) -> &'static str {
 ///         bytes raises ChecksumMismatchError instead of returning them (default True; the hashing overlaps the
 ///         transfer on a thread of its own, cost in docs/benchmarks.md).
 ///     force_store: use an existing store file or block device whatever it holds (a file system, another user's
-///         store, data oversub did not write); without it such a store raises StoreRefusedError. A mounted or
+///         store, data oversub did not write) and wherever it is (a file of another user, a symbolic link at the
+///         store's name); without it such a store raises StoreRefusedError. A mounted or
 ///         busy device is refused regardless (StoreBusyError).
 ///     scrub_store: discard the store's data when the pool closes, so swapped bytes do not stay on disk
 ///         (default True; False keeps them).
@@ -371,13 +372,15 @@ impl Pool {
     /// Frees every buffer of the pool's address spaces and closes the pool: later allocations, paging and copies
     /// through it raise PoolClosedError (``stats()`` and the properties still answer). Operations in flight end
     /// in the background and give their memory back. Closing again does nothing. ``with Pool(...) as pool:``
-    /// closes at the end of the block. The store itself is closed (and scrubbed) once the pool's Python objects
-    /// are gone.
+    /// closes at the end of the block. The store is closed too (scrubbed, and its lock given up, so another pool
+    /// can open it at once) when nothing is left on it; otherwise (operations still in flight) once the pool's
+    /// Python objects are gone. In a forked child of the process that made the pool, closing (like dropping the pool) only marks
+    /// it closed: the store, its lock and the buffers' stored copies are the parent's, and stay as they are.
     ///
     /// Raises:
     ///     oversub.errors.ViewError: a buffer has live views (NumPy arrays, DLPack tensors); nothing is freed and
     ///         the pool stays open.
-    fn close(&self) -> PyResult<()> {
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
@@ -399,6 +402,11 @@ impl Pool {
             }
         }
         lock(&self.spaces).clear();
+        if first.is_none() {
+            // Gives the store up now if every buffer's slot went back (a scrub may take a while: no GIL).
+            let store = Arc::clone(self.inner.store());
+            py.detach(move || store.close_if_idle());
+        }
         first.map_or(Ok(()), Err)
     }
 
@@ -413,8 +421,8 @@ impl Pool {
     }
 
     #[pyo3(signature = (*_exc))]
-    fn __exit__(&self, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
-        self.close()?;
+    fn __exit__(&self, py: Python<'_>, _exc: &Bound<'_, pyo3::types::PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
         Ok(false)
     }
 
@@ -794,9 +802,7 @@ pub(crate) fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
             .name("oversub-reaper".into())
             .spawn(move || {
                 for (ticket, buffer) in rx {
-                    if let Err(e) = ticket.finish() {
-                        tracing::warn!(buffer = %buffer.handle, "operation finished after its waiter left: {e}");
-                    }
+                    report_reaped(ticket.finish(), &buffer);
                 }
             })
             .ok()
@@ -809,7 +815,15 @@ pub(crate) fn reap(ticket: Ticket, buffer: Arc<BufCore>) {
     };
     if let Some((ticket, buffer)) = unsent {
         // No reaper thread: finish here (this may block).
-        if let Err(e) = ticket.finish() {
+        report_reaped(ticket.finish(), &buffer);
+    }
+}
+
+/// Logs how an operation whose waiter left ended, unless it is a forked child's copy (which the parent finishes).
+fn report_reaped(finished: Result<(), PagerError>, buffer: &BufCore) {
+    match finished {
+        Ok(()) | Err(PagerError::Forked { .. }) => {}
+        Err(e) => {
             tracing::warn!(buffer = %buffer.handle, "operation finished after its waiter left: {e}");
         }
     }

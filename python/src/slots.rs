@@ -856,6 +856,9 @@ impl Slot {
             )
             .into()
         };
+        if let Some(d) = &dims {
+            crate::views::check_shape(d).map_err(&bad)?;
+        }
         // Known dimensions: view just that many elements; with a -1, the whole buffer and let reshape decide.
         let count = dims.as_ref().and_then(|d| {
             d.iter().try_fold(1usize, |acc, &x| {

@@ -122,6 +122,22 @@ pub(crate) fn release_buffer(core: &BufCore) {
     *views = views.saturating_sub(1);
 }
 
+/// Refuses a shape NumPy would read loosely: a dimension below -1 (which some NumPy versions take as -1, so that
+/// `shape=(-2,)` viewed the whole buffer), or more than one -1.
+pub(crate) fn check_shape(dims: &[i64]) -> Result<(), String> {
+    if let Some(d) = dims.iter().find(|&&d| d < -1) {
+        return Err(format!(
+            "shape {dims:?}: dimension {d} is negative; give sizes >= 0, and at most one -1 for the rest"
+        ));
+    }
+    if dims.iter().filter(|&&d| d == -1).count() > 1 {
+        return Err(format!(
+            "shape {dims:?}: more than one -1; at most one dimension can be left for NumPy to fill in"
+        ));
+    }
+    Ok(())
+}
+
 /// `Buffer.numpy(dtype, shape)`: a NumPy array over the buffer's memory (no copy).
 pub(crate) fn numpy<'py>(
     slf: &Bound<'py, Buffer>,
@@ -144,6 +160,9 @@ pub(crate) fn numpy<'py>(
         Some(s) if s.is_instance_of::<pyo3::types::PyInt>() => Some(vec![s.extract()?]),
         Some(s) => Some(s.extract()?),
     };
+    if let Some(dims) = &shape {
+        check_shape(dims).map_err(|why| Raised::new("ViewError", why))?;
+    }
     // With a shape of known size, view just that many elements (buffers are often larger than one tensor).
     let count: Option<u64> = shape.as_ref().and_then(|dims| {
         dims.iter().try_fold(1u64, |acc, &d| {

@@ -73,6 +73,11 @@ def test_numpy_shapes_and_dtypes(pool):
     with pytest.raises(oversub.ViewError, match="needs 8192 bytes"):
         buf.numpy("float64", (32, 32))
     del a
+    # Issue 33: a dimension below -1 was taken as -1 (the whole buffer); two -1s are refused too.
+    for shape in [(-2,), (4, -3), (-1, -1)]:
+        with pytest.raises(oversub.ViewError, match="shape"):
+            buf.numpy(shape=shape)
+    assert buf.numpy(shape=(2, -1)).shape == (2, 2053)
 
 
 def test_address_is_kept_and_memory_given_back(pool):

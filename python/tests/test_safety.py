@@ -242,6 +242,30 @@ def test_the_rust_paging_loop_respects_views(tmp_path):
     assert ops == 4
 
 
+def test_close_gives_the_store_up_for_the_next_pool(tmp_path):
+    # Issue 33: a second `with Pool(store=f)` after the first block works, though the first block's objects live on.
+    path = tmp_path / "store.swap"
+    path.touch()
+    with oversub.Pool("8MiB", store=path, store_capacity="16MiB") as first:
+        b = first.address_space().alloc("1MiB")
+        b.write(b"a" * MiB)
+        b.page_out()
+    with oversub.Pool("8MiB", store=path, store_capacity="16MiB") as second:
+        c = second.address_space().alloc("1MiB")
+        c.write(b"b" * MiB)
+        c.page_out()
+        c.page_in()
+        assert c.read() == b"b" * MiB
+        # The store is the second pool's now: a third is busy.
+        with pytest.raises(errors.StoreBusyError, match=str(os.getpid())):
+            oversub.Pool("8MiB", store=path)
+    with pytest.raises(errors.PoolClosedError):
+        b.page_in()
+    del b, first
+    gc.collect()
+    oversub.Pool("8MiB", store=path).close()
+
+
 def test_stores_are_exclusive_and_recognised(tmp_path):
     path = tmp_path / "swap.bin"
     first = oversub.Pool("8MiB", store=tmp_path / "new.bin", store_capacity="16MiB")

@@ -3,6 +3,8 @@
 use std::alloc::Layout;
 use std::ptr::NonNull;
 
+use oversub_base::process::Creator;
+
 use crate::AccelError;
 
 /// Alignment of host buffers: a page, which also satisfies `O_DIRECT` on every common device.
@@ -16,6 +18,8 @@ pub struct HostBuffer {
     len: usize,
     pinned: bool,
     release: Option<Release>,
+    /// The process that allocated it: a forked child must not hand a driver's pinned memory back.
+    creator: Creator,
 }
 
 // SAFETY: the buffer owns its memory exclusively; the raw pointer is just an address, and the release closure is
@@ -53,6 +57,7 @@ impl HostBuffer {
             ptr,
             len,
             pinned: false,
+            creator: Creator::current(),
             release: Some(Box::new(move |p| {
                 // SAFETY: `p` came from alloc_zeroed with this layout and is freed once (on drop).
                 unsafe { std::alloc::dealloc(p, layout) }
@@ -76,6 +81,7 @@ impl HostBuffer {
             len,
             pinned,
             release: Some(Box::new(release)),
+            creator: Creator::current(),
         }
     }
 
@@ -114,7 +120,14 @@ impl HostBuffer {
 
 impl Drop for HostBuffer {
     fn drop(&mut self) {
-        if let Some(release) = self.release.take() {
+        let release = self.release.take();
+        if !self.creator.is_current() {
+            // A forked child: a driver (CUDA) cannot be called in a fork of the process that initialised it, and
+            // the memory is a copy that goes with the child. Leak it.
+            std::mem::forget(release);
+            return;
+        }
+        if let Some(release) = release {
             release(self.ptr.as_ptr());
         }
     }

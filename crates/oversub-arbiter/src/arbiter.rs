@@ -1,5 +1,6 @@
 //! The memory server: CPU tasks announce phases into slots, the transfer side asks before each operation.
 
+use oversub_base::process::Creator;
 use oversub_base::sync::lock;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
@@ -333,6 +334,7 @@ impl Arbiter {
                     arbiter: self.clone(),
                     index,
                     detached: false,
+                    creator: Creator::current(),
                 });
             }
         }
@@ -501,6 +503,8 @@ pub struct Task {
     arbiter: Arbiter,
     index: usize,
     detached: bool,
+    /// The process that registered the task: a forked child's copy of the handle must not free the parent's slot.
+    creator: Creator,
 }
 
 impl Task {
@@ -538,7 +542,7 @@ impl Task {
 
 impl Drop for Task {
     fn drop(&mut self) {
-        if !self.detached {
+        if !self.detached && self.creator.is_current() {
             self.arbiter.release(self.index);
         }
     }

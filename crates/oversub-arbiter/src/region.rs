@@ -21,6 +21,8 @@ use std::path::{Path, PathBuf};
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
+use oversub_base::process::Creator;
+
 use crate::ArbiterError;
 
 /// Task slots of one arbiter: more than cores on any embedded board, small enough to scan on every request.
@@ -148,6 +150,8 @@ pub(crate) struct Server {
     ino: u64,
     /// Pid recorded by the server whose file this one took over (0: none was recorded).
     taken_over_from: Option<u32>,
+    /// The serving process: a forked child's copy of the handle must not remove the file its parent serves.
+    creator: Creator,
 }
 
 // SAFETY: the mapping is only accessed through atomics, which are safe to share between threads (and processes).
@@ -230,7 +234,9 @@ impl Region {
 impl Drop for Region {
     fn drop(&mut self) {
         if let Region::Shared { ptr, path, server } = self {
-            if let Some(s) = server {
+            // A forked child's copy only unmaps (its own mapping) and closes its copy of the descriptor, which
+            // leaves the parent's lock in place: the file stays the parent's.
+            if let Some(s) = server.as_ref().filter(|s| s.creator.is_current()) {
                 // Removed while the lock is still held (the file closes after this): a server about to take
                 // over then finds either our lock or no file, never a removed file that it would serve unseen.
                 // And only while the name is still ours: a file that replaced it (`serve --replace`) stays.
@@ -450,6 +456,7 @@ fn create_new(file: File, path: &Path, options: &SharedOptions) -> Result<Region
                 dev,
                 ino,
                 taken_over_from: None,
+                creator: Creator::current(),
             }),
         }),
         Err(e) => {
@@ -496,6 +503,7 @@ fn take_over(path: &Path, options: &SharedOptions) -> Result<Option<Region>, Arb
         dev: meta.dev(),
         ino: meta.ino(),
         taken_over_from: Some(previous),
+        creator: Creator::current(),
     })))
 }
 

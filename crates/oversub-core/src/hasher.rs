@@ -5,6 +5,7 @@ use std::sync::Mutex;
 use std::thread::JoinHandle;
 
 use crossbeam_channel::{unbounded, Sender};
+use oversub_base::process::Creator;
 
 use crate::PagerError;
 
@@ -14,6 +15,8 @@ type HashJob = Box<dyn FnOnce() + Send>;
 pub(crate) struct Hasher {
     tx: Mutex<Option<Sender<HashJob>>>,
     workers: Vec<JoinHandle<()>>,
+    /// The process whose threads these are (a forked child has none).
+    creator: Creator,
 }
 
 impl Hasher {
@@ -41,6 +44,7 @@ impl Hasher {
         Ok(Hasher {
             tx: Mutex::new(Some(tx)),
             workers,
+            creator: Creator::current(),
         })
     }
 
@@ -58,6 +62,14 @@ impl Hasher {
 
 impl Drop for Hasher {
     fn drop(&mut self) {
+        if !self.creator.is_current() {
+            // A forked child: the threads do not exist here (joining them panics) and the channel's locks may have
+            // been held by one of them at the fork. Leak both; the memory goes with the child.
+            let tx = self.tx.get_mut().unwrap_or_else(|p| p.into_inner()).take();
+            std::mem::forget(tx);
+            std::mem::forget(std::mem::take(&mut self.workers));
+            return;
+        }
         // Closing the channel lets the threads finish queued jobs and stop.
         drop(crate::space::lock(&self.tx).take());
         let me = std::thread::current().id();

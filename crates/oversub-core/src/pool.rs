@@ -5,6 +5,7 @@ use oversub_tenants::swap::AlphaRule;
 
 use oversub_accel::DeviceMemory;
 use oversub_arbiter::{Gate, WorkKind};
+use oversub_base::process::Creator;
 use oversub_io::{Slot, SwapStore};
 
 use crate::hasher::Hasher;
@@ -142,10 +143,29 @@ pub(crate) struct PoolShared {
     pub(crate) host_tier: Option<Arc<HostTierPath>>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
-    /// The process that made the pool: a forked child has its memory but not its I/O threads.
-    pid: u32,
+    /// The process that made the pool: a forked child has its memory but not its I/O threads, and shares its
+    /// store's open file.
+    creator: Creator,
     /// Address spaces registered as tenants, and the plan over them.
     pub(crate) tenants: Mutex<Tenants>,
+}
+
+impl Drop for PoolShared {
+    fn drop(&mut self) {
+        if !self.forked() {
+            return;
+        }
+        // A forked child: the store's file, the engine's threads, the checksum and gated workers, the host tier
+        // and the device are the parent's (or copies of them whose threads did not survive the fork). Whatever
+        // their own drops would do (scrub the shared file, join threads that do not exist here, call a device
+        // driver in a child) must not happen, so their last references here are leaked; the child's memory goes
+        // when it exits. Each of them also checks for itself, for owners other than a pool.
+        std::mem::forget(Arc::clone(&self.store));
+        std::mem::forget(Arc::clone(&self.device));
+        std::mem::forget(self.gated.take());
+        std::mem::forget(self.checksummed.take());
+        std::mem::forget(self.host_tier.take());
+    }
 }
 
 /// Space ids are unique in the process, so a handle from another pool's space is never mistaken for one of ours.
@@ -248,7 +268,7 @@ impl Pool {
                 host_tier,
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
-                pid: std::process::id(),
+                creator: Creator::current(),
                 tenants: Mutex::new(Tenants::new(config.swap_rule)),
             }),
         })
@@ -369,15 +389,19 @@ impl PoolShared {
     /// Refuses work in a forked child, whose transfers would wait forever for I/O threads that did not survive the
     /// fork.
     pub(crate) fn check_fork(&self) -> Result<(), PagerError> {
-        let pid = std::process::id();
-        if pid == self.pid {
-            Ok(())
-        } else {
-            Err(PagerError::Forked {
-                pool_pid: self.pid,
+        match self.creator.forked() {
+            None => Ok(()),
+            Some(pid) => Err(PagerError::Forked {
+                pool_pid: self.creator.pid(),
                 pid,
-            })
+            }),
         }
+    }
+
+    /// Whether the calling process is a forked child of the pool's creator: its drops and frees must leave
+    /// everything the parent still uses alone.
+    pub(crate) fn forked(&self) -> bool {
+        !self.creator.is_current()
     }
 
     /// The gated worker's lane of memory-map operations, when the pool obeys an arbiter.

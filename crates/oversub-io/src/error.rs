@@ -61,6 +61,22 @@ pub enum IoError {
     /// The engine no longer accepts work.
     #[error("I/O engine is shut down")]
     Shutdown,
+    /// The store was closed ([`SwapStore::close_if_idle`](crate::SwapStore::close_if_idle)): its file or device
+    /// may already belong to another store.
+    #[error("swap store {path} is closed")]
+    StoreClosed {
+        /// The store's (first member's) path.
+        path: PathBuf,
+    },
+    /// Work submitted in a forked child to an engine its parent made: the engine's threads did not survive the
+    /// fork, so the work would never run.
+    #[error("this I/O engine belongs to process {owner_pid}, and process {pid} is a fork of it: its threads did not survive the fork; make a new engine (or store) in the child")]
+    Forked {
+        /// The process that made the engine.
+        owner_pid: u32,
+        /// This process.
+        pid: u32,
+    },
     /// A requested feature is not available on this system.
     #[error("unsupported: {0}")]
     Unsupported(String),

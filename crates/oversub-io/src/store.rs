@@ -97,6 +97,8 @@ pub struct SwapStore {
     scrub: Scrub,
     /// Cleared when a discard at release turns out unsupported, so it is not retried on every release.
     discard_at_release: AtomicBool,
+    /// Set by [`SwapStore::close_if_idle`], under the allocator's lock: no slot is handed out afterwards.
+    closed: AtomicBool,
 }
 
 /// Space allocated in a [`SwapStore`]. Not `Clone`: giving it back to
@@ -326,6 +328,7 @@ impl SwapStore {
             id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
             scrub: p.scrub,
             discard_at_release: AtomicBool::new(true),
+            closed: AtomicBool::new(false),
         })
     }
 
@@ -394,6 +397,38 @@ impl SwapStore {
         self.scrub
     }
 
+    /// Closes the store now if no slot is allocated: scrubs it as its drop would, gives up its lock (so another store,
+    /// in this process or another, can open the file or device at once) and refuses every later allocation
+    /// ([`IoError::StoreClosed`]). True when it closed (or was closed already); false when slots are still
+    /// allocated, and the store then closes when it is dropped, as always. The descriptors stay open until the drop,
+    /// unlocked. Every transfer of the store's own space needs a slot, so none is in flight when this closes; an
+    /// external slot's reads go to its own file. In a forked child of the store's creator it does nothing (the lock
+    /// and the file are the parent's) and returns false.
+    pub fn close_if_idle(&self) -> bool {
+        if !self.first().held.is_creator() {
+            return false;
+        }
+        {
+            let alloc = self.lock_alloc();
+            if self.closed.load(Ordering::Acquire) {
+                return true;
+            }
+            if alloc.free_bytes() != self.capacity {
+                return false;
+            }
+            self.closed.store(true, Ordering::Release);
+        }
+        for m in self.members.iter() {
+            m.close_early();
+        }
+        true
+    }
+
+    /// Whether [`close_if_idle`](Self::close_if_idle) closed the store.
+    pub fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
     /// Unallocated bytes (possibly fragmented).
     pub fn free_bytes(&self) -> u64 {
         self.lock_alloc().free_bytes()
@@ -456,7 +491,15 @@ impl SwapStore {
     /// Allocates `len` bytes (rounded up to the alignment). `StoreFull` when it does not
     /// fit, `InvalidArgument` for `len == 0`.
     pub fn allocate(&self, len: u64) -> Result<Slot, IoError> {
-        let mut extents = self.lock_alloc().allocate(len)?;
+        let mut extents = {
+            let mut alloc = self.lock_alloc();
+            if self.closed.load(Ordering::Acquire) {
+                return Err(IoError::StoreClosed {
+                    path: self.first().path.clone(),
+                });
+            }
+            alloc.allocate(len)?
+        };
         // Each member's high-water mark: the end of its part of the highest extent.
         if let Some(end) = extents.iter().map(|e| e.offset + e.len).max() {
             for (i, m) in self.members.iter().enumerate() {
@@ -529,10 +572,16 @@ impl SwapStore {
     }
 
     /// Returns a slot's space. A slot of another store is ignored (logged). With [`Scrub::OnRelease`] the
-    /// ranges are discarded first, before they can be handed out again.
+    /// ranges are discarded first, before they can be handed out again. In a forked child nothing happens: the
+    /// space is the parent's, which may still hold its bytes.
     pub fn release(&self, slot: Slot) {
         if slot.external.is_some() {
             // Not the store's space: nothing to give back (the file closes with its last slot).
+            return;
+        }
+        if !self.first().held.is_creator() {
+            // A discard through the shared descriptor would destroy the parent's copy, and the allocator's lock
+            // may have been held by a thread that did not survive the fork.
             return;
         }
         if slot.store_id != self.id {

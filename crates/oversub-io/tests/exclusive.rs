@@ -227,9 +227,11 @@ fn unlinked_temp_store_is_locked_too() {
         .create_temp(dir.path())
         .unwrap();
     assert!(!s.path().exists());
-    // The only way back to an unlinked file: its /proc fd link, which opens a new file description.
+    // The only way back to an unlinked file: its /proc fd link, which opens a new file description. A link is
+    // refused unless forced; forced, the lock still keeps it out.
     let link = PathBuf::from(format!("/proc/self/fd/{}", s.fd()));
-    let holder = busy(open(&link), &link);
+    assert!(refused(open(&link)).contains("symbolic link"));
+    let holder = busy(builder().force(true).open(&link), &link);
     assert!(
         holder.contains(&format!("pid {}", std::process::id())),
         "{holder}"
@@ -293,6 +295,59 @@ fn lock_held_by_another_process() {
     lines.for_each(drop);
     assert!(child.wait().unwrap().success());
     drop(open(&path).unwrap());
+}
+
+/// Issue 33: right after a holder is SIGKILLed, its lock can outlive it for a while (until the kernel drops the
+/// last reference to the open file: an io_uring's teardown, a loop device's release), still named after the dead
+/// pid. Made deterministic here: a child takes the lock, forks a grandchild that keeps the open file for 300 ms,
+/// and exits. The reopen waits for the lock instead of reporting the dead child as the holder.
+#[test]
+fn a_reopen_waits_out_the_lock_of_a_holder_that_has_ended() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.swap");
+    drop(
+        builder()
+            .capacity_bytes(MIB)
+            .keep(true)
+            .create(&path)
+            .unwrap(),
+    );
+    let cpath = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: the child and the grandchild call only async-signal-safe functions (open, flock, fork, nanosleep,
+    // _exit) on memory prepared before the fork.
+    let child = unsafe { libc::fork() };
+    assert!(child >= 0, "fork: {}", std::io::Error::last_os_error());
+    if child == 0 {
+        // SAFETY: see above.
+        unsafe {
+            let fd = libc::open(cpath.as_ptr(), libc::O_RDWR);
+            // Blocking: another test's forked child may still share the creating store's descriptor for a moment.
+            if fd < 0 || libc::flock(fd, libc::LOCK_EX) != 0 {
+                libc::_exit(2);
+            }
+            if libc::fork() == 0 {
+                let t = libc::timespec {
+                    tv_sec: 0,
+                    tv_nsec: 300_000_000,
+                };
+                libc::nanosleep(&t, std::ptr::null_mut());
+                libc::_exit(0);
+            }
+            libc::_exit(0);
+        }
+    }
+    let mut status = 0;
+    // SAFETY: child is our own child process; status is a valid out pointer.
+    assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+    assert!(
+        libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+        "the child could not lock the store"
+    );
+    // The lock is still held (by the grandchild's copy of the description), in the name of the child, which is gone.
+    match open(&path) {
+        Ok(s) => drop(s),
+        Err(e) => panic!("the reopen did not wait out a holder that has ended: {e}"),
+    }
 }
 
 /// Another program's lock, taken with util-linux flock(1): exclusive, and shared (as udev takes while probing a
@@ -558,7 +613,97 @@ fn another_users_store_and_damaged_headers_are_refused() {
     assert!(refused(open(&path)).contains("version 2"));
 }
 
+/// Issue 33: a store closed while idle gives its file up at once (a second `with Pool(store=f)` after the first
+/// block), refuses new slots, and its later drop leaves the file, by then another store's, alone.
+#[test]
+fn a_store_closed_while_idle_gives_its_file_up_at_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("closed.swap");
+    let first = builder()
+        .capacity_bytes(2 * MIB)
+        .keep(true)
+        .create(&path)
+        .unwrap();
+    let slot = write_slot(&first, 8192);
+    let e = slot.extents()[0];
+    assert!(!first.close_if_idle(), "a slot is still allocated");
+    busy(open(&path), &path);
+    first.release(slot);
+    assert!(first.close_if_idle());
+    assert!(
+        first.close_if_idle() && first.is_closed(),
+        "closing again changes nothing"
+    );
+    assert!(matches!(
+        first.allocate(4096),
+        Err(IoError::StoreClosed { .. })
+    ));
+    // Scrubbed at the close, as at a drop.
+    assert!(all_zero(&read_at(&path, e.offset, e.len as usize)));
+    // Free for another store while the first still exists; the first's drop neither scrubs nor unlocks it.
+    let second = open(&path).unwrap();
+    let slot = write_slot(&second, 8192);
+    drop(first);
+    let mut back = AlignedBuf::new(slot.len() as usize, 4096).unwrap();
+    // SAFETY: back outlives the blocking transfer.
+    unsafe { second.transfer(Direction::Read, &slot, &[back.iovec()]) }.unwrap();
+    assert_eq!(back.as_slice(), pattern(slot.len() as usize, 7).as_slice());
+    busy(open(&path), &path);
+    second.release(slot);
+}
+
 // ---- private ----
+
+/// Issue 33: a symbolic link at a store's name is refused unless forced (another user may have planted it,
+/// pointing at a file of ours), a dangling one too (not "File exists"), and forced a link to a blank file of ours
+/// is followed.
+#[test]
+fn a_symbolic_link_at_the_name_is_refused_unless_forced() {
+    let dir = tempfile::tempdir().unwrap();
+    let target = dir.path().join("target.swap");
+    sparse_file(&target, 2 * MIB);
+    let link = dir.path().join("link.swap");
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let reason = refused(open(&link));
+    assert!(reason.contains("symbolic link"), "{reason}");
+    // Through build, the rule front ends apply, too.
+    let reason = refused(builder().build(std::slice::from_ref(&link)));
+    assert!(reason.contains("symbolic link"), "{reason}");
+    drop(builder().force(true).open(&link).unwrap());
+    assert_eq!(&read_at(&target, 0, 8), b"\x89OVERSUB");
+
+    let dangling = dir.path().join("dangling.swap");
+    std::os::unix::fs::symlink(dir.path().join("nothing"), &dangling).unwrap();
+    let reason = refused(
+        builder()
+            .capacity_bytes(MIB)
+            .build(std::slice::from_ref(&dangling)),
+    );
+    assert!(reason.contains("symbolic link"), "{reason}");
+    assert!(
+        !dir.path().join("nothing").exists(),
+        "nothing was created behind the link"
+    );
+}
+
+/// Issue 33: a blank file that belongs to another user is refused unless forced: its owner could read what is
+/// swapped to it (the narrowed mode does not change the owner). Needs root to give a file away.
+#[test]
+fn another_users_blank_file_is_refused_unless_forced() {
+    require!(
+        oversub_testkit::is_root(),
+        "needs root to give a file to another user"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("theirs.swap");
+    sparse_file(&path, 2 * MIB);
+    let other = 65534;
+    std::os::unix::fs::chown(&path, Some(other), Some(other)).unwrap();
+    let reason = refused(open(&path));
+    assert!(reason.contains(&format!("uid {other}")), "{reason}");
+    assert!(all_zero(&read_at(&path, 0, 4096)), "refused untouched");
+    drop(builder().force(true).open(&path).unwrap());
+}
 
 #[test]
 fn wide_files_are_narrowed_to_0600() {

@@ -14,6 +14,8 @@ use std::fmt::Display;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+pub mod fork;
+
 /// What [`require!`] accepts: a condition (`bool`), a value that may be missing (`Option`), or an outcome whose
 /// error says why not (`Result`). The value of a met requirement is what `require!` evaluates to.
 pub trait Requirement {

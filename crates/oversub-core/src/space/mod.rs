@@ -325,8 +325,15 @@ impl AddressSpace {
 
     /// Frees a buffer: its memory, its store slot and its address. A buffer with an operation in flight (or a copy
     /// running on another thread) is gone for callers at once and released when that ends: the operation's ticket
-    /// still finishes, and nothing leaks whichever of the two comes last.
+    /// still finishes, and nothing leaks whichever of the two comes last. In a forked child of the pool's creator
+    /// it does nothing: the buffer's memory there is a copy that goes with the child, and its store slot is the
+    /// parent's.
     pub fn free(&self, buffer: Buffer) -> Result<(), PagerError> {
+        if self.shared.pool.forked() {
+            // A forked child: the buffer's stored copy is the parent's (releasing its slot could discard it), and
+            // the child's copy of its memory goes when the child exits. Nothing to do.
+            return Ok(());
+        }
         let entry = {
             let mut st = lock(&self.shared.state);
             let e = self.shared.entry_mut(&mut st, buffer)?;

@@ -467,6 +467,8 @@ impl SpaceShared {
         kind: OpKind,
         op: &Arc<OpState>,
     ) -> Result<(), PagerError> {
+        // In a forked child the operation's I/O threads are gone: its completion never comes.
+        self.pool.check_fork()?;
         let outcome = op.wait();
         let pool = &self.pool;
         let mut st = lock(&self.state);

@@ -265,6 +265,15 @@ impl SpaceShared {
 
 impl Drop for SpaceShared {
     fn drop(&mut self) {
+        if self.pool.forked() {
+            // A forked child: the buffers' store slots and host-tier copies are the parent's, and the tenant
+            // registry's lock may have been held by a thread that did not survive the fork. Leak the table; the
+            // child's copy of the memory goes when it exits.
+            std::mem::forget(std::mem::take(
+                self.state.get_mut().unwrap_or_else(|p| p.into_inner()),
+            ));
+            return;
+        }
         if self.tenant {
             self.pool.tenant_left(self.id);
         }

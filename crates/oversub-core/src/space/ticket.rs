@@ -61,7 +61,8 @@ impl Ticket {
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        if !self.finished {
+        // In a forked child the operation belongs to the parent, which finishes it there.
+        if !self.finished && !self.space.pool.forked() {
             if let Err(e) = self.space.finish(self.buffer, self.kind, &self.op) {
                 tracing::warn!(buffer = %self.buffer, "dropped unfinished ticket failed: {e}");
             }

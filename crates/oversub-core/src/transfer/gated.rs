@@ -21,6 +21,7 @@ use std::time::Duration;
 
 use oversub_accel::{AccelError, DeviceMemory, Reservation};
 use oversub_arbiter::{Gate, WorkKind};
+use oversub_base::process::Creator;
 use oversub_io::{Direction, IoCallback, IoDone, IoError, IoVec, Slot, SlotView, SwapStore};
 
 use super::{PacedPath, Transfer, TransferPath};
@@ -534,6 +535,8 @@ pub(crate) struct GatedIo {
     chunk_bytes: u64,
     pacer: Arc<Pacer>,
     worker: Option<JoinHandle<()>>,
+    /// The process whose worker this is (a forked child has none).
+    creator: Creator,
 }
 
 impl GatedIo {
@@ -579,6 +582,7 @@ impl GatedIo {
             chunk_bytes,
             pacer,
             worker: Some(worker),
+            creator: Creator::current(),
         })
     }
 
@@ -773,6 +777,12 @@ impl GatedIo {
 
 impl Drop for GatedIo {
     fn drop(&mut self) {
+        if !self.creator.is_current() {
+            // A forked child: the worker does not exist here (joining it panics) and the queue's lock may have
+            // been held by it at the fork. Leak the handle.
+            std::mem::forget(self.worker.take());
+            return;
+        }
         // Closing the queue lets the worker finish queued jobs and stop.
         lock(&self.shared.queue).closed = true;
         self.shared.ready.notify_all();

@@ -16,6 +16,7 @@ use std::thread::JoinHandle;
 
 use oversub_accel::{DeviceMemory, Fence, HostBuffer};
 use oversub_arbiter::WorkKind;
+use oversub_base::process::Creator;
 use oversub_io::{Direction, Extent, ExtentAllocator, IoError};
 
 use super::gated::{Pacer, Prelude};
@@ -51,6 +52,8 @@ pub(crate) struct HostTier {
     alloc: Mutex<ExtentAllocator>,
     tx: Option<Sender<Job>>,
     worker: Option<JoinHandle<()>>,
+    /// The process whose thread this is (a forked child has none).
+    creator: Creator,
 }
 
 /// The tier's memory address, to cross to its thread.
@@ -100,6 +103,7 @@ impl HostTier {
             alloc: Mutex::new(ExtentAllocator::new(capacity, TIER_ALIGN)),
             tx: Some(tx),
             worker: Some(worker),
+            creator: Creator::current(),
         })
     }
 
@@ -276,6 +280,14 @@ impl PacedPath for HostTier {
 
 impl Drop for HostTier {
     fn drop(&mut self) {
+        if !self.creator.is_current() {
+            // A forked child: the thread does not exist here (joining it panics) and the channel's lock may have
+            // been held at the fork. Leak both; the memory is a copy that goes with the child (`HostBuffer` leaves
+            // a driver's pinned memory alone in a child too).
+            std::mem::forget(self.tx.take());
+            std::mem::forget(self.worker.take());
+            return;
+        }
         drop(self.tx.take());
         if let Some(worker) = self.worker.take() {
             if worker.thread().id() != std::thread::current().id() {

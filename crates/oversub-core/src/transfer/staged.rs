@@ -23,6 +23,7 @@ use std::thread::JoinHandle;
 
 use oversub_accel::{AccelError, DeviceMemory, DevicePtr, Fence, HostBuffer};
 use oversub_arbiter::WorkKind;
+use oversub_base::process::Creator;
 use oversub_io::{Direction, IoError, IoVec, Slot, SlotView, SwapStore};
 
 use super::gated::{Pacer, Prelude};
@@ -88,6 +89,8 @@ pub(crate) struct Staging {
     worker: Option<JoinHandle<()>>,
     /// Whether transfers go through cuFile.
     direct: bool,
+    /// The process whose thread this is (a forked child has none).
+    creator: Creator,
 }
 
 impl Staging {
@@ -178,6 +181,7 @@ impl Staging {
             tx: Some(tx),
             worker: Some(handle),
             direct,
+            creator: Creator::current(),
         })
     }
 
@@ -247,6 +251,13 @@ impl PacedPath for Staging {
 
 impl Drop for Staging {
     fn drop(&mut self) {
+        if !self.creator.is_current() {
+            // A forked child: the thread does not exist here (joining it panics) and the channel's lock may have
+            // been held at the fork. Leak both.
+            std::mem::forget(self.tx.take());
+            std::mem::forget(self.worker.take());
+            return;
+        }
         drop(self.tx.take());
         if let Some(worker) = self.worker.take() {
             if worker.thread().id() != std::thread::current().id() {

@@ -442,6 +442,18 @@ pub(crate) fn remaining_iovecs(iovecs: &[IoVec], skip: u64, out: &mut Vec<libc::
 
 /// Joins a worker unless it is the current thread (an engine dropped from its own
 /// completion callback), which then finishes on its own.
+/// Refuses work in a forked child of the engine's creator: the engine's threads did not survive the fork, so the
+/// batch would never complete.
+pub(crate) fn check_creator(creator: oversub_base::process::Creator) -> Result<(), IoError> {
+    match creator.forked() {
+        None => Ok(()),
+        Some(pid) => Err(IoError::Forked {
+            owner_pid: creator.pid(),
+            pid,
+        }),
+    }
+}
+
 pub(crate) fn join_worker(handle: std::thread::JoinHandle<()>) {
     if handle.thread().id() == std::thread::current().id() {
         return;

@@ -6,9 +6,11 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender};
 
+use oversub_base::process::Creator;
+
 use super::{
-    check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests, Batch,
-    Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
+    check_creator, check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests,
+    Batch, Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
 };
 use crate::error::IoError;
 
@@ -26,6 +28,8 @@ pub struct PsyncEngine {
     workers: Vec<JoinHandle<()>>,
     counters: Arc<IoCounters>,
     queue_depth: usize,
+    /// The process whose workers these are (a forked child has none).
+    creator: Creator,
 }
 
 impl std::fmt::Debug for PsyncEngine {
@@ -48,6 +52,7 @@ impl PsyncEngine {
             workers: Vec::with_capacity(queue_depth),
             counters: counters.clone(),
             queue_depth,
+            creator: Creator::current(),
         };
         for i in 0..queue_depth {
             let rx = rx.clone();
@@ -101,6 +106,7 @@ impl PsyncEngine {
         on_done: IoCallback,
         tagged: bool,
     ) -> Result<(), IoError> {
+        check_creator(self.creator)?;
         validate_requests(&requests)?;
         let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
         let batch = Batch::new(requests.len(), on_done, tagged);
@@ -125,6 +131,13 @@ impl PsyncEngine {
 
 impl Drop for PsyncEngine {
     fn drop(&mut self) {
+        if !self.creator.is_current() {
+            // A forked child: the workers do not exist here (joining them panics), and the channel's lock may
+            // have been held by one of them at the fork. Leak both; the memory goes with the child.
+            std::mem::forget(self.sender.take());
+            std::mem::forget(std::mem::take(&mut self.workers));
+            return;
+        }
         // Closing the channel lets workers drain queued tasks and then exit.
         self.sender = None;
         for h in self.workers.drain(..) {

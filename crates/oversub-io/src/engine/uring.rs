@@ -9,10 +9,11 @@ use std::time::Instant;
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use io_uring::{opcode, squeue, types, IoUring};
+use oversub_base::process::Creator;
 
 use super::{
-    check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests, Batch,
-    Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
+    check_creator, check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests,
+    Batch, Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
 };
 use crate::error::IoError;
 
@@ -32,6 +33,8 @@ pub struct UringEngine {
     worker: Option<JoinHandle<()>>,
     counters: Arc<IoCounters>,
     queue_depth: usize,
+    /// The process whose worker this is (a forked child has none).
+    creator: Creator,
 }
 
 impl std::fmt::Debug for UringEngine {
@@ -92,6 +95,7 @@ impl UringEngine {
             worker: Some(handle),
             counters,
             queue_depth,
+            creator: Creator::current(),
         })
     }
 }
@@ -164,6 +168,8 @@ impl UringEngine {
         on_done: IoCallback,
         tagged: bool,
     ) -> Result<(), IoError> {
+        // Before the wake: the eventfd is shared with the parent, whose worker it would wake.
+        check_creator(self.creator)?;
         validate_requests(&requests)?;
         let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
         let batch = Batch::new(requests.len(), on_done, tagged);
@@ -177,6 +183,14 @@ impl UringEngine {
 
 impl Drop for UringEngine {
     fn drop(&mut self) {
+        if !self.creator.is_current() {
+            // A forked child: the worker does not exist here (joining it panics), the channel's lock may have been
+            // held at the fork, and the eventfd is shared with the parent, whose worker a wake would disturb.
+            // Leak the sender and the handle; closing the child's copies of the descriptors is harmless.
+            std::mem::forget(self.sender.take());
+            std::mem::forget(self.worker.take());
+            return;
+        }
         // Disconnect first, then wake: the worker finishes queued and in-flight work and
         // exits once it has seen the disconnect and its eventfd read completed.
         self.sender = None;

@@ -5,7 +5,7 @@ use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::inspect::Verdict;
@@ -184,9 +184,11 @@ impl StoreBuilder {
                 "no swap store location given".into(),
             )),
             [one] => {
+                // `symlink_metadata`: a link at the name (even a dangling one) is opened, and refused there,
+                // rather than created over ("File exists").
                 if one.is_dir() {
                     self.create_temp(one)
-                } else if std::fs::metadata(one).is_ok() {
+                } else if std::fs::symlink_metadata(one).is_ok() {
                     self.open(one)
                 } else {
                     self.create(one)
@@ -218,7 +220,7 @@ impl StoreBuilder {
         for loc in locations {
             let made = if loc.is_dir() {
                 self.create_temp_member(loc)
-            } else if std::fs::metadata(loc).is_ok() {
+            } else if std::fs::symlink_metadata(loc).is_ok() {
                 self.open_member(loc)
             } else {
                 self.create_member(loc)
@@ -376,7 +378,7 @@ impl StoreBuilder {
         guard.armed = false;
         Ok(Backing {
             fd,
-            _held: held,
+            held,
             path: path.to_path_buf(),
             block_device: false,
             alignment,
@@ -388,6 +390,7 @@ impl StoreBuilder {
             kept: self.keep,
             created: true,
             direct,
+            closed_early: AtomicBool::new(false),
         })
     }
 
@@ -412,7 +415,14 @@ impl StoreBuilder {
         // O_EXCL without O_CREAT is defined for block devices only, so it is asked for them alone; fstat below
         // checks that the path did not change kind in between.
         let want_device = std::fs::metadata(path).is_ok_and(|m| m.file_type().is_block_device());
-        let base = libc::O_RDWR | libc::O_CLOEXEC | if want_device { libc::O_EXCL } else { 0 };
+        // O_NOFOLLOW for files: a link at the name may have been planted by another user and point at one of the
+        // caller's files (or root's). Devices are often named through udev's links (/dev/disk/by-id), and their
+        // O_EXCL open and content check guard them.
+        let no_follow = !want_device && !self.force;
+        let base = libc::O_RDWR
+            | libc::O_CLOEXEC
+            | if want_device { libc::O_EXCL } else { 0 }
+            | if no_follow { libc::O_NOFOLLOW } else { 0 };
         let open = |flags: libc::c_int| -> std::io::Result<OwnedFd> {
             // SAFETY: cpath is a valid NUL-terminated string.
             let raw = unsafe { libc::open(cpath.as_ptr(), flags) };
@@ -456,6 +466,16 @@ impl StoreBuilder {
         let fd = opened.map_err(|e| {
             if want_device && e.raw_os_error() == Some(libc::EBUSY) {
                 exclusive::device_busy(path)
+            } else if no_follow && e.raw_os_error() == Some(libc::ELOOP) {
+                let target = std::fs::read_link(path)
+                    .map(|t| format!(" (to {})", t.display()))
+                    .unwrap_or_default();
+                IoError::StoreRefused {
+                    path: path.to_path_buf(),
+                    reason: format!(
+                        "it is a symbolic link{target}: one another user planted could point at a file of yours; give the file's own path"
+                    ),
+                }
             } else {
                 store_io("open", path, e, Doing::Open)
             }
@@ -520,7 +540,7 @@ impl StoreBuilder {
         write_header(raw, alignment, header_bytes, capacity, created)?;
         Ok(Backing {
             fd,
-            _held: held,
+            held,
             path: path.to_path_buf(),
             block_device: true,
             alignment,
@@ -531,6 +551,7 @@ impl StoreBuilder {
             kept: true,
             created: false,
             direct,
+            closed_early: AtomicBool::new(false),
         })
     }
 
@@ -559,6 +580,17 @@ impl StoreBuilder {
             direct = false;
         }
         let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
+        let euid = euid();
+        if st.st_uid != euid {
+            // Its owner could read whatever is swapped to it (narrowing the mode does not change the owner).
+            self.refuse_unless_forced(
+                path,
+                format!(
+                    "it belongs to uid {} (you are uid {euid}), who could read what is swapped to it",
+                    st.st_uid
+                ),
+            )?;
+        }
         let file_len = u64::try_from(st.st_size).unwrap_or(0);
         let created = self.accept(path, inspect::inspect(raw, file_len, alignment)?)?;
         let capacity = match self.capacity {
@@ -593,7 +625,7 @@ impl StoreBuilder {
         write_header(raw, alignment, header_bytes, capacity, created)?;
         Ok(Backing {
             fd,
-            _held: held,
+            held,
             path: path.to_path_buf(),
             block_device: false,
             alignment,
@@ -604,25 +636,29 @@ impl StoreBuilder {
             kept: true,
             created: false,
             direct,
+            closed_early: AtomicBool::new(false),
+        })
+    }
+
+    /// `StoreRefused` for `reason`, or, with [`force`](Self::force), a warning and Ok.
+    fn refuse_unless_forced(&self, path: &Path, reason: String) -> Result<(), IoError> {
+        if self.force {
+            tracing::warn!(
+                path = %path.display(),
+                "using it as a swap store because force is set: {reason}"
+            );
+            return Ok(());
+        }
+        Err(IoError::StoreRefused {
+            path: path.to_path_buf(),
+            reason,
         })
     }
 
     /// Whether `open` may write over what it found; the creation time for the new header.
     fn accept(&self, path: &Path, verdict: Verdict) -> Result<u64, IoError> {
         let euid = euid();
-        let refuse = |reason: String| {
-            if self.force {
-                tracing::warn!(
-                    path = %path.display(),
-                    "overwriting it as a swap store because force is set: {reason}"
-                );
-                return Ok(now_unix());
-            }
-            Err(IoError::StoreRefused {
-                path: path.to_path_buf(),
-                reason,
-            })
-        };
+        let refuse = |reason: String| self.refuse_unless_forced(path, reason).map(|()| now_unix());
         match verdict {
             Verdict::Blank => Ok(now_unix()),
             Verdict::Ours(h) if h.owner_uid == euid => Ok(h.created),

@@ -8,16 +8,20 @@
 
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
+
+use oversub_base::process::Creator;
 
 use crate::error::IoError;
 
 /// Holder text when the kernel refuses a device and nothing more can be found out.
 const EXCLUSIVE_ELSEWHERE: &str = "another program has it open exclusively";
 
-/// How often, and how far apart, `lock` tries again while only shared locks, or copies of our own closed
-/// descriptors (see [`OPEN_HERE`]), are in the way. udev takes a shared lock while it probes a block device
+/// How often, and how far apart, `lock` tries again while only shared locks, copies of our own closed
+/// descriptors (see [`OPEN_HERE`]) or the locks of processes that have ended (see [`holder_ended`]) are in the
+/// way. udev takes a shared lock while it probes a block device
 /// (systemd's block-device locking convention), for instance right after a store on it was closed; that lasts
 /// milliseconds, so it is waited out, up to about a second. Stores hold exclusive locks, which are never waited
 /// for.
@@ -41,10 +45,36 @@ fn open_here() -> std::sync::MutexGuard<'static, Vec<(u64, u64)>> {
 #[derive(Debug)]
 pub(crate) struct Held {
     node: (u64, u64),
+    /// The process that opened the store: a forked child has a copy of this claim, which is not its own.
+    creator: Creator,
+    /// Set once the claim was given up before the drop (the store was closed while idle).
+    released: AtomicBool,
+}
+
+impl Held {
+    /// Whether the calling process opened the store (false in a forked child, whose copy of the store must leave
+    /// the file alone).
+    pub(crate) fn is_creator(&self) -> bool {
+        self.creator.is_current()
+    }
 }
 
 impl Drop for Held {
     fn drop(&mut self) {
+        // In a forked child the list is a copy that names the parent's stores, and its lock may have been held
+        // by a thread that did not survive the fork: leave it.
+        if self.is_creator() {
+            self.release();
+        }
+    }
+}
+
+impl Held {
+    /// Takes the node off this process's list of open stores, once (at close, or at the drop).
+    pub(crate) fn release(&self) {
+        if self.released.swap(true, Ordering::AcqRel) {
+            return;
+        }
         let mut here = open_here();
         if let Some(i) = here.iter().position(|n| *n == self.node) {
             here.swap_remove(i);
@@ -58,11 +88,32 @@ fn held_by_a_child_copy(holder: Option<LockHolder>, dev: u64, ino: u64) -> bool 
     holder.is_some_and(|h| h.pid == std::process::id()) && !open_here().contains(&(dev, ino))
 }
 
-/// Whether a block device's `EBUSY` comes only from a child's copy of a descriptor this process has closed, so
-/// that the open is worth trying again in a moment.
+/// Whether the process a lock is held in the name of has ended (gone, or a zombie): the lock then lives on only
+/// until the kernel closes its last reference to the file, which after a SIGKILL can take a while (an io_uring's
+/// teardown, a loop device's release: 6-153 ms measured), so it is waited out.
+pub(crate) fn holder_ended(holder: Option<LockHolder>) -> bool {
+    holder.is_some_and(|h| process_ended(h.pid))
+}
+
+/// Whether process `pid` no longer runs: no /proc entry, or a zombie (`Z`) or dead (`X`) state.
+pub(crate) fn process_ended(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Err(e) => e.kind() == std::io::ErrorKind::NotFound,
+        // "1234 (comm) S ...": the state follows the last ')' (a comm may contain one).
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.trim_start().chars().next())
+            .is_some_and(|state| state == 'Z' || state == 'X'),
+    }
+}
+
+/// Whether a block device's `EBUSY` comes only from a child's copy of a descriptor this process has closed, or
+/// from a holder that has ended, so that the open is worth trying again in a moment.
 pub(crate) fn busy_with_a_child_copy(path: &Path) -> bool {
-    std::fs::metadata(path)
-        .is_ok_and(|m| held_by_a_child_copy(flock_holder(m.dev(), m.ino()), m.dev(), m.ino()))
+    std::fs::metadata(path).is_ok_and(|m| {
+        let holder = flock_holder(m.dev(), m.ino());
+        held_by_a_child_copy(holder, m.dev(), m.ino()) || holder_ended(holder)
+    })
 }
 
 /// Takes the store's lock on `fd`; `StoreBusy` naming the holder when another open file description has it.
@@ -71,7 +122,11 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held
     let node = (st.st_dev, st.st_ino);
     let held = || {
         open_here().push(node);
-        Held { node }
+        Held {
+            node,
+            creator: Creator::current(),
+            released: AtomicBool::new(false),
+        }
     };
     let mut retries = 0;
     loop {
@@ -85,9 +140,10 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held
             Some(libc::EWOULDBLOCK) => {
                 let holder = flock_holder(st.st_dev, st.st_ino);
                 // No holder in /proc/locks: the lock went away between our attempt and the lookup (as a spawned
-                // child's copy does at its exec), so try again.
+                // child's copy does at its exec), so try again. A holder that has ended releases it soon.
                 let transient = holder.is_none_or(|h| h.shared)
-                    || held_by_a_child_copy(holder, st.st_dev, st.st_ino);
+                    || held_by_a_child_copy(holder, st.st_dev, st.st_ino)
+                    || holder_ended(holder);
                 if transient && retries < SHARED_LOCK_RETRIES {
                     retries += 1;
                     std::thread::sleep(SHARED_LOCK_PAUSE);
@@ -318,6 +374,24 @@ mod tests {
                      2: FLOCK  ADVISORY  WRITE 12 07:00:9 0 EOF\n";
         assert_eq!(lock_holder(mixed, 7, 0, 9).map(|h| h.shared), Some(false));
         assert_eq!(lock_holder(mixed, 7, 0, 9).map(|h| h.pid), Some(12));
+    }
+
+    #[test]
+    fn tells_a_process_that_ended_from_one_that_runs() {
+        assert!(!process_ended(std::process::id()));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Exited but not yet waited for: a zombie.
+        let mut polls = 0;
+        while !process_ended(pid) && polls < 10_000 {
+            std::thread::sleep(Duration::from_millis(1));
+            polls += 1;
+        }
+        assert!(process_ended(pid), "a zombie counts as ended");
+        child.wait().unwrap();
+        assert!(process_ended(pid));
+        assert!(holder_ended(Some(LockHolder { pid, shared: false })));
+        assert!(!holder_ended(None));
     }
 
     #[test]

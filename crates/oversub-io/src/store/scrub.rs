@@ -2,7 +2,7 @@
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::sys::pwrite_all;
 use crate::error::IoError;
@@ -54,7 +54,7 @@ pub enum Scrub {
 pub(crate) struct Backing {
     pub fd: OwnedFd,
     /// This process's claim on the node; declared after `fd` so it is given up only once the fd is closed.
-    pub _held: super::exclusive::Held,
+    pub held: super::exclusive::Held,
     pub path: PathBuf,
     pub block_device: bool,
     pub alignment: usize,
@@ -71,6 +71,9 @@ pub(crate) struct Backing {
     pub created: bool,
     /// Whether the fd is O_DIRECT.
     pub direct: bool,
+    /// Set once [`close_early`](Self::close_early) scrubbed and unlocked it: the file may belong to another store
+    /// by the time this one drops, so the drop must not scrub it again.
+    pub closed_early: AtomicBool,
 }
 
 impl Backing {
@@ -99,9 +102,37 @@ impl Backing {
     }
 }
 
+impl Backing {
+    /// Scrubs (if asked) and gives up the lock now rather than at the drop (the store was closed while idle).
+    pub fn close_early(&self) {
+        if self.closed_early.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        if self.scrub_at_close {
+            self.scrub();
+        }
+        // SAFETY: plain syscall on our open fd. Only the creator gets here (`close_if_idle` checks), so no forked
+        // child's copy of the description is unlocked behind its parent's back.
+        if unsafe { libc::flock(self.fd.as_raw_fd(), libc::LOCK_UN) } != 0 {
+            tracing::warn!(
+                path = %self.path.display(),
+                "could not unlock the closed swap store: {}",
+                std::io::Error::last_os_error()
+            );
+        }
+        self.held.release();
+    }
+}
+
 impl Drop for Backing {
     fn drop(&mut self) {
-        if self.scrub_at_close {
+        if self.closed_early.load(Ordering::Acquire) {
+            return;
+        }
+        // A forked child shares the open file description with its parent, whose store this still is: scrubbing
+        // it would destroy the parent's paged-out buffers. The child only closes its copy of the descriptor, which
+        // leaves the parent's flock in place (the lock belongs to the description, which the parent keeps open).
+        if self.scrub_at_close && self.held.is_creator() {
             self.scrub();
         }
     }
