@@ -185,9 +185,9 @@ pub struct DemoArgs {
         value_parser = crate::args::parse_count_or_zero::<usize>
     )]
     warmup: usize,
-    /// Extra warm-up repetitions allowed after --warmup, until the table runs on time: a store still slow from
-    /// the set-up's writes makes the first repetitions late, and the table catches up only as fast as the store's
-    /// idle time allows. The warm-up ends at the first repetition that ran on time, or whose lateness stopped
+    /// Extra warm-up repetitions allowed after --warmup, until the table runs on time: a slow start (a store or
+    /// memory still cold after the set-up) makes the first repetitions late, and the table catches up only as fast
+    /// as the store's idle time allows. The warm-up ends at the first repetition that ran on time, or whose lateness stopped
     /// falling; the report says how many it took. 0: exactly --warmup.
     #[arg(
         long,
@@ -1013,6 +1013,8 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         readahead,
     };
 
+    // Repetitions each run's plan covers (the progress bar counts their slots).
+    let repetitions = args.hyperperiods + args.warmup + args.extra_warmup;
     let target = system.table.hyperperiod_s;
     let mut runs: Vec<(String, Mode, System)> = Mode::ALL
         .iter()
@@ -1035,9 +1037,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     });
     let total: usize = runs
         .iter()
-        .map(|(_, _, s)| {
-            s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup)
-        })
+        .map(|(_, _, s)| s.table.slots.len() * repetitions)
         .sum();
     let bar = slots_bar(total as u64);
     std::fs::create_dir_all(&args.out)
@@ -1118,10 +1118,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         // more, so the report shows a period that runs do meet.
         if !r.met_target() && label.ends_with("at its min feasible period") {
             let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
-            bar.inc_length(
-                (longer.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup))
-                    as u64,
-            );
+            bar.inc_length((longer.table.slots.len() * repetitions) as u64);
             runs.push((
                 format!("{mode} at 1.3 × its min feasible period"),
                 mode,
@@ -1149,10 +1146,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
                 "async at the target period, swap share {sh:.1} (unit {})",
                 format_bytes(u)
             );
-            bar.inc_length(
-                (s.table.slots.len() * (args.hyperperiods + args.warmup + args.extra_warmup))
-                    as u64,
-            );
+            bar.inc_length((s.table.slots.len() * repetitions) as u64);
             bar.set_message(label.clone());
             let r = run_mode(&s, Mode::Async, how, &bar)?;
             i += 1;

@@ -210,9 +210,10 @@ pub struct PrimeReport {
 }
 
 /// How the store is primed before the table starts: after the set-up wrote every buffer, each is read back (and,
-/// with the pager, written again), so the table does not meet a store still slow from that burst of writes. A disk
-/// whose cache absorbs writes (a virtual machine's, an SSD's SLC cache) can read at a tenth of its speed for
-/// seconds after one, which makes the first repetitions late and leaves a backlog the table then has to catch up.
+/// with the pager, written again, in groups that fill the capacity), so the table meets neither a store still slow
+/// after the set-up's burst of writes nor memory it never touched (which a virtual machine faults in on the host:
+/// on this project's VM that, not the disk, made the first page-ins run at a tenth of the store's speed and left a
+/// backlog the table then had to catch up; docs/schedule.md).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Prime {
     /// Prime at all.
@@ -406,6 +407,16 @@ struct Shared<'r, 'w> {
 
 use oversub_base::sync::{lock, wait};
 
+/// Sets the flags of plan entries `entries` (completed or paged).
+fn set_flags(flags: &Mutex<Vec<bool>>, entries: &[usize]) {
+    let mut flags = lock(flags);
+    for &i in entries {
+        if let Some(f) = flags.get_mut(i) {
+            *f = true;
+        }
+    }
+}
+
 impl Shared<'_, '_> {
     fn now_s(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
@@ -438,12 +449,9 @@ impl Shared<'_, '_> {
     fn abort(&self) {
         self.aborted
             .store(true, std::sync::atomic::Ordering::Release);
-        let _done = lock(&self.completed);
-        self.completed_cv.notify_all();
+        self.wake_all();
         let _tickets = lock(&self.tickets);
         self.tickets_cv.notify_all();
-        let _paged = lock(&self.paged);
-        self.paged_cv.notify_all();
     }
 
     fn stopped() -> RunError {
@@ -463,34 +471,15 @@ impl Shared<'_, '_> {
     }
 
     fn mark_completed(&self, idx: usize) {
-        {
-            let mut done = lock(&self.completed);
-            if let Some(d) = done.get_mut(idx) {
-                *d = true;
-            }
-        }
+        set_flags(&self.completed, &[idx]);
         self.completed_cv.notify_all();
     }
 
     /// A lane that stops before these plan entries (past the run's end) marks them completed and paged, so no
     /// waiter waits for them.
     fn give_up(&self, entries: &[usize]) {
-        {
-            let mut done = lock(&self.completed);
-            for &i in entries {
-                if let Some(d) = done.get_mut(i) {
-                    *d = true;
-                }
-            }
-        }
-        {
-            let mut paged = lock(&self.paged);
-            for &i in entries {
-                if let Some(d) = paged.get_mut(i) {
-                    *d = true;
-                }
-            }
-        }
+        set_flags(&self.completed, entries);
+        set_flags(&self.paged, entries);
         self.wake_all();
     }
 
@@ -503,10 +492,7 @@ impl Shared<'_, '_> {
     }
 
     fn mark_paged(&self, idx: usize) {
-        let mut paged = lock(&self.paged);
-        if let Some(d) = paged.get_mut(idx) {
-            *d = true;
-        }
+        set_flags(&self.paged, &[idx]);
         self.paged_cv.notify_all();
     }
 
@@ -527,25 +513,32 @@ impl Shared<'_, '_> {
 
     fn record(
         &self,
+        entry: usize,
         kind: PageKind,
         b: BufferId,
         io_bytes: u64,
         start_s: f64,
-        for_component: usize,
+        component: usize,
     ) {
-        self.record_until(None, kind, b, io_bytes, start_s, for_component);
+        self.record_until(entry, None, kind, b, io_bytes, start_s, component);
     }
 
-    /// Records an operation that ended at `done_at` (now if unknown).
+    /// Records an operation for plan entry `entry` (of `component`) that ended at `done_at` (now if unknown). Paging for an entry past
+    /// the run's end (a ghost slot's, see `warmup.rs`) is not part of the run and is not recorded.
+    #[allow(clippy::too_many_arguments)]
     fn record_until(
         &self,
+        entry: usize,
         done_at: Option<Instant>,
         kind: PageKind,
         b: BufferId,
         io_bytes: u64,
         start_s: f64,
-        for_component: usize,
+        component: usize,
     ) {
+        if self.warm.past_end(entry) {
+            return;
+        }
         let end_s = done_at.map_or_else(
             || self.now_s(),
             |at| at.saturating_duration_since(self.t0).as_secs_f64(),
@@ -559,7 +552,7 @@ impl Shared<'_, '_> {
             io_bytes,
             start_s,
             end_s: end_s.max(start_s),
-            for_component: self.component_names[for_component].clone(),
+            for_component: self.component_names[component].clone(),
         };
         lock(&self.ops).push(rec);
     }
@@ -866,31 +859,27 @@ fn page_sync(shared: &Shared<'_, '_>, plan: &Plan, idx: usize) -> Result<(), Run
         let start = shared.now_s();
         // Demand mode counts what its write-back wrote (the pages the works dirtied), not what the plan assumed.
         let written = shared.page_out(op.buffer)?.unwrap_or(op.io_bytes);
-        // Paging past the run's end (ghost slots) is not part of the run.
-        if !shared.warm.past_end(idx) {
-            shared.record(
-                PageKind::Out,
-                op.buffer,
-                written,
-                start,
-                sp.instance.component,
-            );
-        }
+        shared.record(
+            idx,
+            PageKind::Out,
+            op.buffer,
+            written,
+            start,
+            sp.instance.component,
+        );
     }
     if matches!(shared.backing, Backing::Pager { .. }) {
         for op in &sp.page_ins {
             let start = shared.now_s();
             shared.page_in(op.buffer)?;
-            // Paging past the run's end (ghost slots) is not part of the run.
-            if !shared.warm.past_end(idx) {
-                shared.record(
-                    PageKind::In,
-                    op.buffer,
-                    op.io_bytes,
-                    start,
-                    sp.instance.component,
-                );
-            }
+            shared.record(
+                idx,
+                PageKind::In,
+                op.buffer,
+                op.io_bytes,
+                start,
+                sp.instance.component,
+            );
         }
     }
     shared.mark_paged(idx);
@@ -1213,7 +1202,7 @@ fn set_up(
     for b in resident {
         shared.page_out(b)?;
     }
-    let prime = prime_store(shared, system.platform.capacity_bytes, options.prime)?;
+    let prime = prime_store(shared, capacity, options.prime)?;
     for idx in (0..plan.slots.len()).filter(|&i| plan.slots[i].issue_s < 0.0) {
         page_sync(shared, plan, idx)?;
     }
@@ -1250,9 +1239,8 @@ struct SetUp {
 /// Primes the store and the memory ([`Prime`]): every buffer, all paged out after the set-up, is read back from
 /// the store once a round (and written again, with the pager, so it is back where the set-up left it). With the
 /// pager, the buffers are paged in in groups that fill the capacity together, so the memory the table will page
-/// into has been touched once too: the set-up held one component's buffers at a time, and on a virtual machine
-/// memory never touched (or given back to the host) is faulted in on the host at the first touch, which made the
-/// table's first page-ins run at a tenth of the store's speed.
+/// into has been touched once too (on a virtual machine, memory never touched or given back to the host is
+/// faulted in on the host at the first touch).
 fn prime_store(
     shared: &Shared<'_, '_>,
     capacity_bytes: u64,
@@ -1493,16 +1481,14 @@ fn async_controller(shared: &Shared<'_, '_>, plan: &Plan) -> Result<(), RunError
         for (t, op, start) in outs {
             t.finish()
                 .map_err(pager(format!("finish out {}", shared.name(op.buffer))))?;
-            // Paging past the run's end (ghost slots) is not part of the run.
-            if !shared.warm.past_end(idx) {
-                shared.record(
-                    PageKind::Out,
-                    op.buffer,
-                    op.io_bytes,
-                    start,
-                    sp.instance.component,
-                );
-            }
+            shared.record(
+                idx,
+                PageKind::Out,
+                op.buffer,
+                op.io_bytes,
+                start,
+                sp.instance.component,
+            );
         }
         let mut ins = Vec::new();
         for op in &sp.page_ins {
@@ -1572,17 +1558,15 @@ fn lane(
                         t.finish()
                             .map_err(pager(format!("finish in {}", shared.name(op.buffer))))?;
                         // The timeline shows the I/O from its start to its completion, not the wait.
-                        // Paging past the run's end (ghost slots) is not part of the run.
-                        if !shared.warm.past_end(idx) {
-                            shared.record_until(
-                                done_at,
-                                PageKind::In,
-                                op.buffer,
-                                op.io_bytes,
-                                issued,
-                                inst.component,
-                            );
-                        }
+                        shared.record_until(
+                            idx,
+                            done_at,
+                            PageKind::In,
+                            op.buffer,
+                            op.io_bytes,
+                            issued,
+                            inst.component,
+                        );
                     }
                 }
                 Mode::Sync => {
