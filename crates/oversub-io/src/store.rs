@@ -498,17 +498,22 @@ impl SwapStore {
                     path: self.first().path.clone(),
                 });
             }
-            alloc.allocate(len)?
-        };
-        // Each member's high-water mark: the end of its part of the highest extent.
-        if let Some(end) = extents.iter().map(|e| e.offset + e.len).max() {
-            for (i, m) in self.members.iter().enumerate() {
-                let below = self.map.member_bytes_below(end, i);
-                if below > 0 {
-                    m.allocated_up_to(m.data_offset + below);
+            let extents = alloc.allocate(len)?;
+            // Each member's high-water mark: the end of its part of the highest extent, recorded (in the
+            // header, past its last scrub end) before the slot can be written.
+            if let Some(end) = extents.iter().map(|e| e.offset + e.len).max() {
+                for (i, m) in self.members.iter().enumerate() {
+                    let below = self.map.member_bytes_below(end, i);
+                    if below > 0 {
+                        if let Err(e) = m.allocated_up_to(m.data_offset + below) {
+                            alloc.free(&extents);
+                            return Err(e);
+                        }
+                    }
                 }
             }
-        }
+            extents
+        };
         for e in &mut extents {
             e.offset += self.base;
         }

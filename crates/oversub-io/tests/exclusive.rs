@@ -494,6 +494,127 @@ fn other_data_is_refused() {
     );
 }
 
+/// Issue 33: zeros written over the first MiB (or more) and data after them used to pass as blank, and the
+/// scrub at close then wiped the data. The whole file is sampled now (SEEK_DATA, then a stride).
+#[test]
+fn data_behind_a_zeroed_prefix_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    for at_mib in [1u64, 2, 64] {
+        let path = dir.path().join(format!("zeros-then-data-at-{at_mib}"));
+        let user = pattern(8 * MIB as usize, 3);
+        {
+            let mut f = File::create(&path).unwrap();
+            f.write_all(&vec![0u8; (at_mib * MIB) as usize]).unwrap();
+            f.write_all(user.as_slice()).unwrap();
+        }
+        let reason = refused(open(&path));
+        assert!(
+            reason.contains(&format!("offset {}", at_mib * MIB)),
+            "data at {at_mib} MiB: {reason}"
+        );
+        assert_eq!(read_at(&path, at_mib * MIB, user.len()), user.as_slice());
+    }
+
+    // A file system placed at 1 MiB behind a wiped first MiB is named.
+    let path = dir.path().join("ext4-at-1MiB");
+    sparse_file(&path, 16 * MIB);
+    write_at(&path, 0, &vec![0u8; MIB as usize]);
+    write_at(&path, MIB + 1080, &[0x53, 0xef]);
+    let reason = refused(open(&path));
+    assert!(
+        reason.contains("ext2/ext3/ext4") && reason.contains("at offset"),
+        "{reason}"
+    );
+}
+
+/// What the sampling misses is not wiped: a store opened on a file accepted as blank scrubs only what it wrote.
+#[test]
+fn the_scrub_leaves_what_the_store_did_not_write() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("missed");
+    // Zeros, and a few bytes between two sample points (1 MiB + 64 KiB reads nothing past 1 MiB + 64 KiB).
+    std::fs::write(&path, vec![0u8; 8 * MIB as usize]).unwrap();
+    let hidden_at = 4 * MIB + 512 * 1024;
+    write_at(&path, hidden_at, b"the user's bytes");
+    let s = open(&path).unwrap();
+    let slot = write_slot(&s, 3 * 4096);
+    assert!(slot.extents()[0].offset + slot.len() < hidden_at);
+    s.release(slot);
+    drop(s);
+    assert_eq!(read_at(&path, hidden_at, 16), b"the user's bytes");
+}
+
+/// Env var naming the store file a child writes and is then SIGKILLed on (see `killed_while_holding`).
+const KILL_ENV: &str = "OVERSUB_TEST_KILL_STORE";
+
+/// Run only as the child of `a_store_killed_before_its_scrub_is_scrubbed_by_the_next`: opens the store named
+/// by `KILL_ENV`, fills 5 MiB of it with data, and kills itself, so no scrub runs.
+#[test]
+#[ignore = "a child process of a_store_killed_before_its_scrub_is_scrubbed_by_the_next"]
+fn killed_while_holding() {
+    let Ok(path) = std::env::var(KILL_ENV) else {
+        return;
+    };
+    let s = builder()
+        .capacity_bytes(6 * MIB)
+        .open(Path::new(&path))
+        .unwrap();
+    let slots: Vec<Slot> = (0..5).map(|_| write_slot(&s, MIB)).collect();
+    assert_eq!(slots.len(), 5);
+    // SAFETY: kill on our own pid; nothing runs after it.
+    unsafe {
+        libc::kill(libc::getpid(), libc::SIGKILL);
+    }
+}
+
+/// Issue 33: a pool SIGKILLed before its scrub left its bytes past the next store's (smaller) capacity, and the
+/// next store's clean close scrubbed only its own capacity. The header records how far the data area was used.
+#[test]
+fn a_store_killed_before_its_scrub_is_scrubbed_by_the_next() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("killed.swap");
+    drop(
+        builder()
+            .capacity_bytes(6 * MIB)
+            .keep(true)
+            .create(&path)
+            .unwrap(),
+    );
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "killed_while_holding",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env(KILL_ENV, &path)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(libc::SIGKILL), "{status:?}");
+    let off = u64::from(u32_at(&read_at(&path, 0, 52), 12));
+    // The killed store's bytes are there, past the capacity the next store asks for.
+    assert!(!all_zero(&read_at(&path, off + 4 * MIB, 4096)));
+    let header = read_at(&path, 0, 52);
+    assert!(
+        u64_at(&header, 40) >= off + 5 * MIB,
+        "scrub end {}",
+        u64_at(&header, 40)
+    );
+
+    let s = builder().capacity_bytes(2 * MIB).open(&path).unwrap();
+    drop(s);
+    for at in (0..5).map(|i| off + i * MIB) {
+        assert!(
+            all_zero(&read_at(&path, at, MIB as usize)),
+            "bytes left at {at}"
+        );
+    }
+    assert_eq!(u64_at(&read_at(&path, 0, 52), 40), off);
+}
+
 #[test]
 fn blank_files_are_accepted() {
     let dir = tempfile::tempdir().unwrap();
@@ -554,14 +675,16 @@ fn own_store_reopens_and_the_header_is_as_documented() {
     drop(s);
     let h = read_at(&path, 0, off as usize);
     assert_eq!(&h[..8], b"\x89OVERSUB");
-    assert_eq!(u32_at(&h, 8), 1);
+    assert_eq!(u32_at(&h, 8), 2);
     assert_eq!(u64::from(u32_at(&h, 12)), off);
     assert_eq!(u32_at(&h, 16), euid());
     assert_eq!(u32_at(&h, 20), 0);
     assert_eq!(u64_at(&h, 24), cap);
     assert!(u64_at(&h, 32) > 1_600_000_000);
-    assert_eq!(u32_at(&h, 40), crc32(&h[..40]));
-    assert!(all_zero(&h[44..]));
+    // Closed cleanly (scrubbed): nothing left for the next store to scrub.
+    assert_eq!(u64_at(&h, 40), off);
+    assert_eq!(u32_at(&h, 48), crc32(&h[..48]));
+    assert!(all_zero(&h[52..]));
 
     // Reopened: accepted; the creation time stays, the capacity is rewritten.
     let s = builder().capacity_bytes(5 * MIB).open(&path).unwrap();
@@ -609,8 +732,8 @@ fn another_users_store_and_damaged_headers_are_refused() {
 
     let path = dir.path().join("future.swap");
     sparse_file(&path, 4 * MIB);
-    write_at(&path, 0, &header(2, euid(), 4 * MIB - 4096, 1));
-    assert!(refused(open(&path)).contains("version 2"));
+    write_at(&path, 0, &header(3, euid(), 4 * MIB - 4096, 1));
+    assert!(refused(open(&path)).contains("version 3"));
 }
 
 /// Issue 33: a store closed while idle gives its file up at once (a second `with Pool(store=f)` after the first

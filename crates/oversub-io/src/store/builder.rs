@@ -6,14 +6,14 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::inspect::Verdict;
 use super::scrub::Backing;
 use super::sys::{
-    block_size64, c_path, dio_alignment, direct_refused_for_test, euid, fstat, logical_block_size,
-    narrow_mode, now_unix, on_store, preallocate, probe_direct_read, set_direct, store_io,
-    warn_buffered, write_header, Doing,
+    block_size64, c_path, dio_alignment, direct_refused_for_test, euid, fresh_header, fstat,
+    logical_block_size, narrow_mode, now_unix, on_store, preallocate, probe_direct_read,
+    set_direct, store_io, warn_buffered, write_header, Doing,
 };
 use super::{
     exclusive, inspect, prioritized, stripe, Scrub, SwapStore, DEFAULT_ALIGNMENT, NEXT_TEMP_ID,
@@ -368,13 +368,8 @@ impl StoreBuilder {
             direct = false;
         }
         let alignment = if direct { dio_align } else { DEFAULT_ALIGNMENT };
-        write_header(
-            fd.as_raw_fd(),
-            alignment,
-            header_bytes,
-            capacity,
-            now_unix(),
-        )?;
+        let header = fresh_header(header_bytes, capacity, now_unix(), header_bytes)?;
+        write_header(fd.as_raw_fd(), alignment, &header)?;
         guard.armed = false;
         Ok(Backing {
             fd,
@@ -385,6 +380,8 @@ impl StoreBuilder {
             data_offset: header_bytes,
             capacity,
             high_water: AtomicU64::new(header_bytes),
+            previous_end: header_bytes,
+            header: Mutex::new(header),
             // An unlinked file cannot be reached by name, and its blocks are freed when it closes.
             scrub_at_close: self.keep && self.scrub != Scrub::Keep,
             kept: self.keep,
@@ -536,8 +533,9 @@ impl StoreBuilder {
                 path.display()
             )));
         }
-        let created = self.accept(path, inspect::inspect(raw, size, alignment)?)?;
-        write_header(raw, alignment, header_bytes, capacity, created)?;
+        let (created, previous_end) = self.accept(path, inspect::inspect(raw, size, alignment)?)?;
+        let header = fresh_header(header_bytes, capacity, created, previous_end)?;
+        write_header(raw, alignment, &header)?;
         Ok(Backing {
             fd,
             held,
@@ -547,6 +545,8 @@ impl StoreBuilder {
             data_offset: header_bytes,
             capacity,
             high_water: AtomicU64::new(header_bytes),
+            previous_end: header.scrub_end,
+            header: Mutex::new(header),
             scrub_at_close: self.scrub != Scrub::Keep,
             kept: true,
             created: false,
@@ -592,7 +592,8 @@ impl StoreBuilder {
             )?;
         }
         let file_len = u64::try_from(st.st_size).unwrap_or(0);
-        let created = self.accept(path, inspect::inspect(raw, file_len, alignment)?)?;
+        let (created, previous_end) =
+            self.accept(path, inspect::inspect(raw, file_len, alignment)?)?;
         let capacity = match self.capacity {
             Some(0) => {
                 return Err(IoError::InvalidArgument(
@@ -622,7 +623,8 @@ impl StoreBuilder {
         // Also for a long enough file: the scrub of an earlier store punched its data area, and a user's file
         // may be sparse; writes into holes could hit ENOSPC mid-page-out.
         preallocate(raw, path, total)?;
-        write_header(raw, alignment, header_bytes, capacity, created)?;
+        let header = fresh_header(header_bytes, capacity, created, previous_end)?;
+        write_header(raw, alignment, &header)?;
         Ok(Backing {
             fd,
             held,
@@ -632,6 +634,8 @@ impl StoreBuilder {
             data_offset: header_bytes,
             capacity,
             high_water: AtomicU64::new(header_bytes),
+            previous_end: header.scrub_end,
+            header: Mutex::new(header),
             scrub_at_close: self.scrub != Scrub::Keep,
             kept: true,
             created: false,
@@ -655,13 +659,17 @@ impl StoreBuilder {
         })
     }
 
-    /// Whether `open` may write over what it found; the creation time for the new header.
-    fn accept(&self, path: &Path, verdict: Verdict) -> Result<u64, IoError> {
+    /// Whether `open` may write over what it found; the creation time for the new header and the scrub end the
+    /// old one recorded (0 when there was none: only what this store writes is scrubbed then).
+    fn accept(&self, path: &Path, verdict: Verdict) -> Result<(u64, u64), IoError> {
         let euid = euid();
-        let refuse = |reason: String| self.refuse_unless_forced(path, reason).map(|()| now_unix());
+        let refuse = |reason: String| {
+            self.refuse_unless_forced(path, reason)
+                .map(|()| (now_unix(), 0))
+        };
         match verdict {
-            Verdict::Blank => Ok(now_unix()),
-            Verdict::Ours(h) if h.owner_uid == euid => Ok(h.created),
+            Verdict::Blank => Ok((now_unix(), 0)),
+            Verdict::Ours(h) if h.owner_uid == euid => Ok((h.created, h.scrub_end)),
             Verdict::Ours(h) => refuse(format!(
                 "it is another user's oversub swap store (owner uid {}, you are uid {euid})",
                 h.owner_uid

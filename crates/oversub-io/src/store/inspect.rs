@@ -2,20 +2,25 @@
 //!
 //! # The blank rule
 //!
-//! Reading a whole device to prove it empty would take minutes, so the check is bounded (at most 2 MiB are
-//! read). A file or device is *blank* when
+//! Reading a whole device to prove it empty would take minutes, so the check samples it, skipping holes. A file
+//! or device is *blank* when
 //!
 //! 1. it is empty, or
 //! 2. `lseek(SEEK_DATA)` finds no data at all (`ENXIO`): ext4, XFS and tmpfs all report holes and
 //!    fallocated-but-never-written (unwritten) extents this way, so a freshly `fallocate`d file is blank, or
-//! 3. its first [`SCAN_BYTES`] (1 MiB) read as zeros (this covers every signature offset below, the farthest
-//!    being btrfs at 65600 and swap on 64 KiB pages), **and**, when the first data extent starts past that MiB
-//!    (a sparse file), the first MiB of that extent reads as zeros too.
+//! 3. every byte it reads reads as zero: its first [`SCAN_BYTES`] (1 MiB, which covers every signature offset
+//!    below, the farthest being btrfs at 65600 and swap on 64 KiB pages), the first [`SAMPLE_BYTES`] of every data
+//!    extent, and [`SAMPLE_BYTES`] at every multiple of the stride inside a data extent. The stride is 1 MiB, or
+//!    the length over [`MAX_SAMPLES`] (rounded up to a MiB) on a device or file larger than 1 GiB, so at most
+//!    about 64 MiB are read (tens of milliseconds) however large it is. Holes are skipped with
+//!    `SEEK_DATA`/`SEEK_HOLE`; a block device is one data extent.
 //!
-//! A file that is zero-filled for its first MiB but holds data further on, in an extent that begins within that
-//! MiB, counts as blank; that is the price of the bound. Anything that is not blank is either oversub's own
-//! store (its [header](super::header)) or foreign: a known signature is named, anything else "holds data not
-//! written by oversub".
+//! Partitions and file systems placed inside an image start on MiB boundaries, which the stride reads, so an ext4
+//! placed at 1 MiB behind a wiped first MiB is named as such. Data between samples is missed: a file zero-filled
+//! except for less than a stride between two samples counts as blank, which is the price of the bound. To limit
+//! the harm of such a miss, a store scrubs only what it wrote itself ([`Scrub`](super::Scrub)). Anything that is
+//! not blank is either oversub's own store (its [header](super::header)) or foreign: a known signature is named,
+//! anything else "holds data not written by oversub".
 
 use std::os::fd::RawFd;
 
@@ -23,8 +28,14 @@ use super::header::{Decoded, Header};
 use super::sys::pread_full;
 use crate::error::IoError;
 
-/// Bytes read from the start (and from the first data extent) by the blank rule.
+/// Bytes read from the start by the blank rule.
 pub(crate) const SCAN_BYTES: u64 = 1 << 20;
+/// Bytes read at each sample point after the first MiB.
+pub(crate) const SAMPLE_BYTES: u64 = 64 << 10;
+/// Sample points past which the stride grows with the length (1 GiB at a 1 MiB stride).
+pub(crate) const MAX_SAMPLES: u64 = 1024;
+/// Extent starts sampled besides the stride points (a file fragmented past this is sampled on the stride only).
+const MAX_EXTENT_SAMPLES: u64 = 1024;
 
 /// What a file or device holds.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -157,15 +168,34 @@ pub(crate) fn classify(head: &[u8]) -> Option<Verdict> {
         Decoded::Unreadable(why) => return Some(Verdict::Foreign(why)),
         Decoded::NotOurs => {}
     }
-    let matches = |&(off, magic): &(usize, &[u8])| head.get(off..off + magic.len()) == Some(magic);
+    classify_at(head, 0)
+}
+
+/// Classifies bytes read at `offset`: a signature found at their start is named with the offset (a file system
+/// or partition table inside an image), any other non-zero byte by its offset; `None` when all are zero.
+fn classify_at(bytes: &[u8], offset: u64) -> Option<Verdict> {
+    let matches = |&(off, magic): &(usize, &[u8])| bytes.get(off..off + magic.len()) == Some(magic);
     if let Some(sig) = SIGNATURES.iter().find(|s| s.at.iter().all(matches)) {
-        return Some(Verdict::Foreign(format!("it holds {}", sig.what)));
+        let at = if offset == 0 {
+            String::new()
+        } else {
+            format!(" at offset {}", oversub_base::format_bytes(offset))
+        };
+        return Some(Verdict::Foreign(format!("it holds {}{at}", sig.what)));
     }
-    head.iter().position(|&b| b != 0).map(|i| {
+    bytes.iter().position(|&b| b != 0).map(|i| {
         Verdict::Foreign(format!(
-            "it holds data not written by oversub (a non-zero byte at offset {i})"
+            "it holds data not written by oversub (a non-zero byte at offset {})",
+            offset + i as u64
         ))
     })
+}
+
+/// The distance between sample points for `len` bytes (module docs).
+pub(crate) fn stride(len: u64) -> u64 {
+    len.div_ceil(MAX_SAMPLES)
+        .next_multiple_of(SCAN_BYTES)
+        .max(SCAN_BYTES)
 }
 
 /// Applies the blank rule (module docs) to `len` bytes of `fd`, reading in multiples of `alignment` (the fd
@@ -174,31 +204,48 @@ pub(crate) fn inspect(fd: RawFd, len: u64, alignment: usize) -> Result<Verdict, 
     if len == 0 {
         return Ok(Verdict::Blank);
     }
-    let first_data = match seek(fd, 0, libc::SEEK_DATA) {
+    let mut pos = match seek(fd, 0, libc::SEEK_DATA) {
         Ok(off) => off,
         Err(e) if e.raw_os_error() == Some(libc::ENXIO) => return Ok(Verdict::Blank),
-        // No SEEK_DATA support reads as "data everywhere", which the scan of the first MiB covers.
+        // No SEEK_DATA support reads as "data everywhere".
         Err(_) => 0,
     };
     let head = pread_full(fd, 0, len.min(SCAN_BYTES), alignment)?;
     if let Some(v) = classify(&head) {
         return Ok(v);
     }
-    if first_data >= SCAN_BYTES && first_data < len {
-        let start = first_data - first_data % alignment as u64;
+    let align = alignment as u64;
+    let stride = stride(len);
+    let mut extent_samples = 0;
+    pos = pos.max(SCAN_BYTES);
+    while pos < len {
+        // The data extent at or after `pos`: [start, end).
+        let start = match seek(fd, pos, libc::SEEK_DATA) {
+            Ok(off) => off,
+            Err(e) if e.raw_os_error() == Some(libc::ENXIO) => break,
+            Err(_) => pos,
+        };
+        if start >= len {
+            break;
+        }
         let end = seek(fd, start, libc::SEEK_HOLE)
             .unwrap_or(len)
-            .min(len)
-            .min(start + SCAN_BYTES);
-        if end > start {
-            let bytes = pread_full(fd, start, end - start, alignment)?;
-            if let Some(i) = bytes.iter().position(|&b| b != 0) {
-                return Ok(Verdict::Foreign(format!(
-                    "it holds data not written by oversub (a non-zero byte at offset {})",
-                    start + i as u64
-                )));
-            }
+            .clamp(start + 1, len);
+        // Sample points in it: its start (rounded down to the alignment), then each multiple of the stride.
+        let mut at = start - start % align;
+        extent_samples += 1;
+        if extent_samples > MAX_EXTENT_SAMPLES {
+            at = at.next_multiple_of(stride);
         }
+        while at < end {
+            let n = SAMPLE_BYTES.min(len - at);
+            let bytes = pread_full(fd, at, n, alignment)?;
+            if let Some(v) = classify_at(&bytes, at) {
+                return Ok(v);
+            }
+            at = (at + 1).next_multiple_of(stride);
+        }
+        pos = end;
     }
     Ok(Verdict::Blank)
 }

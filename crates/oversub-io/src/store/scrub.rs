@@ -4,7 +4,12 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use super::sys::pwrite_all;
+use std::sync::Mutex;
+
+use oversub_base::sync::lock;
+
+use super::header::Header;
+use super::sys::{fstat, on_store, pwrite_all, write_header};
 use crate::error::IoError;
 use crate::mem::AlignedBuf;
 
@@ -19,9 +24,11 @@ const ZERO_CHUNK: u64 = 1 << 20;
 /// Discarding means `fallocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE)` on a regular file (the blocks go
 /// back to the file system and the range reads as zeros) and the `BLKDISCARD` ioctl on a block device (loop
 /// devices and most NVMe drives then read zeros, but the read-back of discarded blocks is up to the device).
-/// Where discarding is unsupported, the store writes zeros instead, but only up to the highest offset it ever
-/// allocated, so a scrub never writes a whole device the store did not use; older contents past that mark (left
-/// by an earlier store opened with [`Scrub::Keep`]) stay.
+/// A scrub covers only what oversub may have written: the data area up to the highest offset this store ever
+/// handed out, or, when the file was an oversub store already, up to the scrub end its header recorded (what an
+/// earlier store killed before its own scrub left, even past this store's capacity). So a user's file accepted as
+/// blank never loses bytes the store did not write, and where discarding is unsupported the zeros written are
+/// bounded the same way.
 ///
 /// The header stays, so the file is still recognised as oversub's. Stores created without
 /// [`keep`](super::StoreBuilder::keep) are never scrubbed at close: their file was unlinked when it was
@@ -62,8 +69,13 @@ pub(crate) struct Backing {
     pub data_offset: u64,
     /// Bytes of the data area.
     pub capacity: u64,
-    /// End (file offset) of the highest range ever allocated; bounds the zero-fill fallback.
+    /// End (file offset) of the highest range ever allocated.
     pub high_water: AtomicU64,
+    /// The header's scrub end when the store opened it (the data offset for a blank or new file): an earlier
+    /// store's leftovers, scrubbed at close whatever this store's capacity.
+    pub previous_end: u64,
+    /// The header as last written; its scrub end is raised before any slot past it is handed out.
+    pub header: Mutex<Header>,
     pub scrub_at_close: bool,
     /// Whether the file stays on disk (kept created files, opened files and devices).
     pub kept: bool,
@@ -77,27 +89,90 @@ pub(crate) struct Backing {
 }
 
 impl Backing {
-    /// Notes that `[.., end)` (a file offset) has been handed out.
-    pub fn allocated_up_to(&self, end: u64) {
+    /// Notes that `[.., end)` (a file offset) is about to be handed out. Before the first slot past the header's
+    /// scrub end, the header is rewritten with a higher one (an eighth of the data area at a time, so a store's
+    /// life costs a handful of header writes), so that a store killed before its scrub leaves a header that says
+    /// how far to scrub. Called under the allocator's lock: on an error the caller gives the extents back.
+    pub fn allocated_up_to(&self, end: u64) -> Result<(), IoError> {
         self.high_water.fetch_max(end, Ordering::Relaxed);
+        if !self.kept {
+            // Unlinked: nobody can reopen it, and its blocks go when it closes.
+            return Ok(());
+        }
+        let mut header = lock(&self.header);
+        if end <= header.scrub_end {
+            return Ok(());
+        }
+        let data_end = self.data_offset + self.capacity;
+        let step = (self.capacity / 8).next_multiple_of(self.alignment as u64);
+        let raised = Header {
+            scrub_end: end.max(header.scrub_end + step).min(data_end).max(end),
+            ..*header
+        };
+        write_header(self.fd.as_raw_fd(), self.alignment, &raised).map_err(on_store(&self.path))?;
+        *header = raised;
+        Ok(())
+    }
+
+    /// End (file offset) of what a scrub must cover: what this store handed out and what an earlier one left.
+    fn scrub_end(&self) -> u64 {
+        self.high_water
+            .load(Ordering::Relaxed)
+            .max(self.previous_end)
+            .max(self.data_offset)
     }
 
     fn scrub(&self) {
         let fd = self.fd.as_raw_fd();
         let path = self.path.display();
-        match discard(fd, self.block_device, self.data_offset, self.capacity) {
-            Ok(()) => tracing::debug!(path = %path, "swap store scrubbed (discarded)"),
+        let end = self.scrub_end();
+        let scrubbed = match discard(
+            fd,
+            self.block_device,
+            self.data_offset,
+            end - self.data_offset,
+        ) {
+            Ok(()) => {
+                tracing::debug!(path = %path, end, "swap store scrubbed (discarded)");
+                true
+            }
             Err(e) if is_unsupported(&e) => {
-                let end = self.high_water.load(Ordering::Relaxed);
+                // Never past the end of a file: zeros there would grow it.
+                let end = match fstat(fd) {
+                    Ok(st) if !self.block_device => end.min(u64::try_from(st.st_size).unwrap_or(0)),
+                    _ => end,
+                };
+                let end = end - end % self.alignment as u64;
                 tracing::debug!(
                     path = %path,
                     "discard unsupported ({e}); zeroing the store up to {end}"
                 );
-                if let Err(e) = zero_fill(fd, self.data_offset, end, self.alignment) {
-                    tracing::warn!(path = %path, "could not scrub the swap store: {e}");
+                match zero_fill(fd, self.data_offset, end, self.alignment) {
+                    Ok(()) => true,
+                    Err(e) => {
+                        tracing::warn!(path = %path, "could not scrub the swap store: {e}");
+                        false
+                    }
                 }
             }
-            Err(e) => tracing::warn!(path = %path, "could not scrub the swap store: {e}"),
+            Err(e) => {
+                tracing::warn!(path = %path, "could not scrub the swap store: {e}");
+                false
+            }
+        };
+        if scrubbed && self.kept {
+            // Nothing left to scrub: the next store to open the file scrubs only what it writes itself.
+            let mut header = lock(&self.header);
+            let clean = Header {
+                scrub_end: self.data_offset,
+                ..*header
+            };
+            match write_header(fd, self.alignment, &clean) {
+                Ok(()) => *header = clean,
+                Err(e) => {
+                    tracing::warn!(path = %path, "could not lower the scrub end in the header: {e}")
+                }
+            }
         }
     }
 }

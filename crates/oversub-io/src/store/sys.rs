@@ -285,25 +285,30 @@ pub(super) fn folder_of(path: &Path) -> &Path {
     }
 }
 
-/// Writes a fresh header (owner: this process's euid) into the first `header_bytes` bytes.
-pub(super) fn write_header(
-    fd: RawFd,
-    alignment: usize,
+/// Writes `header` into the first `header.header_bytes` bytes (the rest of them zero).
+pub(super) fn write_header(fd: RawFd, alignment: usize, header: &Header) -> Result<(), IoError> {
+    let len = header.header_bytes as usize;
+    let mut buf = AlignedBuf::new(len, alignment)?;
+    header.encode_into(buf.as_mut_slice());
+    pwrite_all(fd, buf.as_slice(), 0)
+}
+
+/// The header a store writes when it takes a file or device: owner this process's euid, `created` kept from an
+/// earlier oversub store, `scrub_end` never below what the file held before (`previous_end`).
+pub(super) fn fresh_header(
     header_bytes: u64,
     capacity: u64,
     created: u64,
-) -> Result<(), IoError> {
-    let too_large = || IoError::InvalidArgument(format!("header of {header_bytes} bytes"));
-    let len = usize::try_from(header_bytes).map_err(|_| too_large())?;
-    let mut buf = AlignedBuf::new(len, alignment)?;
-    Header {
-        header_bytes: u32::try_from(header_bytes).map_err(|_| too_large())?,
+    previous_end: u64,
+) -> Result<Header, IoError> {
+    Ok(Header {
+        header_bytes: u32::try_from(header_bytes)
+            .map_err(|_| IoError::InvalidArgument(format!("header of {header_bytes} bytes")))?,
         owner_uid: euid(),
         capacity,
         created,
-    }
-    .encode_into(buf.as_mut_slice());
-    pwrite_all(fd, buf.as_slice(), 0)
+        scrub_end: previous_end.max(header_bytes),
+    })
 }
 
 /// Narrows a regular file to 0600 when group or others have any access: swapped-out buffers are the
