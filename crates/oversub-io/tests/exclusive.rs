@@ -1007,6 +1007,33 @@ fn blank_loop_device_is_used_exclusively_and_scrubbed() {
     drop(open(dev.path()).unwrap());
 }
 
+/// Issue 33: a loop device over a store file in use was accepted as a second store, and its page-outs overwrote
+/// the first pool's buffers; the file behind a loop-device store in use opened too. One storage, one store.
+#[test]
+fn a_loop_device_and_its_backing_file_are_one_store() {
+    let (dir, dev) = require!(
+        loop_device(16 * MIB),
+        "no loop device can be attached here (needs root and losetup)"
+    );
+    let image = dir.path().join("disk.img");
+    // The file is a store in use: its loop device is busy, and says why.
+    let file_store = builder().force(true).open(&image).unwrap();
+    let holder = busy(open(dev.path()), dev.path());
+    assert!(
+        holder.contains("loop device over") && holder.contains("disk.img"),
+        "{holder}"
+    );
+    drop(file_store);
+    // The loop device is a store in use: its backing file is busy.
+    let dev_store = open(dev.path()).unwrap();
+    busy(open(&image), &image);
+    busy(builder().force(true).open(&image), &image);
+    drop(dev_store);
+    // Both free again, one after the other.
+    drop(open(&image).unwrap());
+    drop(open(dev.path()).unwrap());
+}
+
 #[test]
 fn ext4_loop_device_is_busy_while_mounted_and_refused_after() {
     let (dir, dev) = require!(

@@ -492,8 +492,9 @@ impl StoreBuilder {
             )));
         }
         // Before reading anything: another holder's store may be in the middle of writing it.
-        let held = exclusive::lock(fd.as_raw_fd(), path, &st)?;
+        let mut held = exclusive::lock(fd.as_raw_fd(), path, &st)?;
         if kind == libc::S_IFBLK {
+            held.lock_loop_backing(fd.as_raw_fd(), path, st.st_rdev)?;
             self.open_device(fd, held, path, direct)
         } else {
             // Size and mode as they are now that nobody else may change them.

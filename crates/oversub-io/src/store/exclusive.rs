@@ -5,9 +5,15 @@
 //! must), and the lock goes away with the last descriptor, even when the process is killed. Block devices are
 //! also opened `O_EXCL`, with which the kernel refuses a device that is mounted, an active swap area, part of a
 //! device-mapper or md device, or opened `O_EXCL` by anyone else (`EBUSY`).
+//!
+//! A loop device and the file behind it are one storage under two names. A store on a loop device also locks
+//! the backing file (found with `LOOP_GET_STATUS64`, opened through sysfs's `backing_file` and checked to be the
+//! same inode), so a store on that file is busy while the device's store lives, and a loop-device store over a
+//! file that is a store in use is busy in turn.
 
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::fs::MetadataExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Mutex;
 use std::time::Duration;
@@ -49,6 +55,8 @@ pub(crate) struct Held {
     creator: Creator,
     /// Set once the claim was given up before the drop (the store was closed while idle).
     released: AtomicBool,
+    /// For a loop device: the backing file, open and locked for as long as the device's store.
+    backing: Option<Box<(Held, OwnedFd)>>,
 }
 
 impl Held {
@@ -75,11 +83,137 @@ impl Held {
         if self.released.swap(true, Ordering::AcqRel) {
             return;
         }
+        if let Some(backing) = &self.backing {
+            let (held, fd) = &**backing;
+            // SAFETY: plain syscall on our open fd (the store was closed early; only the creator gets here).
+            unsafe { libc::flock(fd.as_raw_fd(), libc::LOCK_UN) };
+            held.release();
+        }
         let mut here = open_here();
         if let Some(i) = here.iter().position(|n| *n == self.node) {
             here.swap_remove(i);
         }
     }
+
+    /// For a loop device's store: locks the file behind the device too (module docs). `StoreBusy` naming the file
+    /// when it is a store in use; a device that is not a loop device, or whose file cannot be found or opened
+    /// (a file deleted while attached, a namespace that hides it), is taken as it is.
+    pub(crate) fn lock_loop_backing(
+        &mut self,
+        fd: libc::c_int,
+        path: &Path,
+        rdev: u64,
+    ) -> Result<(), IoError> {
+        let Some(backing) = loop_backing(fd, rdev) else {
+            return Ok(());
+        };
+        let cpath = match std::ffi::CString::new(backing.as_os_str().as_encoded_bytes()) {
+            Ok(c) => c,
+            Err(_) => return Ok(()),
+        };
+        // SAFETY: cpath is a valid NUL-terminated string.
+        let raw = unsafe {
+            libc::open(
+                cpath.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC | libc::O_NOFOLLOW,
+            )
+        };
+        if raw < 0 {
+            tracing::warn!(
+                path = %path.display(),
+                "cannot open the loop device's backing file {} to lock it ({}); a store on that file would not be refused",
+                backing.display(),
+                std::io::Error::last_os_error()
+            );
+            return Ok(());
+        }
+        // SAFETY: open just returned this descriptor.
+        let file = unsafe { OwnedFd::from_raw_fd(raw) };
+        let mut st = std::mem::MaybeUninit::<libc::stat>::uninit();
+        // SAFETY: plain syscall on an open fd with a valid out pointer.
+        if unsafe { libc::fstat(file.as_raw_fd(), st.as_mut_ptr()) } != 0 {
+            return Ok(());
+        }
+        // SAFETY: fstat succeeded, so it filled `st`.
+        let st = unsafe { st.assume_init() };
+        if !loop_is_backed_by(fd, st.st_dev, st.st_ino) {
+            // The name now leads to another file (the attached one was renamed over or deleted).
+            return Ok(());
+        }
+        match lock(file.as_raw_fd(), &backing, &st) {
+            Ok(held) => {
+                self.backing = Some(Box::new((held, file)));
+                Ok(())
+            }
+            Err(IoError::StoreBusy { holder, .. }) => Err(IoError::StoreBusy {
+                path: path.to_path_buf(),
+                holder: Some(format!(
+                    "it is a loop device over {}, which is a swap store in use{}",
+                    backing.display(),
+                    holder.map(|h| format!(" ({h})")).unwrap_or_default()
+                )),
+            }),
+            Err(e) => Err(e),
+        }
+    }
+}
+
+/// `LOOP_GET_STATUS64`, from linux/loop.h; not exported by libc.
+const LOOP_GET_STATUS64: libc::Ioctl = 0x4C05;
+
+/// `struct loop_info64` of linux/loop.h (only the first two fields are read).
+#[repr(C)]
+struct LoopInfo64 {
+    lo_device: u64,
+    lo_inode: u64,
+    lo_rdevice: u64,
+    lo_offset: u64,
+    lo_sizelimit: u64,
+    lo_number: u32,
+    lo_encrypt_type: u32,
+    lo_encrypt_key_size: u32,
+    lo_flags: u32,
+    lo_file_name: [u8; 64],
+    lo_crypt_name: [u8; 64],
+    lo_encrypt_key: [u8; 32],
+    lo_init: [u64; 2],
+}
+
+/// The (device, inode) of the file attached to loop device `fd`, or `None` for any other device.
+fn loop_status(fd: libc::c_int) -> Option<(u64, u64)> {
+    let mut info = std::mem::MaybeUninit::<LoopInfo64>::zeroed();
+    // SAFETY: LOOP_GET_STATUS64 writes one loop_info64 to the pointer; other devices fail it (ENOTTY) and write
+    // nothing. The zeroed struct is a valid value either way (plain integers and arrays).
+    let r = unsafe { libc::ioctl(fd, LOOP_GET_STATUS64, info.as_mut_ptr()) };
+    if r != 0 {
+        return None;
+    }
+    // SAFETY: zero-initialised and then filled by the kernel: every bit pattern is valid for these fields.
+    let info = unsafe { info.assume_init() };
+    Some((info.lo_device, info.lo_inode))
+}
+
+/// Whether loop device `fd` is attached to the file (dev, ino). The kernel encodes `lo_device` as the new
+/// userspace `dev_t`, so major and minor are compared.
+fn loop_is_backed_by(fd: libc::c_int, dev: u64, ino: u64) -> bool {
+    loop_status(fd).is_some_and(|(lo_dev, lo_ino)| {
+        lo_ino == ino
+            && libc::major(lo_dev) == libc::major(dev)
+            && libc::minor(lo_dev) == libc::minor(dev)
+    })
+}
+
+/// The path of the file behind loop device `fd` (node `rdev`), from sysfs; `None` when it is not a loop device.
+fn loop_backing(fd: libc::c_int, rdev: u64) -> Option<PathBuf> {
+    loop_status(fd)?;
+    let sys = format!(
+        "/sys/dev/block/{}:{}/loop/backing_file",
+        libc::major(rdev),
+        libc::minor(rdev)
+    );
+    let text = std::fs::read_to_string(sys).ok()?;
+    let name = text.trim_end_matches('\n');
+    (!name.is_empty()).then(|| PathBuf::from(name))
 }
 
 /// Whether a lock on (dev, ino) held in this process's name is only a copy of a closed descriptor of ours in a
@@ -126,6 +260,7 @@ pub(crate) fn lock(fd: libc::c_int, path: &Path, st: &libc::stat) -> Result<Held
             node,
             creator: Creator::current(),
             released: AtomicBool::new(false),
+            backing: None,
         }
     };
     let mut retries = 0;
