@@ -167,8 +167,10 @@ pub(crate) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResul
 }
 
 /// A capsule holding a 1-D uint8 tensor of `len` bytes at `data` on DLPack `device`; `hold` lives until the
-/// consumer deletes the tensor (or the capsule goes unconsumed). `versioned` for consumers that accept DLPack 1.0
-/// (which carries `read_only`; legacy consumers such as NumPy make their arrays read-only anyway).
+/// consumer deletes the tensor (or the capsule goes unconsumed). `versioned` for consumers that accept DLPack 1.0,
+/// which carries `read_only`; a read-only export to a legacy consumer is `BufferError`. (PyTorch takes the 1.0
+/// layout but has no read-only tensors: it ignores the flag, so a write through its tensor is the caller's to
+/// avoid; docs/safety.md says so.)
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn byte_capsule<'py, H>(
     py: Python<'py>,
@@ -179,6 +181,16 @@ pub(crate) fn byte_capsule<'py, H>(
     versioned: bool,
     hold: H,
 ) -> PyResult<Bound<'py, PyAny>> {
+    if read_only && !versioned {
+        // A legacy tensor is writable to every consumer, and a write to a read-only buffer is lost at its next
+        // page-out (its stored copy is what comes back), so it is refused rather than lost silently.
+        return Err(pyo3::exceptions::PyBufferError::new_err(
+            "this buffer is read-only, and legacy DLPack (a consumer that passes no max_version) cannot mark a \
+             tensor read-only: a write through it would be lost at the next page-out. Use a DLPack 1.0 consumer \
+             (numpy.from_dlpack in NumPy >= 2.1, torch.from_dlpack), memoryview(buf) or buf.numpy(), which are \
+             read-only",
+        ));
+    }
     let tensor = DlTensor {
         data,
         device: DlDevice {

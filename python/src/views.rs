@@ -256,7 +256,7 @@ pub(crate) fn dlpack_device(buf: &Buffer) -> (i32, i32) {
 
 /// `__dlpack__`: a capsule holding a 1-D uint8 tensor over the resident buffer, counted as a view until the
 /// consumer's tensor is deleted. `versioned` when the consumer accepts DLPack 1.0 (it can then carry the
-/// read-only flag; legacy consumers such as NumPy make their arrays read-only).
+/// read-only flag; a read-only export to a legacy consumer is refused).
 pub(crate) fn dlpack<'py>(
     slf: &Bound<'py, Buffer>,
     dl_device: Option<(i32, i32)>,

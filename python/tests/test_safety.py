@@ -296,3 +296,27 @@ def test_checksums_are_on_by_default(tmp_path):
     b.page_out()
     b.page_in()
     assert b.numpy()[-1] == 5
+
+
+def test_a_read_only_buffer_is_never_exported_writable(tmp_path):
+    """Issue 33: a read-only buffer exported through legacy DLPack was writable, and the write was lost at the next
+    page cycle. Legacy DLPack cannot say read-only, so it is refused; DLPack 1.0 carries the flag."""
+    pool = oversub.Pool(capacity=4 * MiB, store=str(tmp_path))
+    buf = pool.address_space().alloc(8192, read_only=True)
+    buf.write(b"\x07" * 8192)
+    buf.page_out()
+    buf.page_in()
+    with pytest.raises(BufferError, match="legacy DLPack"):
+        buf.__dlpack__()
+    assert buf.views == 0
+    cap = buf.__dlpack__(max_version=(1, 0))
+    del cap
+    gc.collect()
+    a = np.from_dlpack(buf)
+    assert not a.flags.writeable
+    del a
+    gc.collect()
+    assert bytes(buf.read(8192)) == b"\x07" * 8192
+    with pytest.raises(ValueError):
+        buf.numpy(shape=(-2,))
+    pool.close()

@@ -3,8 +3,8 @@
 //!
 //! An [`ExternalFile`] is opened read-only (with `O_DIRECT` where the file system takes it) and none of the store's
 //! ownership steps apply: no lock, header, preallocation, mode change or scrub. It remembers the open file's
-//! size and modification time and checks them before every read, so a checkpoint rewritten in place under a
-//! running model is an error ([`IoError::ExternalChanged`]), not silently different weights.
+//! size, modification and change times and checks them before every read, so a checkpoint rewritten in place
+//! under a running model is an error ([`IoError::ExternalChanged`]), not silently different weights.
 
 use std::fs::File;
 use std::os::fd::{AsRawFd, RawFd};
@@ -19,6 +19,16 @@ struct Identity {
     size: u64,
     mtime_s: i64,
     mtime_ns: i64,
+    /// The inode's change time: moved by any write, including one whose modification time was put back
+    /// (`touch -d`, `os.utime`), which a user cannot set back.
+    ctime_s: i64,
+    ctime_ns: i64,
+    /// What also moves the change time without changing the bytes: a link removed (the file deleted or renamed
+    /// over), a chmod or chown.
+    nlink: u64,
+    mode: u32,
+    uid: u32,
+    gid: u32,
 }
 
 impl Identity {
@@ -27,7 +37,20 @@ impl Identity {
             size: meta.size(),
             mtime_s: meta.mtime(),
             mtime_ns: meta.mtime_nsec(),
+            ctime_s: meta.ctime(),
+            ctime_ns: meta.ctime_nsec(),
+            nlink: meta.nlink(),
+            mode: meta.mode(),
+            uid: meta.uid(),
+            gid: meta.gid(),
         }
+    }
+
+    /// Whether the change time moved with nothing but the contents to explain it.
+    fn changed_in_place(&self, now: &Identity) -> bool {
+        (now.ctime_s, now.ctime_ns) != (self.ctime_s, self.ctime_ns)
+            && (now.nlink, now.mode, now.uid, now.gid)
+                == (self.nlink, self.mode, self.uid, self.gid)
     }
 }
 
@@ -112,9 +135,12 @@ impl ExternalFile {
         self.file.as_raw_fd()
     }
 
-    /// Errors with [`IoError::ExternalChanged`] when the open file was modified since it was opened (its size or
-    /// modification time changed). A file renamed over or deleted is not an error: reads go to the open file,
-    /// whose bytes are still the ones the buffers were made from.
+    /// Errors with [`IoError::ExternalChanged`] when the open file was modified since it was opened: its size or
+    /// modification time changed, or its change time moved with nothing else to explain it (a rewrite whose
+    /// modification time was put back; renaming the file itself also moves it, and reads as a change). A file
+    /// renamed over, deleted or chmodded is not an error: reads go to the open file, whose bytes are still the
+    /// ones the buffers were made from. The pager also keeps a checksum of each range from its first read (with
+    /// checksums on), so a rewrite after that is a mismatch whatever the file's times say.
     pub fn check_unchanged(&self) -> Result<(), IoError> {
         let now = self.file.metadata().map_err(|source| IoError::Io {
             op: "fstat",
@@ -128,6 +154,10 @@ impl ExternalFile {
             )
         } else if (now.mtime_s, now.mtime_ns) != (self.identity.mtime_s, self.identity.mtime_ns) {
             "it was modified".to_string()
+        } else if self.identity.changed_in_place(&now) {
+            "its change time moved while its size, modification time, links and mode stayed (a rewrite with the \
+             modification time put back, or the file renamed)"
+                .to_string()
         } else {
             return Ok(());
         };

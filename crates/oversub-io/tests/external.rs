@@ -185,3 +185,42 @@ fn only_regular_files_open() {
         "{err}"
     );
 }
+
+/// Issue 33: a rewrite with the modification time put back returned the modified bytes. The change time, which a
+/// user cannot set back, gives it away; a deleted or chmodded file, which moves the change time too, still reads.
+#[test]
+fn a_rewrite_with_the_modification_time_put_back_is_a_change() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = SwapStore::builder()
+        .capacity_bytes(MIB)
+        .create_temp(dir.path())
+        .unwrap();
+
+    // Deleted and chmodded: the open file's bytes are the ones the slot was made from.
+    let (path, bytes) = checkpoint(dir.path(), MIB as usize);
+    let file = Arc::new(ExternalFile::open(&path).unwrap());
+    let slot = store.external_slot(&file, 0, 64 * KIB).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    std::fs::set_permissions(&path, std::os::unix::fs::PermissionsExt::from_mode(0o400)).unwrap();
+    std::fs::remove_file(&path).unwrap();
+    assert_eq!(read(&store, &slot).unwrap(), bytes[..64 * KIB as usize]);
+
+    // Rewritten in place, its modification time put back.
+    let (path, _) = checkpoint(dir.path(), MIB as usize);
+    let file = Arc::new(ExternalFile::open(&path).unwrap());
+    let slot = store.external_slot(&file, 0, 64 * KIB).unwrap();
+    let mtime = std::fs::metadata(&path).unwrap().modified().unwrap();
+    // Coarse change-time clocks (some file systems tick every few ms) must see the rewrite as later.
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    std::os::unix::fs::FileExt::write_all_at(&f, b"tampered", 0).unwrap();
+    f.set_modified(mtime).unwrap();
+    drop(f);
+    assert_eq!(std::fs::metadata(&path).unwrap().modified().unwrap(), mtime);
+    match read(&store, &slot) {
+        Err(IoError::ExternalChanged { what, .. }) => {
+            assert!(what.contains("change time"), "{what}")
+        }
+        other => panic!("expected ExternalChanged, got {other:?}"),
+    }
+}

@@ -333,11 +333,20 @@ impl AddressSpace {
                     pool.device
                         .host_ptr(&e.reservation)
                         .map(|ptr| (sums, SendPtr(ptr)))
-                        .zip(checksum.clone())
                 });
                 match hashed {
-                    Some(((sums, ptr), expected)) => {
-                        let finish: PiecesDone = Box::new(move |r| settle(r.map(|_| ())));
+                    Some((sums, ptr)) => {
+                        // A copy without a checksum (an external file's range, a slot born zeroed) gets one from its
+                        // first read, kept with the copy: a later page-in of a file rewritten behind the pool's back
+                        // (even with its modification time put back) is then a mismatch.
+                        let expected = checksum.clone();
+                        let first_read = expected.is_none().then(|| Arc::clone(&op));
+                        let finish: PiecesDone = Box::new(move |r| {
+                            if let (Some(op), Ok(sums)) = (&first_read, &r) {
+                                *lock(&op.checksum) = Some(Arc::clone(sums));
+                            }
+                            settle(r.map(|_| ()))
+                        });
                         // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until
                         // its ticket's finish has waited for the completion, and nothing else touches the memory
                         // meanwhile; under an arbiter the pieces wait for the commit.
@@ -349,7 +358,7 @@ impl AddressSpace {
                                 ptr,
                                 e.io_bytes,
                                 e.size_bytes,
-                                Some(expected),
+                                expected,
                                 prelude.clone(),
                                 finish,
                             )
@@ -531,6 +540,7 @@ impl SpaceShared {
             }
             (OpKind::PageIn, Ok(())) => {
                 e.state = State::Resident(if e.flags.read_only {
+                    keep_checksum(&mut copy, op);
                     Some(copy)
                 } else {
                     // The bytes may change from now on, so the stored copy is stale: free its space.
