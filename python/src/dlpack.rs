@@ -158,6 +158,21 @@ fn into_capsule<T: ManagedTensor, H>(tensor: T, len: i64, hold: H) -> *mut ffi::
     capsule
 }
 
+/// `BufferError` for a read-only export to a legacy consumer: a legacy tensor is writable to every consumer, and a
+/// write to a read-only buffer is lost at its next page-out (its stored copy is what comes back). Called before
+/// the export takes its hold on the buffer.
+pub(crate) fn refuse_legacy_read_only(read_only: bool, versioned: bool) -> PyResult<()> {
+    if read_only && !versioned {
+        return Err(pyo3::exceptions::PyBufferError::new_err(
+            "this buffer is read-only, and legacy DLPack (a consumer that passes no max_version) cannot mark a \
+             tensor read-only: a write through it would be lost at the next page-out. Use a DLPack 1.0 consumer \
+             (numpy.from_dlpack in NumPy >= 2.1, torch.from_dlpack), memoryview(buf) or buf.numpy(), which are \
+             read-only",
+        ));
+    }
+    Ok(())
+}
+
 /// Whether a consumer's `__dlpack__(max_version=...)` accepts the versioned (1.0) layout.
 pub(crate) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResult<bool> {
     Ok(match max_version {
@@ -168,9 +183,9 @@ pub(crate) fn wants_versioned(max_version: Option<&Bound<'_, PyAny>>) -> PyResul
 
 /// A capsule holding a 1-D uint8 tensor of `len` bytes at `data` on DLPack `device`; `hold` lives until the
 /// consumer deletes the tensor (or the capsule goes unconsumed). `versioned` for consumers that accept DLPack 1.0,
-/// which carries `read_only`; a read-only export to a legacy consumer is `BufferError`. (PyTorch takes the 1.0
-/// layout but has no read-only tensors: it ignores the flag, so a write through its tensor is the caller's to
-/// avoid; docs/safety.md says so.)
+/// which carries `read_only` (a read-only export to a legacy consumer is refused before this, by
+/// [`refuse_legacy_read_only`]). PyTorch takes the 1.0 layout but has no read-only tensors: it ignores the flag,
+/// so a write through its tensor is the caller's to avoid (docs/safety.md).
 #[allow(clippy::too_many_arguments)]
 pub(crate) fn byte_capsule<'py, H>(
     py: Python<'py>,
@@ -181,16 +196,6 @@ pub(crate) fn byte_capsule<'py, H>(
     versioned: bool,
     hold: H,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if read_only && !versioned {
-        // A legacy tensor is writable to every consumer, and a write to a read-only buffer is lost at its next
-        // page-out (its stored copy is what comes back), so it is refused rather than lost silently.
-        return Err(pyo3::exceptions::PyBufferError::new_err(
-            "this buffer is read-only, and legacy DLPack (a consumer that passes no max_version) cannot mark a \
-             tensor read-only: a write through it would be lost at the next page-out. Use a DLPack 1.0 consumer \
-             (numpy.from_dlpack in NumPy >= 2.1, torch.from_dlpack), memoryview(buf) or buf.numpy(), which are \
-             read-only",
-        ));
-    }
     let tensor = DlTensor {
         data,
         device: DlDevice {

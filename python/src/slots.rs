@@ -1095,6 +1095,7 @@ fn dlpack<'py>(
     }
     let len =
         i64::try_from(b.len).map_err(|_| PyBufferError::new_err("buffer too large for DLPack"))?;
+    crate::dlpack::refuse_legacy_read_only(b.read_only, versioned)?;
     let lease = SlotShared::export(&me.shared, me.index)?;
     byte_capsule(
         py,

@@ -303,6 +303,7 @@ pub(crate) fn dlpack<'py>(
         .map_err(|_| PyBufferError::new_err("buffer too large for DLPack"))?;
     // A stored read-only buffer's bytes must not change (later page-outs do not write them again).
     let read_only = core.read_only && info.stored;
+    crate::dlpack::refuse_legacy_read_only(read_only, versioned)?;
     let capsule = byte_capsule(
         py,
         data,
