@@ -85,8 +85,9 @@ pub struct SwapArgs {
     /// while it executes) or `between-subtasks` (only in the allocate step between two subtasks).
     #[arg(long, value_name = "RULE")]
     evictable: Option<oversub_sim::swap::Evictable>,
-    /// When the proposed policy's victims access their share on the SSD: `overlapped` (default: while the subtask
-    /// executes, as direct execution on storage) or `serial` (in the read and write-back steps).
+    /// When the proposed policy's victims access their share on the SSD: `serial` (default: in the read and
+    /// write-back steps, as the paper's Sec. III places the SSD) or `overlapped` (while the subtask executes).
+    /// Without it, a run over seeds reports both.
     #[arg(long, value_name = "TIMING")]
     direct_access: Option<oversub_sim::swap::DirectAccess>,
     /// Platform profile (docs/profile.md) whose [swap] table overrides the machine's memory-controller and SSD
