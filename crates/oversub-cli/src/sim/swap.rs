@@ -826,6 +826,24 @@ mod tests {
     }
 
     #[test]
+    fn seeds_are_the_default_and_one_seed_is_one_draw() {
+        let a = args(&[]);
+        assert_eq!((a.seed, a.seeds.as_deref()), (None, None));
+        let a = args(&["--seeds", "5-9"]);
+        assert_eq!(
+            oversub_sim::swap::parse_seeds(a.seeds.as_deref().unwrap()).unwrap(),
+            vec![5, 6, 7, 8, 9]
+        );
+        assert_eq!(args(&["--seed", "3"]).seed, Some(3));
+        // One draw or many, not both.
+        assert!(Cli::try_parse_from(["x", "--seed", "1", "--seeds", "3"]).is_err());
+        assert_eq!(
+            seeds_default(),
+            oversub_sim::swap::seeds::DEFAULT_SEEDS.to_string()
+        );
+    }
+
+    #[test]
     fn policies_and_rules_expand() {
         let a = args(&[]);
         let r = parse_rules(&a).unwrap();
