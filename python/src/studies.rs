@@ -1137,7 +1137,7 @@ fn sim_swap<'py>(
                 let swap_profile = load_profile()?;
                 let timings = match direct_access {
                     Some(d) => vec![d],
-                    None => vec![DirectAccess::Serial, DirectAccess::Overlapped],
+                    None => DirectAccess::both().to_vec(),
                 };
                 let mut per_seed = std::collections::HashMap::new();
                 for &seed in &seed_list {

@@ -409,18 +409,7 @@ fn run_seeds(
         oversub_sim::swap::parse_seeds(args.seeds.as_deref().unwrap_or(&seeds_default()))?;
     let timings = match args.direct_access {
         Some(d) => vec![d],
-        None => vec![
-            DirectAccess::default(),
-            DirectAccess::Overlapped,
-            DirectAccess::Serial,
-        ]
-        .into_iter()
-        .fold(Vec::new(), |mut v, d| {
-            if !v.contains(&d) {
-                v.push(d);
-            }
-            v
-        }),
+        None => DirectAccess::both().to_vec(),
     };
     if let Some(p) = &profile {
         eprintln!("{}", describe_profile(p));

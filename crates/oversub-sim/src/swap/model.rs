@@ -70,6 +70,16 @@ pub enum DirectAccess {
     Serial,
 }
 
+impl DirectAccess {
+    /// Both timings, the default first: what a run over seeds reports when none is named.
+    pub fn both() -> [DirectAccess; 2] {
+        match DirectAccess::default() {
+            DirectAccess::Serial => [DirectAccess::Serial, DirectAccess::Overlapped],
+            DirectAccess::Overlapped => [DirectAccess::Overlapped, DirectAccess::Serial],
+        }
+    }
+}
+
 impl std::str::FromStr for DirectAccess {
     type Err = String;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
