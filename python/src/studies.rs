@@ -18,8 +18,10 @@ use oversub_sched::{
 };
 use oversub_sim::swap::report::{self as swap_report, expand_policies, ProfileSwap, SwapDoc};
 use oversub_sim::swap::scenarios as swap_scenarios;
+use oversub_sim::swap::seeds::SeedsDoc;
 use oversub_sim::swap::{
-    run_study, DirectAccess, Evictable, PrioritySource, Scenario, StudyOptions,
+    parse_seeds, run_over_seeds, run_study, DirectAccess, Evictable, PrioritySource, Scenario,
+    SeedSet, StudyOptions,
 };
 use oversub_sim::uvm::cost::CostModel;
 use oversub_sim::uvm::policy::Policy as UvmPolicy;
@@ -969,9 +971,13 @@ fn sim_uvm<'py>(
 ///     capacity: memory capacity for every scenario, int bytes or a size string (default: each scenario's).
 ///     sms: streaming multiprocessors (default: the number of tasks).
 ///     evictable: which tasks Baseline and MaT may swap out: "not-transferring" (default) or "between-subtasks".
-///     direct_access: when the proposed policy's victims access the SSD: "overlapped" (default) or "serial".
+///     direct_access: when the proposed policy's victims access the SSD: "serial" (default: in the read and
+///         write-back steps) or "overlapped" (during the computation). With ``seeds`` and no ``direct_access``,
+///         both run.
 ///     profile: platform profile whose ``[swap]`` table overrides the memory-controller and SSD bandwidths.
-///     seed: seed of the synthetic compute times.
+///     seed: seed of the synthetic compute times, for one draw (when ``seeds`` is not given).
+///     seeds: report every figure over many seeds instead (``oversub sim swap --seeds``): a count N (seeds 1..N),
+///         a range string "A-B", or a sequence of seeds.
 ///     priorities: "measured" (the default, Alg. 1 as written: C_i(N) under Baseline in the scenario's memory; the
 ///         library's and the command line's default too), "contention" or "given".
 ///     check: run the conservation checks on every simulation (always on in debug builds).
@@ -982,6 +988,11 @@ fn sim_uvm<'py>(
 ///     makespan_s, swap_outs, memory_peak_bytes), ``summaries`` (one per scenario: name, figure, highest,
 ///     highest_proposed_lengthened_s, lowest, lowest_cut_vs_baseline_pct, lowest_cut_vs_mat_pct,
 ///     paper_cut_vs_baseline_pct, paper_cut_vs_mat_pct), ``seed`` and, with a profile, ``profile`` (path, swap).
+///     With ``seeds``: dict with ``kind`` ("seeds"), ``seeds``, ``default_direct_access``, ``priorities`` and
+///     ``scenarios`` (one per scenario × direct-access timing: name, paper, direct_access, seed_dependent,
+///     policies, policy_labels, positions (per priority: tasks, lengthened_s spreads (n, median, q1, q3, min,
+///     max) per policy, proposed_beats_baseline, proposed_beats_mat, seeds), lowest_cut_vs_baseline_pct,
+///     lowest_cut_vs_mat_pct, per_seed), as ``oversub sim swap --json`` writes it.
 ///
 /// Raises:
 ///     oversub.errors.SwapSimError: an unknown scenario or policy, an invalid or unreadable scenario (file), a
@@ -1002,6 +1013,7 @@ fn sim_uvm<'py>(
     direct_access=None,
     profile=None,
     seed=1,
+    seeds=None,
     priorities=None,
     check=false,
 ))]
@@ -1019,9 +1031,28 @@ fn sim_swap<'py>(
     direct_access: Option<&str>,
     profile: Option<PathBuf>,
     seed: u64,
+    seeds: Option<&Bound<'py, PyAny>>,
     priorities: Option<&str>,
     check: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
+    let seed_list: Option<Vec<u64>> = match seeds {
+        None => None,
+        Some(v) => Some(if let Ok(n) = v.extract::<u64>() {
+            parse_seeds(&n.to_string()).map_err(|e| PyValueError::new_err(e.to_string()))?
+        } else if let Ok(text) = v.extract::<String>() {
+            parse_seeds(&text).map_err(|e| PyValueError::new_err(e.to_string()))?
+        } else {
+            let list: Vec<u64> = v.extract().map_err(|_| {
+                PyValueError::new_err(
+                    "seeds must be a count, a range string \"A-B\" or a sequence of seeds",
+                )
+            })?;
+            if list.is_empty() {
+                return Err(PyValueError::new_err("seeds: at least one seed"));
+            }
+            list
+        }),
+    };
     let scenario_names = names_arg(scenarios, "scenarios")?;
     let files = paths_arg(scenario_files, "scenario_files")?;
     let policy_names = names_arg(policies, "policies")?;
@@ -1059,43 +1090,85 @@ fn sim_swap<'py>(
         })
         .collect::<PyResult<Vec<AlphaRule>>>()?;
     let rules = swap_report::alpha_rules(&named_rules, suite);
+    // The scenarios of one seed, with every override applied.
+    let make = |seed: u64, swap_profile: Option<&ProfileSwap>| -> Result<Vec<Scenario>, Raised> {
+        let names = swap_scenarios::builtin_names(&scenario_names, suite, !files.is_empty());
+        let mut list: Vec<Scenario> = Vec::new();
+        for n in &names {
+            list.push(swap_scenarios::builtin(n, seed).map_err(raised)?);
+        }
+        for f in &files {
+            list.push(swap_scenarios::from_file(f, seed).map_err(raised)?);
+        }
+        for s in &mut list {
+            if let Some(c) = capacity {
+                s.system.capacity_bytes = c;
+            }
+            if let Some(n) = sms {
+                s.system.sms = n;
+            }
+            if let Some(e) = evictable {
+                s.system.evictable = e;
+            }
+            if let Some(d) = direct_access {
+                s.system.direct_access = d;
+            }
+            if let Some(p) = swap_profile {
+                s.system.apply_profile(&p.swap).map_err(|e| {
+                    let r = e.to_raised();
+                    Raised::new(r.class, format!("{}: {}", p.path, r.message))
+                })?;
+            }
+            s.validate().map_err(raised)?;
+        }
+        Ok(list)
+    };
+    let load_profile = || {
+        profile
+            .as_deref()
+            .map(ProfileSwap::load)
+            .transpose()
+            .map_err(raised)
+    };
+    if let Some(seed_list) = seed_list {
+        let sets = py
+            .detach(|| -> Result<Vec<SeedSet>, Raised> {
+                let policies = expand_policies(&policy_names, &rules, suite).map_err(raised)?;
+                let swap_profile = load_profile()?;
+                let timings = match direct_access {
+                    Some(d) => vec![d],
+                    None => DirectAccess::both().to_vec(),
+                };
+                let mut per_seed = std::collections::HashMap::new();
+                for &seed in &seed_list {
+                    let mut list = Vec::new();
+                    for s in make(seed, swap_profile.as_ref())? {
+                        for &d in &timings {
+                            let mut s = s.clone();
+                            s.system.direct_access = d;
+                            list.push(s);
+                        }
+                    }
+                    per_seed.insert(seed, list);
+                }
+                let options = StudyOptions {
+                    policies,
+                    priorities,
+                    page_bytes: 4096,
+                    check: check || cfg!(debug_assertions),
+                };
+                let build = |seed: u64| Ok(per_seed.get(&seed).cloned().unwrap_or_default());
+                let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+                run_over_seeds(&build, &seed_list, &options, threads, &|_, _| {}).map_err(raised)
+            })
+            .map_err(|r| r.to_pyerr(py))?;
+        return to_python(py, &SeedsDoc::new(&seed_list, priorities.name(), &sets));
+    }
     let doc = py
         .detach(|| -> Result<SwapDoc, Raised> {
             let policies = expand_policies(&policy_names, &rules, suite).map_err(raised)?;
-            let swap_profile = profile
-                .as_deref()
-                .map(ProfileSwap::load)
-                .transpose()
-                .map_err(raised)?;
-            let names = swap_scenarios::builtin_names(&scenario_names, suite, !files.is_empty());
-            let mut list: Vec<Scenario> = Vec::new();
-            for n in &names {
-                list.push(swap_scenarios::builtin(n, seed).map_err(raised)?);
-            }
-            for f in &files {
-                list.push(swap_scenarios::from_file(f, seed).map_err(raised)?);
-            }
-            for s in &mut list {
-                if let Some(c) = capacity {
-                    s.system.capacity_bytes = c;
-                }
-                if let Some(n) = sms {
-                    s.system.sms = n;
-                }
-                if let Some(e) = evictable {
-                    s.system.evictable = e;
-                }
-                if let Some(d) = direct_access {
-                    s.system.direct_access = d;
-                }
-                if let Some(p) = &swap_profile {
-                    s.system.apply_profile(&p.swap).map_err(|e| {
-                        let r = e.to_raised();
-                        Raised::new(r.class, format!("{}: {}", p.path, r.message))
-                    })?;
-                }
-                s.validate().map_err(raised)?;
-            }
+            let swap_profile = load_profile()?;
+            let list = make(seed, swap_profile.as_ref())?;
             let options = StudyOptions {
                 policies,
                 priorities,

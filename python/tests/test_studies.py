@@ -460,6 +460,28 @@ def test_sim_swap_default_priorities_are_the_literal_reading() -> None:
     assert [x["policy"] for x in paper["scenarios"]] == ["baseline", "mat", "proposed"]
 
 
+def test_sim_swap_over_seeds() -> None:
+    """``seeds`` runs every scenario once per seed (and per direct-access timing) and returns the spread, as
+    ``oversub sim swap --seeds`` does; ``seed`` alone stays one draw."""
+    r = oversub.sim_swap(scenarios="fig4b", policies="paper", seeds=3)
+    assert r["kind"] == "seeds" and r["seeds"] == [1, 2, 3]
+    assert r["default_direct_access"] == "serial"
+    assert [s["direct_access"] for s in r["scenarios"]] == ["serial", "overlapped"]
+    for s in r["scenarios"]:
+        assert s["policies"] == ["baseline", "mat", "proposed"]
+        assert len(s["per_seed"]) == 3 and s["seed_dependent"]
+        for p in s["positions"]:
+            assert p["seeds"] == 3 and 0 <= p["proposed_beats_baseline"] <= 3
+            for spread in p["lengthened_s"]:
+                assert spread["q1"] <= spread["median"] <= spread["q3"]
+        top = s["positions"][0]["lengthened_s"][2]
+        assert top["max"] == pytest.approx(0.0)
+    assert oversub.sim_swap(scenarios="fig6", seeds="4-5", direct_access="serial")["seeds"] == [4, 5]
+    assert oversub.sim_swap(scenarios="fig6", seeds=[7, 9])["seeds"] == [7, 9]
+    with pytest.raises(ValueError, match="at least one seed"):
+        oversub.sim_swap(scenarios="fig6", seeds=0)
+
+
 def test_sim_swap_errors() -> None:
     with pytest.raises(errors.SwapSimError) as info:
         oversub.sim_swap(scenarios="fig9")

@@ -11,7 +11,16 @@ fn fig6_writes_json_and_a_figure() {
     let json = dir.path().join("swap.json");
     let plots = dir.path().join("plots");
     let out = oversub()
-        .args(["sim", "swap", "--scenario", "fig6", "--check", "--json"])
+        .args([
+            "sim",
+            "swap",
+            "--seed",
+            "1",
+            "--scenario",
+            "fig6",
+            "--check",
+            "--json",
+        ])
         .arg(&json)
         .arg("--plot")
         .arg(&plots)
@@ -29,6 +38,7 @@ fn fig6_writes_json_and_a_figure() {
         "ablation",
         "paper 70%",
         "conservation checks passed",
+        "one draw: seed 1",
     ] {
         assert!(stdout.contains(needle), "missing {needle}: {stdout}");
     }
@@ -76,6 +86,107 @@ fn fig6_writes_json_and_a_figure() {
 }
 
 #[test]
+fn seeds_report_medians_shares_and_both_timings() {
+    let dir = tempfile::tempdir().unwrap();
+    let json = dir.path().join("seeds.json");
+    let plots = dir.path().join("plots");
+    let out = oversub()
+        .args([
+            "sim",
+            "swap",
+            "--scenario",
+            "fig4a,fig6",
+            "--seeds",
+            "3-6",
+            "--no-progress",
+            "--json",
+        ])
+        .arg(&json)
+        .arg("--plot")
+        .arg(&plots)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    for needle in [
+        "fig4a (Fig. 4(a)), direct access serial (default): 4 seeds (seeds 3-6)",
+        "fig4a (Fig. 4(a)), direct access overlapped: 4 seeds",
+        "every seed is the same run",
+        "Proposed < Baseline",
+        "median [IQR]",
+        "Summary over seeds",
+        "/4",
+    ] {
+        assert!(stdout.contains(needle), "missing {needle}: {stdout}");
+    }
+    let doc: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    assert_eq!(doc["kind"], "seeds");
+    assert_eq!(doc["seeds"], serde_json::json!([3, 4, 5, 6]));
+    assert_eq!(doc["default_direct_access"], "serial");
+    let sets = doc["scenarios"].as_array().unwrap();
+    // Two scenarios × two direct-access timings.
+    assert_eq!(sets.len(), 4);
+    let timings: Vec<&str> = sets
+        .iter()
+        .map(|s| s["direct_access"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        timings,
+        vec!["serial", "overlapped", "serial", "overlapped"]
+    );
+    for set in sets {
+        assert_eq!(set["per_seed"].as_array().unwrap().len(), 4);
+        let policies = set["policies"].as_array().unwrap();
+        let positions = set["positions"].as_array().unwrap();
+        assert_eq!(positions.len(), 4);
+        for p in positions {
+            assert_eq!(p["seeds"], 4);
+            let k = p["proposed_beats_baseline"].as_u64().unwrap();
+            assert!(k <= 4);
+            let spreads = p["lengthened_s"].as_array().unwrap();
+            assert_eq!(spreads.len(), policies.len());
+            for sp in spreads {
+                for key in ["median", "q1", "q3", "min", "max", "n"] {
+                    assert!(sp[key].is_number(), "{key} in {sp}");
+                }
+            }
+        }
+    }
+    assert_eq!(sets[0]["seed_dependent"], true);
+    assert_eq!(sets[2]["seed_dependent"], false);
+    for f in [
+        "fig4a.svg",
+        "fig4a-overlapped.svg",
+        "fig6.svg",
+        "fig6-overlapped.svg",
+    ] {
+        let svg = std::fs::read_to_string(plots.join(f)).unwrap();
+        assert!(svg.starts_with("<svg") && svg.contains("seed 3:"), "{f}");
+    }
+    // --direct-access names one timing: only that one runs.
+    let out = oversub()
+        .args([
+            "sim",
+            "swap",
+            "--scenario",
+            "fig6",
+            "--seeds",
+            "2",
+            "--no-progress",
+        ])
+        .args(["--direct-access", "overlapped"])
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        stdout.contains("direct access overlapped: 2 seeds") && !stdout.contains("serial"),
+        "{stdout}"
+    );
+}
+
+#[test]
 fn both_alpha_rules_in_one_run_and_the_same_seed_gives_the_same_figures() {
     let run = || {
         oversub()
@@ -114,14 +225,22 @@ fn a_scenario_file_runs() {
     )
     .unwrap();
     let out = oversub()
-        .args(["sim", "swap", "--priorities", "given", "--scenario-file"])
+        .args([
+            "sim",
+            "swap",
+            "--seed",
+            "1",
+            "--priorities",
+            "given",
+            "--scenario-file",
+        ])
         .arg(&file)
         .output()
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        stdout.starts_with("pair:"),
+        stdout.contains("\npair:") && !stdout.contains("fig4a"),
         "only the file's scenario: {stdout}"
     );
     assert!(stdout.contains("highest priority a"), "{stdout}");
@@ -134,6 +253,15 @@ fn bad_arguments_and_impossible_scenarios_are_refused_clearly() {
         assert!(!out.status.success(), "{args:?} accepted");
         stderr(&out)
     };
+    let e = refused(&["--seeds", "0"]);
+    assert!(
+        e.contains("--seeds") && e.contains("at least one seed"),
+        "{e}"
+    );
+    let e = refused(&["--seeds", "9-3"]);
+    assert!(e.contains("before it starts"), "{e}");
+    let e = refused(&["--seed", "1", "--seeds", "3"]);
+    assert!(e.contains("--seed") && e.contains("--seeds"), "{e}");
     let e = refused(&["--scenario", "fig7"]);
     assert!(
         e.contains("unknown scenario `fig7`") && e.contains("fig5b"),
@@ -188,7 +316,15 @@ fn a_profile_sets_the_bandwidths_of_every_scenario() {
     .unwrap();
     let json = dir.path().join("swap.json");
     let out = oversub()
-        .args(["sim", "swap", "--scenario", "fig6", "--scenario-file"])
+        .args([
+            "sim",
+            "swap",
+            "--seed",
+            "1",
+            "--scenario",
+            "fig6",
+            "--scenario-file",
+        ])
         .arg(&scenario)
         .arg("--profile")
         .arg(&profile)
@@ -226,7 +362,7 @@ fn a_profile_sets_the_bandwidths_of_every_scenario() {
 
     // Without --profile the JSON has no profile key.
     let out = oversub()
-        .args(["sim", "swap", "--scenario", "fig6", "--json"])
+        .args(["sim", "swap", "--seed", "1", "--scenario", "fig6", "--json"])
         .arg(&json)
         .output()
         .unwrap();

@@ -1,5 +1,8 @@
 //! `oversub sim swap`: the paper's Figs. 4-6 (or a scenario file) under Baseline, MaT and the proposed swap space
-//! management; lengthened latency per task as tables, JSON and bar charts.
+//! management; lengthened latency per task as tables, JSON and charts, over 20 seeds by default (`seeds`) or for one
+//! draw (`--seed`).
+
+mod seeds;
 
 use std::path::{Path, PathBuf};
 
@@ -52,7 +55,9 @@ impl From<PriorityArg> for PrioritySource {
 /// two algorithms alone (the ablation) and both, on the paper's scenarios; lengthened latency per task.
 ///
 /// Examples:
-///   oversub sim swap                                      # Figs. 4(a)-6, every policy
+///   oversub sim swap                                      # Figs. 4(a)-6, every policy, seeds 1-20
+///   oversub sim swap --seeds 50 --json out.json --plot figs   # 50 seeds, both direct-access timings
+///   oversub sim swap --seed 3                             # one draw, with each task's figures and the ablation
 ///   oversub sim swap --scenario fig6 --alpha-rule fraction,printed-ceil
 ///   oversub sim swap --scenario-file mine.toml --json out.json --plot figs
 ///   oversub sim swap --profile profile.toml               # this machine's memory and SSD bandwidths
@@ -85,8 +90,9 @@ pub struct SwapArgs {
     /// while it executes) or `between-subtasks` (only in the allocate step between two subtasks).
     #[arg(long, value_name = "RULE")]
     evictable: Option<oversub_sim::swap::Evictable>,
-    /// When the proposed policy's victims access their share on the SSD: `overlapped` (default: while the subtask
-    /// executes, as direct execution on storage) or `serial` (in the read and write-back steps).
+    /// When the proposed policy's victims access their share on the SSD: `serial` (default: in the read and
+    /// write-back steps, as the paper's Sec. III places the SSD) or `overlapped` (while the subtask executes).
+    /// Without it, a run over seeds reports both.
     #[arg(long, value_name = "TIMING")]
     direct_access: Option<oversub_sim::swap::DirectAccess>,
     /// Platform profile (docs/profile.md) whose [swap] table overrides the machine's memory-controller and SSD
@@ -103,9 +109,14 @@ pub struct SwapArgs {
         value_parser = crate::args::parse_positive_number
     )]
     compute_scale: Vec<f64>,
-    /// Seed of the synthetic compute times; the same seed gives the same figures.
-    #[arg(long, default_value_t = 1)]
-    seed: u64,
+    /// One draw: the synthetic compute times of this seed only, with each task's figures and the ablation (the
+    /// same seed gives the same figures). Without it, every figure is reported over --seeds.
+    #[arg(long, conflicts_with = "seeds")]
+    seed: Option<u64>,
+    /// Seeds to report every figure over: a count N (seeds 1..N) or a range A-B (default 20: seeds 1-20). Each
+    /// scenario runs once per seed, and, unless --direct-access is given, once per direct-access timing.
+    #[arg(long, value_name = "N|A-B")]
+    seeds: Option<String>,
     /// Where priorities come from (default: the library's, `measured`, Alg. 1 as written).
     #[arg(long, value_enum, default_value_t = PriorityArg::from(PrioritySource::default()))]
     priorities: PriorityArg,
@@ -173,7 +184,16 @@ fn run_on_ray(args: &SwapArgs, address: &str) -> Result<(), BoxError> {
         "--policies".into(),
         policies,
         "--seeds".into(),
-        args.seed.to_string(),
+        match (&args.seed, &args.seeds) {
+            (Some(s), _) => s.to_string(),
+            (None, spec) => {
+                oversub_sim::swap::parse_seeds(spec.as_deref().unwrap_or(&seeds_default()))?
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(",")
+            }
+        },
     ]);
     if let Some(c) = args.capacity {
         py.extend(super::ray::option("capacity", c));
@@ -251,18 +271,23 @@ fn mb_per_s(bytes_per_s: f64) -> String {
     }
 }
 
+fn seeds_default() -> String {
+    oversub_sim::swap::seeds::DEFAULT_SEEDS.to_string()
+}
+
 fn load_scenarios(
     args: &SwapArgs,
     profile: Option<&ProfileSwap>,
+    seed: u64,
 ) -> Result<Vec<Scenario>, BoxError> {
     let names =
         scenarios::builtin_names(&args.scenario, args.suite, !args.scenario_file.is_empty());
     let mut out = Vec::new();
     for n in &names {
-        out.push(scenarios::builtin(n, args.seed)?);
+        out.push(scenarios::builtin(n, seed)?);
     }
     for f in &args.scenario_file {
-        out.push(scenarios::from_file(f, args.seed)?);
+        out.push(scenarios::from_file(f, seed)?);
     }
     if !args.compute_scale.is_empty() {
         let mut scaled = Vec::new();
@@ -311,24 +336,24 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
         return Err("--sms must be at least 1 (the GPU needs an SM)".into());
     }
     let profile = load_profile(&args)?;
-    let scenarios = load_scenarios(&args, profile.as_ref())?;
-    if let Some(p) = &profile {
-        eprintln!("{}", describe_profile(p));
-    }
     let options = StudyOptions {
         policies: policies.clone(),
         priorities: args.priorities.into(),
         page_bytes: 4096,
         check: args.check || cfg!(debug_assertions),
     };
-    let bar = if args.no_progress || std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
-        ProgressBar::hidden()
-    } else {
-        ProgressBar::new(scenarios.len() as u64).with_style(
-            ProgressStyle::with_template("{spinner} sim swap [{bar:30}] {pos}/{len} {msg}")
-                .unwrap_or_else(|_| ProgressStyle::default_bar()),
-        )
+    let Some(seed) = args.seed else {
+        return run_seeds(&args, profile, &options);
     };
+    let scenarios = load_scenarios(&args, profile.as_ref(), seed)?;
+    if let Some(p) = &profile {
+        eprintln!("{}", describe_profile(p));
+    }
+    let bar = progress_bar(&args, scenarios.len() as u64);
+    println!(
+        "one draw: seed {seed} of the synthetic compute times (run without --seed for every figure over {} seeds)\n",
+        oversub_sim::swap::seeds::DEFAULT_SEEDS
+    );
     let mut studies = Vec::new();
     for s in &scenarios {
         bar.set_message(s.name.clone());
@@ -348,7 +373,7 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
         println!("conservation checks passed on {runs} simulations");
     }
     if let Some(path) = &args.json {
-        let doc = SwapDoc::new(&studies, args.seed, profile);
+        let doc = SwapDoc::new(&studies, seed, profile);
         write_file(path, &serde_json::to_string_pretty(&doc)?)?;
     }
     if let Some(dir) = &args.plot {
@@ -358,6 +383,93 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
             write_file(&path, &chart(study).to_svg())?;
         }
         println!("wrote {} figure(s) to {}", studies.len(), dir.display());
+    }
+    Ok(())
+}
+
+fn progress_bar(args: &SwapArgs, len: u64) -> ProgressBar {
+    if args.no_progress || std::env::var_os("OVERSUB_NO_PROGRESS").is_some() {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(len).with_style(
+            ProgressStyle::with_template("{spinner} sim swap [{bar:30}] {pos}/{len} {msg}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        )
+    }
+}
+
+/// Every scenario once per seed (and per direct-access timing unless one is named), aggregated.
+fn run_seeds(
+    args: &SwapArgs,
+    profile: Option<ProfileSwap>,
+    options: &StudyOptions,
+) -> Result<(), BoxError> {
+    use oversub_sim::swap::{run_over_seeds, DirectAccess};
+    let seed_list =
+        oversub_sim::swap::parse_seeds(args.seeds.as_deref().unwrap_or(&seeds_default()))?;
+    let timings = match args.direct_access {
+        Some(d) => vec![d],
+        None => DirectAccess::both().to_vec(),
+    };
+    if let Some(p) = &profile {
+        eprintln!("{}", describe_profile(p));
+    }
+    // Scenarios are built here (cheaply, one list per seed) so that file and profile errors keep their wording.
+    let mut per_seed = std::collections::HashMap::new();
+    for &seed in &seed_list {
+        let mut list = Vec::new();
+        for s in load_scenarios(args, profile.as_ref(), seed)? {
+            for &d in &timings {
+                let mut s = s.clone();
+                s.system.direct_access = d;
+                list.push(s);
+            }
+        }
+        per_seed.insert(seed, list);
+    }
+    let build = |seed: u64| Ok(per_seed.get(&seed).cloned().unwrap_or_default());
+    let bar = progress_bar(args, 0);
+    bar.set_message(format!("{} seeds", seed_list.len()));
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let sets = run_over_seeds(&build, &seed_list, options, threads, &|done, total| {
+        bar.set_length(total as u64);
+        bar.set_position(done as u64);
+    })?;
+    bar.finish_and_clear();
+    for set in &sets {
+        println!("{}", seeds::scenario_report(set, &seed_list));
+    }
+    println!("{}", seeds::summary_table(&sets));
+    if options.check {
+        let runs: usize = sets
+            .iter()
+            .map(|s| s.per_seed.len() * (s.policies.len() + s.positions.len()))
+            .sum();
+        println!("conservation checks passed on {runs} simulations");
+    }
+    if let Some(path) = &args.json {
+        let doc = oversub_sim::swap::seeds::SeedsDoc::new(
+            &seed_list,
+            PrioritySource::from(args.priorities).name(),
+            &sets,
+        );
+        write_file(path, &serde_json::to_string_pretty(&doc)?)?;
+    }
+    if let Some(dir) = &args.plot {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        for set in &sets {
+            let stem = if set.direct_access == DirectAccess::default() {
+                file_stem(&set.name)
+            } else {
+                format!(
+                    "{}-{}",
+                    file_stem(&set.name),
+                    seeds::timing_name(set.direct_access)
+                )
+            };
+            write_file(&dir.join(format!("{stem}.svg")), &seeds::svg(set))?;
+        }
+        println!("wrote {} figure(s) to {}", sets.len(), dir.display());
     }
     Ok(())
 }
@@ -703,6 +815,24 @@ mod tests {
     }
 
     #[test]
+    fn seeds_are_the_default_and_one_seed_is_one_draw() {
+        let a = args(&[]);
+        assert_eq!((a.seed, a.seeds.as_deref()), (None, None));
+        let a = args(&["--seeds", "5-9"]);
+        assert_eq!(
+            oversub_sim::swap::parse_seeds(a.seeds.as_deref().unwrap()).unwrap(),
+            vec![5, 6, 7, 8, 9]
+        );
+        assert_eq!(args(&["--seed", "3"]).seed, Some(3));
+        // One draw or many, not both.
+        assert!(Cli::try_parse_from(["x", "--seed", "1", "--seeds", "3"]).is_err());
+        assert_eq!(
+            seeds_default(),
+            oversub_sim::swap::seeds::DEFAULT_SEEDS.to_string()
+        );
+    }
+
+    #[test]
     fn policies_and_rules_expand() {
         let a = args(&[]);
         let r = parse_rules(&a).unwrap();
@@ -728,7 +858,7 @@ mod tests {
         let r = parse_rules(&a).unwrap();
         // Baseline, MaT, Alg. 1 alone, Alg. 2 alone and Proposed under each of the two rules.
         assert_eq!(parse_policies(&a, &r).unwrap().len(), 7);
-        assert_eq!(load_scenarios(&a, None).unwrap().len(), 5);
+        assert_eq!(load_scenarios(&a, None, 1).unwrap().len(), 5);
         let a = args(&["--alpha-rule", "round"]);
         assert!(parse_rules(&a).is_err());
         let a = args(&["--policy", "lru"]);

@@ -100,6 +100,24 @@ pub enum SwapSimError {
         reason: String,
     },
     /// The planner (Alg. 1 or Alg. 2) refused its input.
+    /// Seeds that name none, or not as a count or range.
+    #[error("--seeds {text:?}: {reason} (give a count such as 20, or a range such as 5-24)")]
+    BadSeeds {
+        /// What was given.
+        text: String,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// One seed's study of one scenario failed.
+    #[error("{scenario}, seed {seed}: {source}")]
+    AtSeed {
+        /// The scenario.
+        scenario: String,
+        /// The seed whose draw failed.
+        seed: u64,
+        /// What went wrong.
+        source: Box<SwapSimError>,
+    },
     #[error("planner: {0}")]
     Plan(#[from] TenantError),
 }

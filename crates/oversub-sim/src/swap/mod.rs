@@ -4,7 +4,8 @@
 //!
 //! The pieces: [`model`] (the machine and the tasks), [`scenarios`] (the paper's Figs. 4-6 and TOML scenario
 //! files), [`policy`] (Baseline, MaT, the proposed policy), [`sim`] (the discrete-event engine and its conservation
-//! checks) and [`study`] (alone runs, Alg. 1 priorities, Alg. 2 swap ratios, each policy, lengthened latency). The
+//! checks), [`study`] (alone runs, Alg. 1 priorities, Alg. 2 swap ratios, each policy, lengthened latency) and
+//! [`seeds`] (a study over many seeds: medians, quartiles and how often Proposed wins). The
 //! algorithms themselves live in `oversub_tenants`; `docs/sim-swap.md` describes the model and its results.
 //!
 //! ```
@@ -23,12 +24,14 @@ pub mod model;
 pub mod policy;
 pub mod report;
 pub mod scenarios;
+pub mod seeds;
 pub mod sim;
 pub mod study;
 
 pub use error::SwapSimError;
 pub use model::{DirectAccess, Evictable, Scenario, System, Task};
 pub use policy::Policy;
+pub use seeds::{parse_seeds, run_over_seeds, SeedSet, Spread};
 pub use sim::{simulate, Mode, Outcome};
 pub use study::{reduction_pct, run_study, PrioritySource, Study, StudyOptions, Summary};
 

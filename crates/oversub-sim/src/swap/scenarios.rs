@@ -140,32 +140,63 @@ fn synthetic(name: &str, subtasks: &[usize], compute: Compute, seed: u64) -> Sce
     }
 }
 
-/// Polybench/GPU ATAX, BICG, GESUMMV and MVT at N = 4096: each kernel is a memory-bound matrix-vector product,
-/// so its compute time is the time to stream its matrices at memory bandwidth.
+/// One Polybench/GPU kernel's DRAM traffic: whole matrices and vectors it reads, and vectors it writes.
+#[derive(Debug, Clone, Copy)]
+struct Kernel {
+    matrices_read: u64,
+    vectors_read: u64,
+    vectors_written: u64,
+}
+
+/// Polybench/GPU ATAX, BICG, GESUMMV and MVT (the paper's ref. [29], named in its Sec. V) at the suite's standard
+/// size, N = 4096 single-precision floats. The paper gives only the total, "320 MB" of demand in "240 MB" of memory
+/// (Sec. V-A), and says the tasks are emulated "by only considering the memory request size and computation
+/// demand" (Sec. V-B); it has no per-task table, so each task's arrays and each kernel's accesses are taken from the
+/// Polybench/GPU 1.0 sources: a working set of its N×N matrices and its N-vectors, and per kernel the bytes it
+/// streams (every matrix it reads once, each vector it reads, each vector it writes; a read-modify-write vector
+/// counts twice). Kernels are memory-bound matrix-vector products, so a kernel's compute time is its traffic at
+/// memory bandwidth. ATAX, BICG and MVT share one matrix and two kernels but differ in their vectors, so they are
+/// no longer identical and Alg. 1's ranking does not rest on a tie.
 fn polybench() -> Scenario {
-    const MATRIX: u64 = 4096 * 4096 * 4; // 64 MiB of floats
+    const N: u64 = 4096;
+    const FLOAT_BYTES: u64 = 4;
+    const MATRIX_BYTES: u64 = N * N * FLOAT_BYTES; // 64 MiB
+    const VECTOR_BYTES: u64 = N * FLOAT_BYTES; // 16 KiB
     let system = System::paper(240 * MIB, 4);
     let stream = |bytes: u64| super::model::transfer_ns(bytes, system.memory_bytes_per_s);
-    let app = |name: &str, matrices: u64, kernels: &[u64]| Task {
+    let k = |matrices_read, vectors_read, vectors_written| Kernel {
+        matrices_read,
+        vectors_read,
+        vectors_written,
+    };
+    let app = |name: &str, matrices: u64, vectors: u64, kernels: &[Kernel]| Task {
         name: name.to_string(),
-        memory_bytes: matrices * MATRIX,
-        compute_ns: kernels.iter().map(|&m| stream(m * MATRIX)).collect(),
+        memory_bytes: matrices * MATRIX_BYTES + vectors * VECTOR_BYTES,
+        compute_ns: kernels
+            .iter()
+            .map(|k| {
+                stream(
+                    k.matrices_read * MATRIX_BYTES
+                        + (k.vectors_read + k.vectors_written) * VECTOR_BYTES,
+                )
+            })
+            .collect(),
         weight: None,
     };
     let tasks = vec![
-        // tmp = A x; y = Aᵀ tmp: two kernels, each streams A.
-        app("ATAX", 1, &[1, 1]),
-        // s = Aᵀ r; q = A p.
-        app("BICG", 1, &[1, 1]),
-        // y = α A x + β B x: one kernel streaming A and B.
-        app("GESUMMV", 2, &[2]),
-        // x1 += A y1; x2 += Aᵀ y2.
-        app("MVT", 1, &[1, 1]),
+        // A; x, y, tmp. tmp = A x (reads A, x; writes tmp); y = Aᵀ tmp (reads A, tmp; writes y).
+        app("ATAX", 1, 3, &[k(1, 1, 1), k(1, 1, 1)]),
+        // A; r, s, p, q. q = A p (reads A, p; writes q); s = Aᵀ r (reads A, r; writes s).
+        app("BICG", 1, 4, &[k(1, 1, 1), k(1, 1, 1)]),
+        // A, B; x, y, tmp. One kernel: tmp = A x, y = α tmp + β B x (reads A, B, x; writes tmp, y).
+        app("GESUMMV", 2, 3, &[k(2, 1, 2)]),
+        // a; x1, x2, y1, y2. x1 += a y1 (reads a, y1, x1; writes x1); x2 += aᵀ y2 (likewise).
+        app("MVT", 1, 4, &[k(1, 2, 1), k(1, 2, 1)]),
     ];
     Scenario {
         name: "fig6".into(),
         description:
-            "Polybench/GPU ATAX, BICG, GESUMMV, MVT at N = 4096 (320 MiB), 240 MiB of memory".into(),
+            "Polybench/GPU ATAX, BICG, GESUMMV, MVT at N = 4096 (320 MiB + vectors), 240 MiB of memory".into(),
         system,
         tasks,
         paper: None,
@@ -468,6 +499,32 @@ mod tests {
     }
 
     #[test]
+    fn the_polybench_tasks_differ() {
+        // Issue 38: ATAX, BICG and MVT were identical, so Alg. 1's ranking among them was a tie broken by queue
+        // position. Their arrays and kernels (Polybench/GPU 1.0) now set them apart.
+        let s = builtin("fig6", 1).unwrap();
+        for (a, ta) in s.tasks.iter().enumerate() {
+            for tb in s.tasks.iter().skip(a + 1) {
+                assert!(
+                    (ta.memory_bytes, &ta.compute_ns) != (tb.memory_bytes, &tb.compute_ns),
+                    "{} and {} are the same task",
+                    ta.name,
+                    tb.name
+                );
+            }
+        }
+        let mem = |n: &str| s.tasks.iter().find(|t| t.name == n).unwrap().memory_bytes;
+        // Five 64 MiB matrices: the paper's "320 MB", plus 14 vectors of 16 KiB.
+        let total: u64 = s.tasks.iter().map(|t| t.memory_bytes).sum();
+        assert_eq!(total, 320 * MIB + 14 * 16 * 1024);
+        assert_eq!(mem("GESUMMV"), 128 * MIB + 3 * 16 * 1024);
+        assert!(mem("BICG") > mem("ATAX"));
+        // The synthetic tasks differ by their drawn compute times.
+        let f = builtin("fig4a", 1).unwrap();
+        assert_ne!(f.tasks[0].compute_ns, f.tasks[1].compute_ns);
+    }
+
+    #[test]
     fn compute_scales_and_bad_factors_are_refused() {
         let base = builtin("fig6", 1).unwrap();
         let mut s = base.clone();
@@ -519,10 +576,11 @@ mod tests {
             .flat_map(|t| &t.compute_ns)
             .all(|&c| (theta..=6 * theta).contains(&c)));
         let s = builtin("fig6", 1).unwrap();
-        assert_eq!(s.total_demand_bytes(), 320 * MIB);
+        // The paper's "320 MB" is the five matrices; the 14 vectors add 224 KiB.
+        assert_eq!(s.total_demand_bytes(), 320 * MIB + 14 * 16 * 1024);
         assert_eq!(s.system.capacity_bytes, 240 * MIB);
         assert_eq!(s.tasks[2].name, "GESUMMV");
-        assert_eq!(s.tasks[2].memory_bytes, 128 * MIB);
+        assert_eq!(s.tasks[2].memory_bytes, 128 * MIB + 3 * 16 * 1024);
     }
 
     #[test]
