@@ -59,6 +59,9 @@ __all__ = [
     "WeightsInUseError",
     "CheckpointError",
     "NotOffloadedError",
+    "ModelChangeError",
+    "StorePathError",
+    "state_dict",
 ]
 
 _ATTR = "_oversub_offload"
@@ -100,7 +103,17 @@ class CheckpointError(OffloadError, ValueError):
 
 
 class NotOffloadedError(OffloadError, ValueError):
-    """:func:`stats` or :func:`restore` on a model that :func:`offload` did not offload."""
+    """:func:`stats` or :func:`restore` on a model that :func:`offload` did not offload (or that was restored)."""
+
+
+class ModelChangeError(OffloadError, RuntimeError):
+    """A call that would change an offloaded model's weights in place (``.half()``, ``.to(dtype)``, ``.cuda()``,
+    ``load_state_dict``) was refused before it changed anything: the weights are packed in paged buffers of their
+    dtype and device. ``ot.restore(model)``, change the model, then ``ot.offload`` it again."""
+
+
+class StorePathError(OffloadError, FileNotFoundError):
+    """The ``store`` given to :func:`offload` names a place that does not exist (raised before anything moves)."""
 
 
 # --- sizes ------------------------------------------------------------------------------------------------------------
@@ -209,6 +222,19 @@ def _read_safetensors_index(paths: Sequence[str]) -> dict[str, _StEntry]:
 def _checkpoint_files(checkpoint: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
     if isinstance(checkpoint, (str, os.PathLike)):
         path = os.fspath(checkpoint)
+        if path.endswith(".json") and os.path.isfile(path):
+            # A sharded checkpoint's index (model.safetensors.index.json): its weight_map names the shards.
+            try:
+                with open(path) as f:
+                    weight_map = json.load(f)["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise CheckpointError(f"{path} is not a safetensors index (a JSON file with a weight_map): {e}") from e
+            base = os.path.dirname(path)
+            files = sorted({os.path.join(base, f) for f in weight_map.values()})
+            missing = [f for f in files if not os.path.exists(f)]
+            if missing:
+                raise CheckpointError(f"{path} names shard {missing[0]}, which does not exist")
+            return files
         if os.path.isdir(path):
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
             if not files:
@@ -336,6 +362,18 @@ def _module_tensors(module: nn.Module, recurse: bool):
                 yield m, name, b, False
 
 
+def _resident_buffer(sub: nn.Module, attr: str, is_param: bool) -> bool:
+    """Buffers that stay resident instead of joining a group: non-persistent ones (computed by the module, such as
+    a rotary embedding's ``inv_freq`` or GPT-Neo's causal mask: never in a checkpoint) and the running statistics of
+    a norm layer (BatchNorm updates them in place in ``train()``; a read-only group would lose the update when it
+    is evicted). Both are small."""
+    if is_param:
+        return False
+    if attr in getattr(sub, "_non_persistent_buffers_set", ()):
+        return True
+    return isinstance(sub, nn.modules.batchnorm._NormBase)
+
+
 def _tensor_bytes(module: nn.Module, recurse: bool = True) -> int:
     seen, total = set(), 0
     for _, _, t, _ in _module_tensors(module, recurse):
@@ -393,6 +431,58 @@ def _select_groups(model: nn.Module, group, kept: set[int]) -> list[tuple[nn.Mod
     return [(b, True) for b in blocks] + [(m, False) for m in extra]
 
 
+# --- models as transformers builds them --------------------------------------------------------------------------------
+
+
+def _tie_declared(model: nn.Module) -> None:
+    """Ties the weights a Hugging Face model declares tied (``_tied_weights_keys``: the LM head and the input
+    embedding) when it was built without them tied, as under ``accelerate.init_empty_weights()``: a checkpoint holds
+    one copy, and the two must be one tensor (kept resident) rather than two, one of them missing."""
+    tie = getattr(model, "tie_weights", None)
+    if not callable(tie) or not getattr(model, "_tied_weights_keys", None):
+        return
+    if not any(p.device.type == "meta" for p in model.parameters()):
+        return  # built for real: tied as its config says already (a user's own untying is left alone)
+    try:
+        tie()
+    except Exception as e:  # noqa: BLE001 - a model's own tie failing leaves the weights untied, as given
+        warnings.warn(f"oversub.torch: {type(model).__name__}.tie_weights() failed ({e}); its tied weights are "
+                      "loaded separately", stacklevel=4)
+
+
+def _compute_meta_buffers(model: nn.Module) -> None:
+    """Gives the non-persistent buffers of a model built on ``meta`` their values. A checkpoint never holds them
+    (``rotary_emb.inv_freq``, GPT-Neo's causal mask): their module computes them in ``__init__``. For a Hugging Face
+    model its ``_init_weights(module)`` computes them again, as ``from_pretrained`` does; a buffer nothing writes
+    raises :class:`CheckpointError` (it would hold garbage)."""
+    owners = [(m, [a for a in m._non_persistent_buffers_set
+                   if m._buffers.get(a) is not None and m._buffers[a].device.type == "meta"])
+              for m in model.modules()]
+    owners = [(m, attrs) for m, attrs in owners if attrs]
+    if not owners:
+        return
+    init = getattr(model, "_init_weights", None)
+    for m, attrs in owners:
+        fresh = {}
+        for a in attrs:
+            b = m._buffers[a]
+            fresh[a] = torch.empty(b.shape, dtype=b.dtype)
+            m._buffers[a] = fresh[a]
+        versions = {a: t._version for a, t in fresh.items()}
+        if callable(init) and not m._parameters:  # a module of its own parameters would also be re-initialised
+            with torch.no_grad():
+                init(m)
+        unwritten = [a for a in attrs if m._buffers[a] is fresh[a] and fresh[a]._version == versions[a]]
+        if unwritten:
+            for a in attrs:
+                m._buffers[a] = torch.empty(fresh[a].shape, dtype=fresh[a].dtype, device="meta")
+            name = next(n for n, x in model.named_modules() if x is m)
+            raise CheckpointError(
+                f"{name or '(root)'}.{unwritten[0]} is a non-persistent buffer on the meta device: no checkpoint holds "
+                "it and oversub cannot compute it. Build the model under accelerate.init_empty_weights() (buffers "
+                "stay real) or on the CPU, or set the buffer before offloading")
+
+
 # --- the offloaded model ----------------------------------------------------------------------------------------------
 
 
@@ -444,6 +534,9 @@ class Offloaded:
         self._pass_snap: dict[str, float] = {}
         self._closed = False
         self._warned_grad = False
+        self._grad_prev = True
+        self._guarded: list[nn.Module] = []
+        self._names: dict[int, list[str]] = {}
         self.c: dict[str, float] = dict(
             passes=0, traces_recorded=0, divergences=0, bytes_paged_in=0, bytes_paged_out=0, bytes_written=0,
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
@@ -456,6 +549,8 @@ class Offloaded:
 
     def _build(self, group, keep, checkpoint) -> None:
         model = self.model
+        _tie_declared(model)
+        _compute_meta_buffers(model)
         names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
         kept_mods = set()
         for k in keep or ():
@@ -491,15 +586,18 @@ class Offloaded:
             for _, _, t, _ in _module_tensors(m, False):
                 outside.add(id(t))
         qual: dict[int, str] = {}
+        self._names: dict[int, list[str]] = {}  # every name of a tensor: a tied weight has several
         for n, t in model.named_parameters(remove_duplicate=False):
             qual.setdefault(id(t), n)
+            self._names.setdefault(id(t), []).append(n)
         for n, t in model.named_buffers(remove_duplicate=False):
             qual.setdefault(id(t), n)
+            self._names.setdefault(id(t), []).append(n)
         for gi, (m, recurse) in enumerate(chosen):
             g = _Group(index=len(self.groups), name=names[id(m)] or "(root)", module=m, recurse=recurse)
             by_id: dict[int, _Slot] = {}
             for sub, attr, t, is_param in _module_tensors(m, recurse):
-                if len(holders[id(t)]) > 1 or id(t) in outside:
+                if len(holders[id(t)]) > 1 or id(t) in outside or _resident_buffer(sub, attr, is_param):
                     continue
                 s = by_id.get(id(t))
                 if s is None:
@@ -552,7 +650,10 @@ class Offloaded:
                 for s in g.slots:
                     reader.check(s.qualname, s.shape, f"{g.name}:")
             for sub, attr, t, _ in meta_kept:
-                reader.check(qual.get(id(t), attr), tuple(t.shape), "resident tensor")
+                names = self._names.get(id(t), [attr])
+                found = next((n for n in names if n in reader.index), names[0])
+                qual[id(t)] = found  # a tied weight: the name the checkpoint holds it under
+                reader.check(found, tuple(t.shape), "resident tensor")
         else:
             missing = [s.qualname for g in self.groups for s in g.slots if s.tensor.device.type == "meta"]
             missing += [qual.get(id(t), attr) for sub, attr, t, _ in meta_kept]
@@ -662,7 +763,8 @@ class Offloaded:
                 raise StoreTooSmallError(
                     f"the store at {self.store or '$TMPDIR'} cannot hold the weights ({_fmt(store_bytes)}) of "
                     f"{type(self.model).__name__}: {e}") from e
-            raise
+            # The pager's own message may not name the store: say which one.
+            raise type(e)(f"the store at {self.store or '$TMPDIR'}: {e}") from e
         self.space = self.pool.address_space()
 
     def _placeholder(self, dtype: torch.dtype, shape) -> torch.Tensor:
@@ -824,12 +926,86 @@ class Offloaded:
 
     def _install_hooks(self) -> None:
         m = self.model
-        self._hooks.append(m.register_forward_pre_hook(self._root_pre))
+        self._hooks.append(m.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         for g in self.groups:
             self._hooks.append(g.module.register_forward_pre_hook(lambda mod, args, g=g: self._group_pre(g, args)))
             self._hooks.append(g.module.register_forward_hook(lambda mod, args, out, g=g: self._group_post(g),
                                                               always_call=True))
         self._hooks.append(m.register_forward_hook(self._root_post, always_call=True))
+        # state_dict() and load_state_dict(): each module that holds a group's tensor gets a hook for its own
+        # tensors, so the call works on the model or on any module inside it.
+        owners: dict[int, tuple[nn.Module, _Group, list[tuple[str, _Slot]]]] = {}
+        for g in self.groups:
+            for s in g.slots:
+                for sub, attr, _ in s.refs:
+                    owners.setdefault(id(sub), (sub, g, []))[2].append((attr, s))
+        post = getattr(nn.Module, "register_state_dict_post_hook", None)
+        for sub, g, own in owners.values():
+            hook = (lambda mod, sd, prefix, meta, g=g, own=own: self._state_dict_post(g, own, sd, prefix))
+            self._hooks.append(post(sub, hook) if post is not None else sub._register_state_dict_hook(hook))
+            self._hooks.append(sub._register_load_state_dict_pre_hook(
+                lambda sd, prefix, *rest, sub=sub, own=own: self._load_state_dict_pre(sub, own, sd, prefix)))
+        # .half(), .to(dtype), .cuda(), ...: every module above or inside a group checks before anything converts.
+        self._guarded = []
+        for mod in m.modules():
+            slots = [s for sub in mod.modules() if id(sub) in owners for _, s in owners[id(sub)][2]]
+            if slots:
+                mod.__dict__["_apply"] = (lambda fn, recurse=True, mod=mod, slots=slots:
+                                          self._guarded_apply(mod, slots, fn, recurse))
+                self._guarded.append(mod)
+
+    def _state_dict_post(self, g: _Group, own: list[tuple[str, _Slot]], sd: dict, prefix: str) -> None:
+        """A module's ``state_dict()`` entries for a group's tensors get the real weights: the group is paged in
+        (if it is not resident) and each tensor copied out, so the state dict holds no view of the group's buffer
+        (it could not be evicted while one is alive) and no placeholder."""
+        keys = [(prefix + attr, s) for attr, s in own if prefix + attr in sd]
+        if not keys or self._closed:
+            return
+        with self._paged_in(g, "state_dict()"), torch.no_grad(), torch.inference_mode(False):
+            for key, s in keys:
+                real = s.tensor.detach().clone()
+                if isinstance(sd[key], nn.Parameter):  # keep_vars=True: a Parameter, but a copy
+                    real = nn.Parameter(real, requires_grad=s.requires_grad)
+                sd[key] = real
+
+    def _load_state_dict_pre(self, sub: nn.Module, own, sd, prefix: str) -> None:
+        hit = [prefix + attr for attr, _ in own if prefix + attr in sd]
+        if hit and not self._closed:
+            raise ModelChangeError(
+                f"load_state_dict() into an offloaded {type(self.model).__name__} ({hit[0]} and {len(hit) - 1} more "
+                "of its weights are in read-only paged buffers; writing them would be lost at the next eviction): "
+                "ot.restore(model), load, then ot.offload(model, ...) again, or offload with checkpoint=...")
+
+    def _guarded_apply(self, mod: nn.Module, slots: list[_Slot], fn, recurse: bool = True):
+        if not self._closed:
+            for s in slots:
+                out = fn(s.placeholder)
+                if out.dtype != s.dtype or out.device != self.device or tuple(out.shape) != s.shape:
+                    raise ModelChangeError(
+                        f"{type(mod).__name__}: converting an offloaded model ({s.qualname}: {s.dtype} on "
+                        f"{self.device} -> {out.dtype} on {out.device}) is refused: its weights are packed in paged "
+                        "buffers of their dtype and device. Convert before offloading, or ot.restore(model), convert, "
+                        "and ot.offload(model, ...) again")
+        return nn.Module._apply(mod, fn, recurse)
+
+    @contextlib.contextmanager
+    def _paged_in(self, g: _Group, who: str):
+        """Keeps ``g`` resident (paged in on demand if it is not) for the block, outside a pass of the model."""
+        self._check_open()
+        me = threading.get_ident()
+        mine = self._pass_thread == me
+        if not mine:
+            self._claim(who)
+        try:
+            self._ensure_resident(g)
+            g.in_use += 1
+            try:
+                yield
+            finally:
+                g.in_use -= 1
+        finally:
+            if not mine:
+                self._pass_thread = None
 
     # -- passes and the trace --------------------------------------------------------------------------------------
 
@@ -914,12 +1090,29 @@ class Offloaded:
                     "thread, or a lock)")
             self._pass_thread = me
 
-    def _root_pre(self, module, args) -> None:
+    def _root_pre(self, module, args, kwargs) -> None:
         self._check_open()
         self._claim(f"{type(module).__name__} (the offloaded model)")
         if self._pass_depth == 0 and self._implicit is None:
             self._start_pass()
+            self._no_grad(list(args) + list(kwargs.values()))
         self._pass_depth += 1
+
+    def _no_grad(self, inputs) -> None:
+        """A pass runs with autograd off (restored at its end): autograd would keep the group's weights (views of
+        its buffer) alive in its graph, so the group could not be evicted, and the gradients through offloaded
+        weights would be wrong anyway. Inference then needs no ``torch.no_grad()``. Warns once when an input asks
+        for gradients, which the outputs will not carry."""
+        self._grad_prev = torch.is_grad_enabled()
+        if not self._grad_prev:
+            return
+        torch.set_grad_enabled(False)
+        if not self._warned_grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
+            self._warned_grad = True
+            warnings.warn(
+                f"{type(self.model).__name__} is offloaded by oversub.torch, which is for inference: its passes run "
+                "as under torch.no_grad(), so the outputs do not require grad (ot.restore(model) to train it)",
+                stacklevel=4)
 
     def _root_post(self, module, args, output) -> None:
         if self._pass_thread != threading.get_ident() or self._pass_depth == 0:
@@ -929,6 +1122,7 @@ class Offloaded:
             try:
                 self._end_pass()
             finally:
+                torch.set_grad_enabled(self._grad_prev)
                 if self._implicit is None:
                     self._pass_thread = None
 
@@ -974,14 +1168,9 @@ class Offloaded:
         if implicit:  # the group's module called on its own, outside a pass of the model: on demand
             self._implicit = g
             self._following = False
+            self._no_grad(args)
         try:
             g.calls += 1
-            if not self._warned_grad and torch.is_grad_enabled() and self._needs_grad(g, args):
-                self._warned_grad = True
-                warnings.warn(
-                    f"{g.name} ({type(g.module).__name__}) runs with autograd recording: oversub.torch is for "
-                    "inference, and gradients through offloaded weights would be wrong (their memory is released "
-                    "after use); run the model under torch.no_grad() or torch.inference_mode()", stacklevel=3)
             if self._pass_depth:
                 self._pass_seq.append(g.index)
                 if self._following:
@@ -996,14 +1185,10 @@ class Offloaded:
             if implicit:
                 self._implicit = None
                 self._pass_thread = None
+                torch.set_grad_enabled(self._grad_prev)
             raise
         g.in_use += 1
         self._prefetch()
-
-    @staticmethod
-    def _needs_grad(g: _Group, args: tuple) -> bool:
-        return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args) or any(
-            p.requires_grad for p in g.module.parameters())
 
     def _group_post(self, g: _Group) -> None:
         if self._pass_thread != threading.get_ident() or g.in_use == 0:
@@ -1014,6 +1199,7 @@ class Offloaded:
         if self._implicit is g and g.in_use == 0:
             self._implicit = None
             self._pass_thread = None
+            torch.set_grad_enabled(self._grad_prev)
             return
         self._prefetch()
 
@@ -1064,8 +1250,7 @@ class Offloaded:
             self._install_views(g)  # the group stays usable
             raise WeightsInUseError(
                 f"the weights of group {g.name} ({type(g.module).__name__}) cannot be released: {n} tensors made from "
-                "them are still alive (run inference under torch.no_grad() or torch.inference_mode() so autograd "
-                "keeps no graph, and keep no reference to a weight)")
+                "them are still alive (a weight, or a view of one, kept from a pass: delete it, or keep a .clone())")
 
     def _evict(self, g: _Group) -> None:
         self._drop_views(g)
@@ -1200,6 +1385,10 @@ class Offloaded:
     # -- stats and restore -----------------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
+        if self._closed:
+            raise NotOffloadedError(
+                f"{type(self.model).__name__} was restored: this handle is closed and its pool freed (take "
+                "ot.stats(model) before ot.restore(model))")
         c = self.c
         bw = c["bytes_on_demand"] / c["on_demand_s"] if c["on_demand_s"] > 0 else None
         hidden = None
@@ -1271,13 +1460,78 @@ class Offloaded:
         self.space = None
         self.pool = None
 
+    def _views_held(self) -> list[str]:
+        """The groups whose buffer a tensor outside oversub still views (one kept from a pass, a ``.data`` taken
+        while the group was resident): their buffers cannot be freed. Changes nothing."""
+        held = []
+        for g in self.groups:
+            if g.buf is None:
+                continue
+            had = g.views
+            if had:
+                for s in g.slots:
+                    s.tensor.data = s.placeholder
+                g.views = False
+            if g.buf.views:
+                gc.collect()
+            n = g.buf.views
+            if had:
+                self._install_views(g)
+            if n:
+                held.append(f"{g.name} ({n})")
+        return held
+
     def restore(self) -> nn.Module:
+        """All or nothing: every group's weights are copied out first (paged in one by one); only when all are
+        copied do the parameters take the copies, the hooks go and the pool is freed. On any error before that the
+        model is still offloaded, and works."""
+        if self._closed:
+            raise NotOffloadedError(f"{type(self.model).__name__} was restored already; this handle is closed")
         if self._pass_depth or self._implicit is not None:
             raise ConcurrentUseError(f"{type(self.model).__name__} is running; restore it after the pass")
+        for g in self.groups:  # let prefetches land: a buffer with a transfer in flight cannot be freed
+            if g.state == _IN_FLIGHT:
+                try:
+                    g.handle.wait()
+                    g.state = _RESIDENT
+                except _errors.Error:
+                    g.state = _OUT
+                g.handle = None
+        held = self._views_held()
+        if held:
+            raise WeightsInUseError(
+                f"cannot restore {type(self.model).__name__}: tensors made from its offloaded weights are still alive "
+                f"(views of groups {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}), for example a tensor "
+                "kept from a pass or a parameter's .data taken while resident; delete them (or copy them with "
+                ".clone()) and call ot.restore(model) again. The model is still offloaded and works")
+        copies: list[list[torch.Tensor]] = []
+        for g in sorted(self.groups, key=lambda g: g.state != _RESIDENT):  # resident ones first: no page-in
+            with self._paged_in(g, "restore()"), torch.no_grad(), torch.inference_mode(False):
+                copies.append((g, [s.tensor.detach().clone(memory_format=torch.contiguous_format)
+                                   for s in g.slots]))
+        # Committed: nothing below fails on the model's account.
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
-        self._undo()
+        for mod in self._guarded:
+            mod.__dict__.pop("_apply", None)
+        self._guarded = []
+        with torch.no_grad(), torch.inference_mode(False):
+            for g, data in copies:
+                for s, d in zip(g.slots, data):
+                    s.tensor.data = d
+                    if isinstance(s.tensor, nn.Parameter):
+                        s.tensor.requires_grad_(s.requires_grad)
+                g.views = False
+        del copies, data
+        gc.collect()
+        for g in self.groups:
+            with contextlib.suppress(_errors.Error):
+                g.buf.free()
+            g.buf, g.state = None, _OUT
+        self.groups = []
+        self.space = None
+        self.pool = None
         self._closed = True
         self.model.__dict__.pop(_ATTR, None)
         return self.model
@@ -1338,6 +1592,12 @@ def offload(
             "backward pass and written back after the optimizer step, which is not built yet (docs/torch.md)")
     if getattr(model, _ATTR, None) is not None:
         raise OffloadError(f"{type(model).__name__} is already offloaded (ot.restore(model) first)")
+    if store is not None:
+        where = os.path.abspath(os.fspath(store))
+        if not os.path.exists(where) and not os.path.isdir(os.path.dirname(where)):
+            raise StorePathError(
+                f"store {os.fspath(store)!r} does not exist and {os.path.dirname(where)!r} is not a directory: pass an "
+                "existing directory (a temporary store file is made there), a file, or a block device")
     h = Offloaded(
         model,
         capacity=_parse_size(capacity),
@@ -1376,5 +1636,14 @@ def stats(model: nn.Module) -> dict[str, Any]:
 
 def restore(model: nn.Module) -> nn.Module:
     """Undoes :func:`offload`: every weight is copied into an ordinary tensor, the hooks are removed and the pool
-    and its store are freed. Returns the model."""
+    and its store are freed. All or nothing: :class:`WeightsInUseError` (the model still offloaded and working) when
+    a tensor made from the offloaded weights is alive. Returns the model."""
     return _handle(model).restore()
+
+
+def state_dict(model: nn.Module, *args, **kwargs) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` of an offloaded model, with the real weights: the groups are paged in one at a time and
+    their tensors copied out (``model.state_dict()`` does the same through oversub's hooks; this one also checks
+    that the model is offloaded). It holds the whole model in memory, as any state dict does."""
+    _handle(model)._check_open()
+    return model.state_dict(*args, **kwargs)
