@@ -315,6 +315,7 @@ class _Slot:
     nbytes: int = 0
     requires_grad: bool = False
     placeholder: torch.Tensor | None = None
+    part: int = 0  # which buffer of a group read from several checkpoint files (_Parts) holds it
 
 
 _OUT, _IN_FLIGHT, _RESIDENT = "paged_out", "paging_in", "resident"
@@ -348,6 +349,75 @@ class _Group:
     external: tuple[str, int] | None = None  # (checkpoint file, aligned offset): the file is this group's store
     tier: str = "store"  # where its paged-out bytes are: "host" (the host tier), "store", or "checkpoint"
     pinned: bool = False  # kept resident for the whole pass (the fixed part of the residency; see _plan_residency)
+    # A group whose tensors lie in several checkpoint files (shards): one external buffer per file range, and
+    # tail_bytes for a copied buffer holding the tensors no file range can back (see _place_across_files).
+    parts: list[tuple[str, int, int]] | None = None
+    tail_bytes: int = 0
+
+
+class _PartsHandle:
+    """The page-ins of a :class:`_Parts`, waited for together."""
+
+    def __init__(self, handles: list):
+        self.handles = handles
+
+    def done(self) -> bool:
+        return all(h.done() for h in self.handles)
+
+    def wait(self) -> None:
+        err = None
+        for h in self.handles:
+            try:
+                h.wait()
+            except _errors.Error as e:
+                err = err or e
+        if err is not None:
+            raise err
+
+
+class _Parts:
+    """The buffers of one group read from several files, paged together: what a group's ``buf`` needs of a Buffer
+    (page in and out, free, views, info). The reads of the parts run at once."""
+
+    def __init__(self, bufs: list):
+        self.bufs = bufs
+
+    @property
+    def views(self) -> int:
+        return sum(b.views for b in self.bufs)
+
+    def info(self) -> dict[str, Any]:
+        return {"reserved_bytes": sum(b.info()["reserved_bytes"] for b in self.bufs), "in_host_tier": False}
+
+    def page_in_async(self) -> _PartsHandle:
+        handles = []
+        try:
+            for b in self.bufs:
+                with contextlib.suppress(_errors.AlreadyResidentError):  # left resident by a failed page-in
+                    handles.append(b.page_in_async())
+        except BaseException:
+            with contextlib.suppress(_errors.Error):
+                _PartsHandle(handles).wait()
+            raise
+        return _PartsHandle(handles)
+
+    def page_in(self) -> None:
+        self.page_in_async().wait()
+
+    def page_out(self) -> None:
+        for b in self.bufs:
+            with contextlib.suppress(_errors.AlreadyPagedOutError):
+                b.page_out()
+
+    def free(self) -> None:
+        err = None
+        for b in self.bufs:
+            try:
+                b.free()
+            except _errors.Error as e:
+                err = err or e
+        if err is not None:
+            raise err
 
 
 def _module_tensors(module: nn.Module, recurse: bool):
@@ -665,7 +735,8 @@ class Offloaded:
         if reader is not None and not self.copy_checkpoint and not self.trainable:
             self._place_in_checkpoint(reader)
         copied = [g for g in self.groups if g.external is None and g.tier != "host"]
-        total_store = sum(_round_up(g.nbytes, 2 * _MIB) for g in copied) if copied else _MIB
+        total_store = sum(_round_up(g.tail_bytes if g.parts is not None else g.nbytes, 2 * _MIB)
+                          for g in copied) if copied else _MIB
         try:
             self._create_pool(total_store)
             self._load(reader, kept_tensors, qual)
@@ -719,7 +790,10 @@ class Offloaded:
                 continue  # read once from the checkpoint into the host tier, then paged in from there
             entries = [reader.index[s.qualname] for s in g.slots]
             path = entries[0].path
-            if any(e.path != path or e.dtype != s.dtype for e, s in zip(entries, g.slots)):
+            if any(e.dtype != s.dtype for e, s in zip(entries, g.slots)):
+                continue
+            if any(e.path != path for e in entries):
+                self._place_across_files(g, entries, sizes, gran)
                 continue
             lo = min(e.start for e in entries)
             hi = max(e.start + e.nbytes for e in entries)
@@ -735,6 +809,49 @@ class Offloaded:
                 s.offset = e.start - lo_a
             g.nbytes = hi_a - lo_a
             g.external = (path, lo_a)
+
+    def _place_across_files(self, g: _Group, entries: list[_StEntry], sizes: dict[str, int], gran: int) -> None:
+        """A group whose tensors lie in several files (a layer straddling two shards of a sharded checkpoint): one
+        external buffer per file, over that file's tensors of the group, each range tested as a single-file group's
+        is. Tensors a range cannot back (in a file's last partial 4 KiB block, which a direct read cannot end in, or
+        scattered) go to one small buffer copied into the store at load (``tail_bytes``)."""
+        by_file: dict[str, list[tuple[_Slot, _StEntry]]] = {}
+        for s, e in zip(g.slots, entries):
+            by_file.setdefault(e.path, []).append((s, e))
+        parts: list[tuple[str, int, int, list[tuple[_Slot, _StEntry]]]] = []
+        tail: list[_Slot] = []
+        for path, items in by_file.items():
+            size = sizes.setdefault(path, os.path.getsize(path))
+            inside = [(s, e) for s, e in items if _round_up(e.start + e.nbytes, _EXTERNAL_ALIGN) <= size]
+            tail += [s for s, e in items if _round_up(e.start + e.nbytes, _EXTERNAL_ALIGN) > size]
+            if not inside:
+                continue
+            lo = min(e.start for _, e in inside)
+            hi = max(e.start + e.nbytes for _, e in inside)
+            lo_a, hi_a = lo - lo % _EXTERNAL_ALIGN, _round_up(hi, _EXTERNAL_ALIGN)
+            nb = sum(e.nbytes for _, e in inside)
+            if hi - lo > nb + nb // 8 + _EXTERNAL_ALIGN or any(
+                    (e.start - lo_a) % torch.empty((), dtype=e.dtype).element_size() for _, e in inside):
+                tail += [s for s, _ in inside]
+                continue
+            parts.append((path, lo_a, hi_a - lo_a, inside))
+        if not parts:
+            return
+        off = 0
+        for s in tail:
+            off = _round_up(off, max(_ALIGN, torch.empty((), dtype=s.dtype).element_size()))
+            s.offset, s.part = off, len(parts)
+            off += s.nbytes
+        tail_bytes = max(off, 1) if tail else 0
+        need = sum(_round_up(n, gran) for _, _, n, _ in parts) + _round_up(tail_bytes, gran)
+        if need > self.capacity:
+            return
+        for i, (_, lo_a, _, inside) in enumerate(parts):
+            for s, e in inside:
+                s.offset, s.part = e.start - lo_a, i
+        g.parts = [(path, lo_a, n) for path, lo_a, n, _ in parts]
+        g.tail_bytes = tail_bytes
+        g.nbytes = sum(n for _, _, n in g.parts) + tail_bytes
 
     def _create_pool(self, store_bytes: int) -> None:
         kwargs: dict[str, Any] = dict(
@@ -755,7 +872,8 @@ class Offloaded:
                               "is paged from the store", stacklevel=4)
                 self.host_tier_bytes = 0
                 del kwargs["host_tier"], kwargs["pinned_host_tier"]
-                store_bytes = sum(_round_up(g.nbytes, 2 * _MIB) for g in self.groups if g.external is None)
+                store_bytes = sum(_round_up(g.tail_bytes if g.parts is not None else g.nbytes, 2 * _MIB)
+                                  for g in self.groups if g.external is None)
                 kwargs["store_capacity"] = self.store_capacity or store_bytes + 2 * _MIB
                 self.pool = Pool(self.capacity, **kwargs)
         except _errors.IoError as e:
@@ -792,7 +910,8 @@ class Offloaded:
     def _load_groups(self, reader: _CheckpointReader | None, pending: list) -> None:
         used = 0
         files: dict[str, Any] = {}
-        if _EXTERNAL_ALIGN % self.pool.store_alignment and any(g.external is not None for g in self.groups):
+        if _EXTERNAL_ALIGN % self.pool.store_alignment and any(
+                g.external is not None or g.parts is not None for g in self.groups):
             # The ranges were rounded to less than a direct read of this store needs.
             raise CheckpointError(
                 f"the store's alignment ({self.pool.store_alignment} bytes) does not divide {_EXTERNAL_ALIGN}: "
@@ -801,6 +920,13 @@ class Offloaded:
             for s in g.slots:
                 s.requires_grad = s.tensor.requires_grad
                 s.placeholder = self._placeholder(s.dtype, s.shape)
+            if g.parts is not None:
+                while pending:  # the tail buffer needs room: let the page-outs in flight end
+                    og, h = pending.pop(0)
+                    h.wait()
+                used = 0
+                self._load_parts(g, files, reader)
+                continue
             if g.external is not None:
                 path, at = g.external
                 if path not in files:
@@ -861,11 +987,46 @@ class Offloaded:
         # Where each group's bytes now are, as the pager placed them (the tier takes a page-out while it has room;
         # a read-only buffer keeps that copy for good, so a group's tier never changes).
         for g in self.groups:
-            if g.external is not None:
+            if g.external is not None or g.parts is not None:
                 g.tier = "checkpoint"
             else:
                 g.tier = "host" if g.buf.info()["in_host_tier"] else "store"
         self.c["groups_in_host_tier"] = sum(g.tier == "host" for g in self.groups)
+
+    def _load_parts(self, g: _Group, files: dict, reader: _CheckpointReader) -> None:
+        bufs = []
+        try:
+            for path, at, n in g.parts:
+                if path not in files:
+                    files[path] = ExternalFile(path)
+                bufs.append(self.space.alloc_external(files[path], at, n))
+            if g.tail_bytes:
+                tail = self.space.alloc(g.tail_bytes, read_only=True)
+                bufs.append(tail)
+                with torch.no_grad(), torch.inference_mode(False):
+                    base = torch.from_dlpack(tail)
+                    for s in g.slots:
+                        if s.part == len(g.parts):
+                            dst = base[s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                            if self.device.type == "cpu":
+                                reader.read_into(s.qualname, dst)
+                            else:
+                                dst.copy_(reader.load(s.qualname, s.dtype))
+                            del dst
+                    del base
+                tail.page_out()
+                self.c["bytes_written"] += g.tail_bytes
+        except BaseException:
+            for b in bufs:
+                with contextlib.suppress(_errors.Error):
+                    b.free()
+            raise
+        g.buf = _Parts(bufs)
+        g.reserved = g.buf.info()["reserved_bytes"]
+        self._take_placeholders(g)
+        g.loaded = True
+        g.state = _OUT
+        self.c["groups_in_checkpoint"] += 1
 
     def _take_placeholders(self, g: _Group) -> None:
         """The group's tensors hold placeholders from now on (its buffer is paged out); a meta tensor is replaced by
@@ -1220,7 +1381,7 @@ class Offloaded:
                         "offload again")
             if s.nbytes == 0:
                 continue
-            expected = (g.buf.address + s.offset) if g.views else s.placeholder.data_ptr()
+            expected = (self._part(g, s).address + s.offset) if g.views else s.placeholder.data_ptr()
             if s.tensor.data_ptr() != expected:
                 raise TensorReplacedError(
                     f"{s.qualname} of group {g.name} had its data replaced behind oversub's back "
@@ -1229,12 +1390,16 @@ class Offloaded:
     def _used(self) -> int:
         return sum(g.reserved for g in self.groups if g.state != _OUT)
 
+    @staticmethod
+    def _part(g: _Group, s: _Slot):
+        return g.buf.bufs[s.part] if isinstance(g.buf, _Parts) else g.buf
+
     def _install_views(self, g: _Group) -> None:
         with torch.no_grad(), torch.inference_mode(False):
-            base = torch.from_dlpack(g.buf)
+            bases = [torch.from_dlpack(b) for b in (g.buf.bufs if isinstance(g.buf, _Parts) else [g.buf])]
             for s in g.slots:
-                s.tensor.data = base[s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
-            del base
+                s.tensor.data = bases[s.part][s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+            del bases
         g.views = True
 
     def _drop_views(self, g: _Group) -> None:
