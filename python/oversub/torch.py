@@ -501,7 +501,7 @@ def _select_groups(model: nn.Module, group, kept: set[int]) -> list[tuple[nn.Mod
     return [(b, True) for b in blocks] + [(m, False) for m in extra]
 
 
-# --- models as transformers builds them --------------------------------------------------------------------------------
+# --- models as transformers builds them -------------------------------------------------------------------------------
 
 
 def _tie_declared(model: nn.Module) -> None:
