@@ -19,8 +19,10 @@ A pass that departs from the recorded order continues on demand and is recorded 
     print(ot.stats(model))                                  # bytes paged, waits, share of paging hidden, trace
     ot.restore(model)                                       # an ordinary resident model again
 
-Inference only: the weights are read-only buffers; ``trainable=True`` raises NotImplementedError. See
-docs/torch.md.
+Inference only: the weights are read-only buffers, a pass runs with autograd off, and ``trainable=True`` raises
+NotImplementedError. ``model.state_dict()`` / ``save_pretrained`` page the groups in and return copies of the real
+weights; ``.half()``/``.to(dtype)``/``load_state_dict`` are refused (:class:`ModelChangeError`). See docs/torch.md
+(Hugging Face models are covered there).
 """
 
 from __future__ import annotations
