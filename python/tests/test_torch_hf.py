@@ -295,3 +295,39 @@ def test_store_in_a_missing_folder_names_the_path(tmp_path):
     assert isinstance(e.value, FileNotFoundError)
     assert not ot.is_offloaded(m)
     assert torch.isfinite(_logits(m)).all()
+
+
+# -- residency: what a pass reads at a third of the model as capacity --------------------------------------------------
+
+
+@pytest.mark.parametrize("layers", [8, 24])
+def test_llama_bytes_per_pass_approach_model_less_capacity(tmp_path, layers):
+    """A Llama-shaped model (embedding and head twice a layer's size, at the ends of the pass), a third of it as
+    capacity: forward and generate read at most 1.1 x (model - capacity + window) a pass, where the window is the
+    rotating groups' room (two consecutive ones with prefetch, the largest one on demand). With 8 layers the
+    largest group is over half the capacity, so lookahead="auto" is 0; with 24 it is 2."""
+    torch.manual_seed(0)
+    cfg = tf.LlamaConfig(vocab_size=2048, hidden_size=64, intermediate_size=192, num_hidden_layers=layers,
+                         num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=64)
+    m = tf.LlamaForCausalLM(cfg).eval()
+    ref = _logits(m)
+    h = ot.offload(m, capacity=sum(p.numel() * 4 for p in m.parameters()) // 3, store=tmp_path)
+    for _ in range(3):
+        assert torch.equal(_logits(m), ref)
+    st = h.stats()
+    assert st["lookahead"] == (0 if layers == 8 else 2)
+    size = {g.name: g.reserved for g in h.groups}
+    M, C = sum(size.values()), st["capacity_bytes"]
+    rot = [n for n in st["trace"] if n not in st["pinned_groups"]]
+    if st["lookahead"] == 0:
+        window = max(size[n] for n in rot)
+    else:
+        window = max(size[a] + size[b] for a, b in zip(rot, rot[1:] + rot[:1]))
+    bound = 1.1 * (M - C + window)
+    assert st["pinned_groups"], st
+    assert st["last_pass"]["bytes_paged_in"] <= bound, (st["last_pass"], M, C, window)
+    p0, b0 = st["passes"], st["bytes_paged_in"]
+    m.generate(IDS, max_new_tokens=6, min_new_tokens=6, do_sample=False)
+    st = h.stats()
+    assert st["divergences"] == 0
+    assert (st["bytes_paged_in"] - b0) / (st["passes"] - p0) <= bound
