@@ -64,6 +64,7 @@ __all__ = [
     "ModelChangeError",
     "StorePathError",
     "state_dict",
+    "named_parameters",
 ]
 
 _ATTR = "_oversub_offload"
@@ -1839,6 +1840,26 @@ def restore(model: nn.Module) -> nn.Module:
     and its store are freed. All or nothing: :class:`WeightsInUseError` (the model still offloaded and working) when
     a tensor made from the offloaded weights is alive. Returns the model."""
     return _handle(model).restore()
+
+
+def named_parameters(model: nn.Module, *, copy: bool = False) -> Iterable[tuple[str, torch.Tensor]]:
+    """``model.named_parameters()`` with the real values, one group in memory at a time: each group is paged in
+    (if it is not resident) and kept resident while its parameters are yielded, so a parameter's values are real
+    until the iteration moves past its group (``copy=True`` yields copies, real for good). ``model.named_parameters()``
+    itself yields the placeholders of paged-out groups: it is not paged in, because transformers iterates it for
+    ``model.device`` and ``model.dtype`` on every ``generate``."""
+    h = _handle(model)
+    h._check_open()
+    group_of = {id(s.tensor): g for g in h.groups for s in g.slots}
+    with contextlib.ExitStack() as stack:
+        held = None
+        for name, p in model.named_parameters():
+            g = group_of.get(id(p))
+            if g is not None and g is not held:
+                stack.close()
+                stack.enter_context(h._paged_in(g, "named_parameters()"))
+                held = g
+            yield name, (p.detach().clone() if copy else p)
 
 
 def state_dict(model: nn.Module, *args, **kwargs) -> dict[str, torch.Tensor]:

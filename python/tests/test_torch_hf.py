@@ -98,6 +98,43 @@ def test_state_dict_and_named_parameters_are_the_real_weights(tmp_path, name):
         assert torch.equal(p, ref_sd[n]), n
 
 
+def test_named_parameters_group_by_group(tmp_path):
+    m = _llama()
+    ref = {n: p.detach().clone() for n, p in m.named_parameters()}
+    ot.offload(m, capacity=_cap(m), store=tmp_path)
+    _logits(m)
+    # model.named_parameters(): the same Parameters, right shapes and dtypes; values only while resident
+    assert [(n, p.shape, p.dtype) for n, p in m.named_parameters()] == [(n, t.shape, t.dtype) for n, t in ref.items()]
+    seen = 0
+    for n, p in ot.named_parameters(m):  # real while the iteration is at its group
+        assert torch.equal(p, ref[n]), n
+        seen += 1
+    assert seen == len(ref)
+    copies = dict(ot.named_parameters(m, copy=True))
+    _same_state(copies, ref)
+    assert torch.equal(_logits(m), _logits(_llama()))
+
+
+def test_a_meta_buffer_nothing_computes_is_an_error(tmp_path):
+    class Odd(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([torch.nn.Linear(8, 8) for _ in range(2)])
+            self.register_buffer("scale", torch.ones(8), persistent=False)
+
+        def forward(self, x):
+            return self.blocks[1](self.blocks[0](x)) * self.scale
+
+    src = Odd()
+    st = pytest.importorskip("safetensors.torch")
+    st.save_file({k: v.contiguous() for k, v in src.state_dict().items()}, str(tmp_path / "m.safetensors"))
+    with torch.device("meta"):
+        e = Odd()
+    with pytest.raises(ot.CheckpointError, match="scale.*init_empty_weights"):
+        ot.offload(e, capacity=1 << 20, store=tmp_path, checkpoint=tmp_path / "m.safetensors")
+    assert e.scale.device.type == "meta" and not ot.is_offloaded(e)
+
+
 def test_save_pretrained_round_trip(tmp_path):
     m = _gpt2()
     ref = _logits(m)
