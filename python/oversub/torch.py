@@ -840,15 +840,17 @@ class Offloaded:
             parts.append((path, lo_a, hi_a - lo_a, inside))
         if not parts:
             return
-        off = 0
+        off, tail_at = 0, []
         for s in tail:
             off = _round_up(off, max(_ALIGN, torch.empty((), dtype=s.dtype).element_size()))
-            s.offset, s.part = off, len(parts)
+            tail_at.append(off)
             off += s.nbytes
         tail_bytes = max(off, 1) if tail else 0
         need = sum(_round_up(n, gran) for _, _, n, _ in parts) + _round_up(tail_bytes, gran)
         if need > self.capacity:
-            return
+            return  # copied whole, at the offsets _build laid out
+        for s, at in zip(tail, tail_at):
+            s.offset, s.part = at, len(parts)
         for i, (_, lo_a, _, inside) in enumerate(parts):
             for s, e in inside:
                 s.offset, s.part = e.start - lo_a, i
