@@ -802,7 +802,12 @@ class Offloaded:
             hi = max(e.start + e.nbytes for e in entries)
             lo_a, hi_a = lo - lo % _EXTERNAL_ALIGN, _round_up(hi, _EXTERNAL_ALIGN)
             size = sizes.setdefault(path, os.path.getsize(path))
-            if hi_a > size or hi - lo > g.nbytes + g.nbytes // 8 + _EXTERNAL_ALIGN:
+            if hi_a > size:
+                # The group's last tensors are in the file's last partial block: the rest is read in place if
+                # those are at most a quarter of the group (the end of a shard; a small tail is not worth a buffer).
+                self._place_across_files(g, entries, sizes, gran, max_tail=g.nbytes // 4)
+                continue
+            if hi - lo > g.nbytes + g.nbytes // 8 + _EXTERNAL_ALIGN:
                 continue
             if any((e.start - lo_a) % torch.empty((), dtype=e.dtype).element_size() for e in entries):
                 continue
@@ -813,11 +818,13 @@ class Offloaded:
             g.nbytes = hi_a - lo_a
             g.external = (path, lo_a)
 
-    def _place_across_files(self, g: _Group, entries: list[_StEntry], sizes: dict[str, int], gran: int) -> None:
-        """A group whose tensors lie in several files (a layer straddling two shards of a sharded checkpoint): one
-        external buffer per file, over that file's tensors of the group, each range tested as a single-file group's
-        is. Tensors a range cannot back (in a file's last partial 4 KiB block, which a direct read cannot end in, or
-        scattered) go to one small buffer copied into the store at load (``tail_bytes``)."""
+    def _place_across_files(self, g: _Group, entries: list[_StEntry], sizes: dict[str, int], gran: int,
+                            max_tail: int | None = None) -> None:
+        """A group whose tensors lie in several files (a layer straddling two shards of a sharded checkpoint), or
+        in one file whose last partial block holds some of them: one external buffer per file, over that file's
+        tensors of the group, each range tested as a single-file group's is. Tensors a range cannot back (in a
+        file's last partial 4 KiB block, which a direct read cannot end in, or scattered) go to one small buffer
+        copied into the store at load (``tail_bytes``, at most ``max_tail`` or the group is copied whole)."""
         by_file: dict[str, list[tuple[_Slot, _StEntry]]] = {}
         for s, e in zip(g.slots, entries):
             by_file.setdefault(e.path, []).append((s, e))
@@ -847,7 +854,7 @@ class Offloaded:
             off += s.nbytes
         tail_bytes = max(off, 1) if tail else 0
         need = sum(_round_up(n, gran) for _, _, n, _ in parts) + _round_up(tail_bytes, gran)
-        if need > self.capacity:
+        if need > self.capacity or (max_tail is not None and tail_bytes > max_tail):
             return  # copied whole, at the offsets _build laid out
         for s, at in zip(tail, tail_at):
             s.offset, s.part = at, len(parts)
