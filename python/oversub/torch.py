@@ -319,6 +319,7 @@ class _Slot:
     requires_grad: bool = False
     placeholder: torch.Tensor | None = None
     part: int = 0  # which buffer of a group read from several checkpoint files (_Parts) holds it
+    initial: torch.Tensor | None = None  # a buffer's value at its first page-in (to see a write in forward)
 
 
 _OUT, _IN_FLIGHT, _RESIDENT = "paged_out", "paging_in", "resident"
@@ -615,6 +616,7 @@ class Offloaded:
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
             evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
             groups_in_checkpoint=0, groups_in_host_tier=0, bytes_from_host_tier=0, bytes_from_store=0,
+            buffers_kept_resident=0,
         )
         self.per_pass: list[dict[str, Any]] = []
 
@@ -1119,13 +1121,21 @@ class Offloaded:
             self._hooks.append(sub._register_load_state_dict_pre_hook(
                 lambda sd, prefix, *rest, sub=sub, own=own: self._load_state_dict_pre(sub, own, sd, prefix)))
         # .half(), .to(dtype), .cuda(), ...: every module above or inside a group checks before anything converts.
+        # The slots under each module, gathered up the tree by name (linear in the modules, not quadratic).
+        by_name = dict(m.named_modules())
+        under: dict[str, list[_Slot]] = {}
+        for n, sub in by_name.items():
+            if id(sub) in owners:
+                own = [s for _, s in owners[id(sub)][2]]
+                parts = n.split(".") if n else []
+                for k in range(len(parts) + 1):
+                    under.setdefault(".".join(parts[:k]), []).extend(own)
         self._guarded = []
-        for mod in m.modules():
-            slots = [s for sub in mod.modules() if id(sub) in owners for _, s in owners[id(sub)][2]]
-            if slots:
-                mod.__dict__["_apply"] = (lambda fn, recurse=True, mod=mod, slots=slots:
-                                          self._guarded_apply(mod, slots, fn, recurse))
-                self._guarded.append(mod)
+        for n, slots in under.items():
+            mod = by_name[n]
+            mod.__dict__["_apply"] = (lambda fn, recurse=True, mod=mod, slots=slots:
+                                      self._guarded_apply(mod, slots, fn, recurse))
+            self._guarded.append(mod)
 
     def _state_dict_post(self, g: _Group, own: list[tuple[str, _Slot]], sd: dict, prefix: str) -> None:
         """A module's ``state_dict()`` entries for a group's tensors get the real weights: the group is paged in
@@ -1444,8 +1454,25 @@ class Offloaded:
             bases = [torch.from_dlpack(b) for b in (g.buf.bufs if isinstance(g.buf, _Parts) else [g.buf])]
             for s in g.slots:
                 s.tensor.data = bases[s.part][s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                if s.initial is None and not any(is_param for _, _, is_param in s.refs):
+                    s.initial = s.tensor.data.clone()  # buffers are small; the first view holds the stored bytes
             del bases
         g.views = True
+
+    def _keep_written_buffers(self, g: _Group) -> None:
+        """Before ``g`` is evicted: a buffer that its module wrote in ``forward`` (a running statistic of a custom
+        module) would be lost with the read-only group, so it leaves the group and stays resident with the value
+        written, from now on (warned once). Norm layers' statistics are resident from the start."""
+        for s in list(g.slots):
+            if s.initial is None or torch.equal(s.tensor.data, s.initial):
+                continue
+            with torch.no_grad(), torch.inference_mode(False):
+                s.tensor.data = s.tensor.data.clone()
+            g.slots.remove(s)
+            s.initial = None
+            self.c["buffers_kept_resident"] += 1
+            warnings.warn(f"oversub.torch: buffer {s.qualname} of group {g.name} was written during a pass; it stays "
+                          "resident from now on (its group is read-only)", stacklevel=2)
 
     def _drop_views(self, g: _Group) -> None:
         if not g.views:
@@ -1463,6 +1490,8 @@ class Offloaded:
                 "them are still alive (a weight, or a view of one, kept from a pass: delete it, or keep a .clone())")
 
     def _evict(self, g: _Group) -> None:
+        if g.views:
+            self._keep_written_buffers(g)
         self._drop_views(g)
         g.buf.page_out()
         g.state = _OUT

@@ -178,6 +178,47 @@ def test_batchnorm_in_train_mode_keeps_its_running_stats(tmp_path):
         assert torch.equal(m(xs[0]).logits, ref(xs[0]).logits)
 
 
+def test_a_buffer_written_in_forward_is_kept(tmp_path):
+    """Any module's buffer written in place during a pass (not only BatchNorm's) survives its group's eviction: it
+    leaves the read-only group and stays resident, with a warning."""
+
+    class Counting(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 64)
+            self.register_buffer("calls", torch.zeros(4))
+
+        def forward(self, x):
+            self.calls.add_(1)
+            return torch.tanh(self.lin(x))
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.blocks = torch.nn.ModuleList([Counting() for _ in range(4)])
+
+        def forward(self, x):
+            for b in self.blocks:
+                x = b(x)
+            return x
+
+    torch.manual_seed(0)
+    m = Net()
+    ref = copy.deepcopy(m)
+    x = torch.randn(2, 64)
+    one = 4096 * ((64 * 64 * 4 + 64 * 4 + 4 * 4 + 3 * 64 + 4095) // 4096)
+    h = ot.offload(m, capacity=2 * one, store=tmp_path)
+    with pytest.warns(UserWarning, match="written during a pass"):
+        for _ in range(3):
+            assert torch.equal(m(x), ref(x))
+    assert h.stats()["buffers_kept_resident"] == 4
+    for _ in range(2):
+        assert torch.equal(m(x), ref(x))
+    assert [b.calls.tolist() for b in m.blocks] == [[5.0] * 4] * 4
+    ot.restore(m)
+    assert [b.calls.tolist() for b in m.blocks] == [[5.0] * 4] * 4
+
+
 # -- 2. checkpoints and models as transformers writes them ---------------------------------------------------------
 
 
