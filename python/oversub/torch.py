@@ -936,8 +936,12 @@ class Offloaded:
                 s.placeholder = self._placeholder(s.dtype, s.shape)
             if g.parts is not None:
                 while pending:  # the tail buffer needs room: let the page-outs in flight end
-                    og, h = pending.pop(0)
-                    h.wait()
+                    og, h = pending[0]
+                    try:
+                        h.wait()
+                    except _errors.StoreFullError as e:
+                        raise StoreTooSmallError(f"the store is full at group {og.name}: {e}") from e
+                    pending.pop(0)
                 used = 0
                 self._load_parts(g, files, reader)
                 continue
