@@ -1173,7 +1173,7 @@ class Offloaded:
                         f"{self.device} -> {out.dtype} on {out.device}) is refused: its weights are packed in paged "
                         "buffers of their dtype and device. Convert before offloading, or ot.restore(model), convert, "
                         "and ot.offload(model, ...) again")
-        return nn.Module._apply(mod, fn, recurse)
+        return nn.Module._apply(mod, fn) if recurse else nn.Module._apply(mod, fn, recurse)  # no `recurse` before 2.1
 
     @contextlib.contextmanager
     def _paged_in(self, g: _Group, who: str):
