@@ -70,14 +70,14 @@ def _same_state(a: dict, b: dict):
 
 
 @pytest.mark.parametrize("name", sorted(MODELS))
-def test_state_dict_and_named_parameters_are_the_real_weights(tmp_path, name):
+def test_state_dict_is_the_real_weights(tmp_path, name):
     m = MODELS[name]()
     ref_sd = {k: v.clone() for k, v in m.state_dict().items()}
     ref = _logits(m)
     ot.offload(m, capacity=_cap(m), store=tmp_path)
     for _ in range(2):
         assert torch.equal(_logits(m), ref)
-    assert not ot.stats(m)["resident_groups"] == [g for g in ot.stats(m)["trace"]], "something must be paged out"
+    assert len(ot.stats(m)["resident_groups"]) < ot.stats(m)["groups"], "some group must be paged out"
     _same_state(m.state_dict(), ref_sd)
     _same_state(ot.state_dict(m), ref_sd)
     # keep_vars: Parameters (copies), with the real values
@@ -92,7 +92,6 @@ def test_state_dict_and_named_parameters_are_the_real_weights(tmp_path, name):
     ot.restore(m)
     del sd
     _same_state(m.state_dict(), ref_sd)
-    assert {n: p for n, p in m.named_parameters()}.keys() == {n for n, _ in m.named_parameters()}
     for n, p in m.named_parameters():
         assert torch.equal(p, ref_sd[n]), n
 
