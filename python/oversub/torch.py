@@ -19,8 +19,10 @@ A pass that departs from the recorded order continues on demand and is recorded 
     print(ot.stats(model))                                  # bytes paged, waits, share of paging hidden, trace
     ot.restore(model)                                       # an ordinary resident model again
 
-Inference only: the weights are read-only buffers; ``trainable=True`` raises NotImplementedError. See
-docs/torch.md.
+Inference only: the weights are read-only buffers, a pass runs with autograd off, and ``trainable=True`` raises
+NotImplementedError. ``model.state_dict()`` / ``save_pretrained`` page the groups in and return copies of the real
+weights; ``.half()``/``.to(dtype)``/``load_state_dict`` are refused (:class:`ModelChangeError`). See docs/torch.md
+(Hugging Face models are covered there).
 """
 
 from __future__ import annotations
@@ -59,6 +61,10 @@ __all__ = [
     "WeightsInUseError",
     "CheckpointError",
     "NotOffloadedError",
+    "ModelChangeError",
+    "StorePathError",
+    "state_dict",
+    "named_parameters",
 ]
 
 _ATTR = "_oversub_offload"
@@ -100,7 +106,17 @@ class CheckpointError(OffloadError, ValueError):
 
 
 class NotOffloadedError(OffloadError, ValueError):
-    """:func:`stats` or :func:`restore` on a model that :func:`offload` did not offload."""
+    """:func:`stats` or :func:`restore` on a model that :func:`offload` did not offload (or that was restored)."""
+
+
+class ModelChangeError(OffloadError, RuntimeError):
+    """A call that would change an offloaded model's weights in place (``.half()``, ``.to(dtype)``, ``.cuda()``,
+    ``load_state_dict``) was refused before it changed anything: the weights are packed in paged buffers of their
+    dtype and device. ``ot.restore(model)``, change the model, then ``ot.offload`` it again."""
+
+
+class StorePathError(OffloadError, FileNotFoundError):
+    """The ``store`` given to :func:`offload` names a place that does not exist (raised before anything moves)."""
 
 
 # --- sizes ------------------------------------------------------------------------------------------------------------
@@ -209,6 +225,19 @@ def _read_safetensors_index(paths: Sequence[str]) -> dict[str, _StEntry]:
 def _checkpoint_files(checkpoint: str | os.PathLike | Sequence[str | os.PathLike]) -> list[str]:
     if isinstance(checkpoint, (str, os.PathLike)):
         path = os.fspath(checkpoint)
+        if path.endswith(".json") and os.path.isfile(path):
+            # A sharded checkpoint's index (model.safetensors.index.json): its weight_map names the shards.
+            try:
+                with open(path) as f:
+                    weight_map = json.load(f)["weight_map"]
+            except (OSError, ValueError, KeyError, TypeError) as e:
+                raise CheckpointError(f"{path} is not a safetensors index (a JSON file with a weight_map): {e}") from e
+            base = os.path.dirname(path)
+            files = sorted({os.path.join(base, f) for f in weight_map.values()})
+            missing = [f for f in files if not os.path.exists(f)]
+            if missing:
+                raise CheckpointError(f"{path} names shard {missing[0]}, which does not exist")
+            return files
         if os.path.isdir(path):
             files = sorted(os.path.join(path, f) for f in os.listdir(path) if f.endswith(".safetensors"))
             if not files:
@@ -289,6 +318,8 @@ class _Slot:
     nbytes: int = 0
     requires_grad: bool = False
     placeholder: torch.Tensor | None = None
+    part: int = 0  # which buffer of a group read from several checkpoint files (_Parts) holds it
+    initial: torch.Tensor | None = None  # a buffer's value at its first page-in (to see a write in forward)
 
 
 _OUT, _IN_FLIGHT, _RESIDENT = "paged_out", "paging_in", "resident"
@@ -322,6 +353,75 @@ class _Group:
     external: tuple[str, int] | None = None  # (checkpoint file, aligned offset): the file is this group's store
     tier: str = "store"  # where its paged-out bytes are: "host" (the host tier), "store", or "checkpoint"
     pinned: bool = False  # kept resident for the whole pass (the fixed part of the residency; see _plan_residency)
+    # A group whose tensors lie in several checkpoint files (shards): one external buffer per file range, and
+    # tail_bytes for a copied buffer holding the tensors no file range can back (see _place_across_files).
+    parts: list[tuple[str, int, int]] | None = None
+    tail_bytes: int = 0
+
+
+class _PartsHandle:
+    """The page-ins of a :class:`_Parts`, waited for together."""
+
+    def __init__(self, handles: list):
+        self.handles = handles
+
+    def done(self) -> bool:
+        return all(h.done() for h in self.handles)
+
+    def wait(self) -> None:
+        err = None
+        for h in self.handles:
+            try:
+                h.wait()
+            except _errors.Error as e:
+                err = err or e
+        if err is not None:
+            raise err
+
+
+class _Parts:
+    """The buffers of one group read from several files, paged together: what a group's ``buf`` needs of a Buffer
+    (page in and out, free, views, info). The reads of the parts run at once."""
+
+    def __init__(self, bufs: list):
+        self.bufs = bufs
+
+    @property
+    def views(self) -> int:
+        return sum(b.views for b in self.bufs)
+
+    def info(self) -> dict[str, Any]:
+        return {"reserved_bytes": sum(b.info()["reserved_bytes"] for b in self.bufs), "in_host_tier": False}
+
+    def page_in_async(self) -> _PartsHandle:
+        handles = []
+        try:
+            for b in self.bufs:
+                with contextlib.suppress(_errors.AlreadyResidentError):  # left resident by a failed page-in
+                    handles.append(b.page_in_async())
+        except BaseException:
+            with contextlib.suppress(_errors.Error):
+                _PartsHandle(handles).wait()
+            raise
+        return _PartsHandle(handles)
+
+    def page_in(self) -> None:
+        self.page_in_async().wait()
+
+    def page_out(self) -> None:
+        for b in self.bufs:
+            with contextlib.suppress(_errors.AlreadyPagedOutError):
+                b.page_out()
+
+    def free(self) -> None:
+        err = None
+        for b in self.bufs:
+            try:
+                b.free()
+            except _errors.Error as e:
+                err = err or e
+        if err is not None:
+            raise err
 
 
 def _module_tensors(module: nn.Module, recurse: bool):
@@ -334,6 +434,18 @@ def _module_tensors(module: nn.Module, recurse: bool):
         for name, b in m._buffers.items():
             if b is not None:
                 yield m, name, b, False
+
+
+def _resident_buffer(sub: nn.Module, attr: str, is_param: bool) -> bool:
+    """Buffers that stay resident instead of joining a group: non-persistent ones (computed by the module, such as
+    a rotary embedding's ``inv_freq`` or GPT-Neo's causal mask: never in a checkpoint) and the running statistics of
+    a norm layer (BatchNorm updates them in place in ``train()``; a read-only group would lose the update when it
+    is evicted). Both are small."""
+    if is_param:
+        return False
+    if attr in getattr(sub, "_non_persistent_buffers_set", ()):
+        return True
+    return isinstance(sub, nn.modules.batchnorm._NormBase)
 
 
 def _tensor_bytes(module: nn.Module, recurse: bool = True) -> int:
@@ -393,6 +505,58 @@ def _select_groups(model: nn.Module, group, kept: set[int]) -> list[tuple[nn.Mod
     return [(b, True) for b in blocks] + [(m, False) for m in extra]
 
 
+# --- models as transformers builds them -------------------------------------------------------------------------------
+
+
+def _tie_declared(model: nn.Module) -> None:
+    """Ties the weights a Hugging Face model declares tied (``_tied_weights_keys``: the LM head and the input
+    embedding) when it was built without them tied, as under ``accelerate.init_empty_weights()``: a checkpoint holds
+    one copy, and the two must be one tensor (kept resident) rather than two, one of them missing."""
+    tie = getattr(model, "tie_weights", None)
+    if not callable(tie) or not getattr(model, "_tied_weights_keys", None):
+        return
+    if not any(p.device.type == "meta" for p in model.parameters()):
+        return  # built for real: tied as its config says already (a user's own untying is left alone)
+    try:
+        tie()
+    except Exception as e:  # noqa: BLE001 - a model's own tie failing leaves the weights untied, as given
+        warnings.warn(f"oversub.torch: {type(model).__name__}.tie_weights() failed ({e}); its tied weights are "
+                      "loaded separately", stacklevel=4)
+
+
+def _compute_meta_buffers(model: nn.Module) -> None:
+    """Gives the non-persistent buffers of a model built on ``meta`` their values. A checkpoint never holds them
+    (``rotary_emb.inv_freq``, GPT-Neo's causal mask): their module computes them in ``__init__``. For a Hugging Face
+    model its ``_init_weights(module)`` computes them again, as ``from_pretrained`` does; a buffer nothing writes
+    raises :class:`CheckpointError` (it would hold garbage)."""
+    owners = [(m, [a for a in m._non_persistent_buffers_set
+                   if m._buffers.get(a) is not None and m._buffers[a].device.type == "meta"])
+              for m in model.modules()]
+    owners = [(m, attrs) for m, attrs in owners if attrs]
+    if not owners:
+        return
+    init = getattr(model, "_init_weights", None)
+    for m, attrs in owners:
+        fresh = {}
+        for a in attrs:
+            b = m._buffers[a]
+            fresh[a] = torch.empty(b.shape, dtype=b.dtype)
+            m._buffers[a] = fresh[a]
+        versions = {a: t._version for a, t in fresh.items()}
+        if callable(init) and not m._parameters:  # a module of its own parameters would also be re-initialised
+            with torch.no_grad():
+                init(m)
+        unwritten = [a for a in attrs if m._buffers[a] is fresh[a] and fresh[a]._version == versions[a]]
+        if unwritten:
+            for a in attrs:
+                m._buffers[a] = torch.empty(fresh[a].shape, dtype=fresh[a].dtype, device="meta")
+            name = next(n for n, x in model.named_modules() if x is m)
+            raise CheckpointError(
+                f"{name or '(root)'}.{unwritten[0]} is a non-persistent buffer on the meta device: no checkpoint holds "
+                "it and oversub cannot compute it. Build the model under accelerate.init_empty_weights() (buffers "
+                "stay real) or on the CPU, or set the buffer before offloading")
+
+
 # --- the offloaded model ----------------------------------------------------------------------------------------------
 
 
@@ -444,11 +608,15 @@ class Offloaded:
         self._pass_snap: dict[str, float] = {}
         self._closed = False
         self._warned_grad = False
+        self._grad_prev = True
+        self._guarded: list[nn.Module] = []
+        self._names: dict[int, list[str]] = {}
         self.c: dict[str, float] = dict(
             passes=0, traces_recorded=0, divergences=0, bytes_paged_in=0, bytes_paged_out=0, bytes_written=0,
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
             evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
             groups_in_checkpoint=0, groups_in_host_tier=0, bytes_from_host_tier=0, bytes_from_store=0,
+            buffers_kept_resident=0,
         )
         self.per_pass: list[dict[str, Any]] = []
 
@@ -456,6 +624,8 @@ class Offloaded:
 
     def _build(self, group, keep, checkpoint) -> None:
         model = self.model
+        _tie_declared(model)
+        _compute_meta_buffers(model)
         names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
         kept_mods = set()
         for k in keep or ():
@@ -491,15 +661,18 @@ class Offloaded:
             for _, _, t, _ in _module_tensors(m, False):
                 outside.add(id(t))
         qual: dict[int, str] = {}
+        self._names: dict[int, list[str]] = {}  # every name of a tensor: a tied weight has several
         for n, t in model.named_parameters(remove_duplicate=False):
             qual.setdefault(id(t), n)
+            self._names.setdefault(id(t), []).append(n)
         for n, t in model.named_buffers(remove_duplicate=False):
             qual.setdefault(id(t), n)
+            self._names.setdefault(id(t), []).append(n)
         for gi, (m, recurse) in enumerate(chosen):
             g = _Group(index=len(self.groups), name=names[id(m)] or "(root)", module=m, recurse=recurse)
             by_id: dict[int, _Slot] = {}
             for sub, attr, t, is_param in _module_tensors(m, recurse):
-                if len(holders[id(t)]) > 1 or id(t) in outside:
+                if len(holders[id(t)]) > 1 or id(t) in outside or _resident_buffer(sub, attr, is_param):
                     continue
                 s = by_id.get(id(t))
                 if s is None:
@@ -552,7 +725,10 @@ class Offloaded:
                 for s in g.slots:
                     reader.check(s.qualname, s.shape, f"{g.name}:")
             for sub, attr, t, _ in meta_kept:
-                reader.check(qual.get(id(t), attr), tuple(t.shape), "resident tensor")
+                names = self._names.get(id(t), [attr])
+                found = next((n for n in names if n in reader.index), names[0])
+                qual[id(t)] = found  # a tied weight: the name the checkpoint holds it under
+                reader.check(found, tuple(t.shape), "resident tensor")
         else:
             missing = [s.qualname for g in self.groups for s in g.slots if s.tensor.device.type == "meta"]
             missing += [qual.get(id(t), attr) for sub, attr, t, _ in meta_kept]
@@ -564,7 +740,8 @@ class Offloaded:
         if reader is not None and not self.copy_checkpoint and not self.trainable:
             self._place_in_checkpoint(reader)
         copied = [g for g in self.groups if g.external is None and g.tier != "host"]
-        total_store = sum(_round_up(g.nbytes, 2 * _MIB) for g in copied) if copied else _MIB
+        total_store = sum(_round_up(g.tail_bytes if g.parts is not None else g.nbytes, 2 * _MIB)
+                          for g in copied) if copied else _MIB
         try:
             self._create_pool(total_store)
             self._load(reader, kept_tensors, qual)
@@ -618,13 +795,21 @@ class Offloaded:
                 continue  # read once from the checkpoint into the host tier, then paged in from there
             entries = [reader.index[s.qualname] for s in g.slots]
             path = entries[0].path
-            if any(e.path != path or e.dtype != s.dtype for e, s in zip(entries, g.slots)):
+            if any(e.dtype != s.dtype for e, s in zip(entries, g.slots)):
+                continue
+            if any(e.path != path for e in entries):
+                self._place_across_files(g, entries, sizes, gran)
                 continue
             lo = min(e.start for e in entries)
             hi = max(e.start + e.nbytes for e in entries)
             lo_a, hi_a = lo - lo % _EXTERNAL_ALIGN, _round_up(hi, _EXTERNAL_ALIGN)
             size = sizes.setdefault(path, os.path.getsize(path))
-            if hi_a > size or hi - lo > g.nbytes + g.nbytes // 8 + _EXTERNAL_ALIGN:
+            if hi_a > size:
+                # The group's last tensors are in the file's last partial block: the rest is read in place if
+                # those are at most a quarter of the group (the end of a shard; a small tail is not worth a buffer).
+                self._place_across_files(g, entries, sizes, gran, max_tail=g.nbytes // 4)
+                continue
+            if hi - lo > g.nbytes + g.nbytes // 8 + _EXTERNAL_ALIGN:
                 continue
             if any((e.start - lo_a) % torch.empty((), dtype=e.dtype).element_size() for e in entries):
                 continue
@@ -634,6 +819,53 @@ class Offloaded:
                 s.offset = e.start - lo_a
             g.nbytes = hi_a - lo_a
             g.external = (path, lo_a)
+
+    def _place_across_files(self, g: _Group, entries: list[_StEntry], sizes: dict[str, int], gran: int,
+                            max_tail: int | None = None) -> None:
+        """A group whose tensors lie in several files (a layer straddling two shards of a sharded checkpoint), or
+        in one file whose last partial block holds some of them: one external buffer per file, over that file's
+        tensors of the group, each range tested as a single-file group's is. Tensors a range cannot back (in a
+        file's last partial 4 KiB block, which a direct read cannot end in, or scattered) go to one small buffer
+        copied into the store at load (``tail_bytes``, at most ``max_tail`` or the group is copied whole)."""
+        by_file: dict[str, list[tuple[_Slot, _StEntry]]] = {}
+        for s, e in zip(g.slots, entries):
+            by_file.setdefault(e.path, []).append((s, e))
+        parts: list[tuple[str, int, int, list[tuple[_Slot, _StEntry]]]] = []
+        tail: list[_Slot] = []
+        for path, items in by_file.items():
+            size = sizes.setdefault(path, os.path.getsize(path))
+            inside = [(s, e) for s, e in items if _round_up(e.start + e.nbytes, _EXTERNAL_ALIGN) <= size]
+            tail += [s for s, e in items if _round_up(e.start + e.nbytes, _EXTERNAL_ALIGN) > size]
+            if not inside:
+                continue
+            lo = min(e.start for _, e in inside)
+            hi = max(e.start + e.nbytes for _, e in inside)
+            lo_a, hi_a = lo - lo % _EXTERNAL_ALIGN, _round_up(hi, _EXTERNAL_ALIGN)
+            nb = sum(e.nbytes for _, e in inside)
+            if hi - lo > nb + nb // 8 + _EXTERNAL_ALIGN or any(
+                    (e.start - lo_a) % torch.empty((), dtype=e.dtype).element_size() for _, e in inside):
+                tail += [s for s, _ in inside]
+                continue
+            parts.append((path, lo_a, hi_a - lo_a, inside))
+        if not parts:
+            return
+        off, tail_at = 0, []
+        for s in tail:
+            off = _round_up(off, max(_ALIGN, torch.empty((), dtype=s.dtype).element_size()))
+            tail_at.append(off)
+            off += s.nbytes
+        tail_bytes = max(off, 1) if tail else 0
+        need = sum(_round_up(n, gran) for _, _, n, _ in parts) + _round_up(tail_bytes, gran)
+        if need > self.capacity or (max_tail is not None and tail_bytes > max_tail):
+            return  # copied whole, at the offsets _build laid out
+        for s, at in zip(tail, tail_at):
+            s.offset, s.part = at, len(parts)
+        for i, (_, lo_a, _, inside) in enumerate(parts):
+            for s, e in inside:
+                s.offset, s.part = e.start - lo_a, i
+        g.parts = [(path, lo_a, n) for path, lo_a, n, _ in parts]
+        g.tail_bytes = tail_bytes
+        g.nbytes = sum(n for _, _, n in g.parts) + tail_bytes
 
     def _create_pool(self, store_bytes: int) -> None:
         kwargs: dict[str, Any] = dict(
@@ -654,7 +886,8 @@ class Offloaded:
                               "is paged from the store", stacklevel=4)
                 self.host_tier_bytes = 0
                 del kwargs["host_tier"], kwargs["pinned_host_tier"]
-                store_bytes = sum(_round_up(g.nbytes, 2 * _MIB) for g in self.groups if g.external is None)
+                store_bytes = sum(_round_up(g.tail_bytes if g.parts is not None else g.nbytes, 2 * _MIB)
+                                  for g in self.groups if g.external is None)
                 kwargs["store_capacity"] = self.store_capacity or store_bytes + 2 * _MIB
                 self.pool = Pool(self.capacity, **kwargs)
         except _errors.IoError as e:
@@ -662,7 +895,8 @@ class Offloaded:
                 raise StoreTooSmallError(
                     f"the store at {self.store or '$TMPDIR'} cannot hold the weights ({_fmt(store_bytes)}) of "
                     f"{type(self.model).__name__}: {e}") from e
-            raise
+            # The pager's own message may not name the store: say which one.
+            raise type(e)(f"the store at {self.store or '$TMPDIR'}: {e}") from e
         self.space = self.pool.address_space()
 
     def _placeholder(self, dtype: torch.dtype, shape) -> torch.Tensor:
@@ -690,7 +924,8 @@ class Offloaded:
     def _load_groups(self, reader: _CheckpointReader | None, pending: list) -> None:
         used = 0
         files: dict[str, Any] = {}
-        if _EXTERNAL_ALIGN % self.pool.store_alignment and any(g.external is not None for g in self.groups):
+        if _EXTERNAL_ALIGN % self.pool.store_alignment and any(
+                g.external is not None or g.parts is not None for g in self.groups):
             # The ranges were rounded to less than a direct read of this store needs.
             raise CheckpointError(
                 f"the store's alignment ({self.pool.store_alignment} bytes) does not divide {_EXTERNAL_ALIGN}: "
@@ -699,6 +934,17 @@ class Offloaded:
             for s in g.slots:
                 s.requires_grad = s.tensor.requires_grad
                 s.placeholder = self._placeholder(s.dtype, s.shape)
+            if g.parts is not None:
+                while pending:  # the tail buffer needs room: let the page-outs in flight end
+                    og, h = pending[0]
+                    try:
+                        h.wait()
+                    except _errors.StoreFullError as e:
+                        raise StoreTooSmallError(f"the store is full at group {og.name}: {e}") from e
+                    pending.pop(0)
+                used = 0
+                self._load_parts(g, files, reader)
+                continue
             if g.external is not None:
                 path, at = g.external
                 if path not in files:
@@ -759,11 +1005,46 @@ class Offloaded:
         # Where each group's bytes now are, as the pager placed them (the tier takes a page-out while it has room;
         # a read-only buffer keeps that copy for good, so a group's tier never changes).
         for g in self.groups:
-            if g.external is not None:
+            if g.external is not None or g.parts is not None:
                 g.tier = "checkpoint"
             else:
                 g.tier = "host" if g.buf.info()["in_host_tier"] else "store"
         self.c["groups_in_host_tier"] = sum(g.tier == "host" for g in self.groups)
+
+    def _load_parts(self, g: _Group, files: dict, reader: _CheckpointReader) -> None:
+        bufs = []
+        try:
+            for path, at, n in g.parts:
+                if path not in files:
+                    files[path] = ExternalFile(path)
+                bufs.append(self.space.alloc_external(files[path], at, n))
+            if g.tail_bytes:
+                tail = self.space.alloc(g.tail_bytes, read_only=True)
+                bufs.append(tail)
+                with torch.no_grad(), torch.inference_mode(False):
+                    base = torch.from_dlpack(tail)
+                    for s in g.slots:
+                        if s.part == len(g.parts):
+                            dst = base[s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                            if self.device.type == "cpu":
+                                reader.read_into(s.qualname, dst)
+                            else:
+                                dst.copy_(reader.load(s.qualname, s.dtype))
+                            del dst
+                    del base
+                tail.page_out()
+                self.c["bytes_written"] += g.tail_bytes
+        except BaseException:
+            for b in bufs:
+                with contextlib.suppress(_errors.Error):
+                    b.free()
+            raise
+        g.buf = _Parts(bufs)
+        g.reserved = g.buf.info()["reserved_bytes"]
+        self._take_placeholders(g)
+        g.loaded = True
+        g.state = _OUT
+        self.c["groups_in_checkpoint"] += 1
 
     def _take_placeholders(self, g: _Group) -> None:
         """The group's tensors hold placeholders from now on (its buffer is paged out); a meta tensor is replaced by
@@ -824,12 +1105,94 @@ class Offloaded:
 
     def _install_hooks(self) -> None:
         m = self.model
-        self._hooks.append(m.register_forward_pre_hook(self._root_pre))
+        self._hooks.append(m.register_forward_pre_hook(self._root_pre, with_kwargs=True))
         for g in self.groups:
             self._hooks.append(g.module.register_forward_pre_hook(lambda mod, args, g=g: self._group_pre(g, args)))
             self._hooks.append(g.module.register_forward_hook(lambda mod, args, out, g=g: self._group_post(g),
                                                               always_call=True))
         self._hooks.append(m.register_forward_hook(self._root_post, always_call=True))
+        # state_dict() and load_state_dict(): each module that holds a group's tensor gets a hook for its own
+        # tensors, so the call works on the model or on any module inside it.
+        owners: dict[int, tuple[nn.Module, _Group, list[tuple[str, _Slot]]]] = {}
+        for g in self.groups:
+            for s in g.slots:
+                for sub, attr, _ in s.refs:
+                    owners.setdefault(id(sub), (sub, g, []))[2].append((attr, s))
+        post = getattr(nn.Module, "register_state_dict_post_hook", None)
+        for sub, g, own in owners.values():
+            hook = (lambda mod, sd, prefix, meta, g=g, own=own: self._state_dict_post(g, own, sd, prefix))
+            self._hooks.append(post(sub, hook) if post is not None else sub._register_state_dict_hook(hook))
+            self._hooks.append(sub._register_load_state_dict_pre_hook(
+                lambda sd, prefix, *rest, sub=sub, own=own: self._load_state_dict_pre(sub, own, sd, prefix)))
+        # .half(), .to(dtype), .cuda(), ...: every module above or inside a group checks before anything converts.
+        # The slots under each module, gathered up the tree by name (linear in the modules, not quadratic).
+        by_name = dict(m.named_modules())
+        under: dict[str, list[_Slot]] = {}
+        for n, sub in by_name.items():
+            if id(sub) in owners:
+                own = [s for _, s in owners[id(sub)][2]]
+                parts = n.split(".") if n else []
+                for k in range(len(parts) + 1):
+                    under.setdefault(".".join(parts[:k]), []).extend(own)
+        self._guarded = []
+        for n, slots in under.items():
+            mod = by_name[n]
+            mod.__dict__["_apply"] = (lambda fn, recurse=True, mod=mod, slots=slots:
+                                      self._guarded_apply(mod, slots, fn, recurse))
+            self._guarded.append(mod)
+
+    def _state_dict_post(self, g: _Group, own: list[tuple[str, _Slot]], sd: dict, prefix: str) -> None:
+        """A module's ``state_dict()`` entries for a group's tensors get the real weights: the group is paged in
+        (if it is not resident) and each tensor copied out, so the state dict holds no view of the group's buffer
+        (it could not be evicted while one is alive) and no placeholder."""
+        keys = [(prefix + attr, s) for attr, s in own if prefix + attr in sd]
+        if not keys or self._closed:
+            return
+        with self._paged_in(g, "state_dict()"), torch.no_grad(), torch.inference_mode(False):
+            for key, s in keys:
+                real = s.tensor.detach().clone()
+                if isinstance(sd[key], nn.Parameter):  # keep_vars=True: a Parameter, but a copy
+                    real = nn.Parameter(real, requires_grad=s.requires_grad)
+                sd[key] = real
+
+    def _load_state_dict_pre(self, sub: nn.Module, own, sd, prefix: str) -> None:
+        hit = [prefix + attr for attr, _ in own if prefix + attr in sd]
+        if hit and not self._closed:
+            raise ModelChangeError(
+                f"load_state_dict() into an offloaded {type(self.model).__name__} ({hit[0]} and {len(hit) - 1} more "
+                "of its weights are in read-only paged buffers; writing them would be lost at the next eviction): "
+                "ot.restore(model), load, then ot.offload(model, ...) again, or offload with checkpoint=...")
+
+    def _guarded_apply(self, mod: nn.Module, slots: list[_Slot], fn, recurse: bool = True):
+        if not self._closed:
+            for s in slots:
+                out = fn(s.placeholder)
+                if out.dtype != s.dtype or out.device != self.device or tuple(out.shape) != s.shape:
+                    raise ModelChangeError(
+                        f"{type(mod).__name__}: converting an offloaded model ({s.qualname}: {s.dtype} on "
+                        f"{self.device} -> {out.dtype} on {out.device}) is refused: its weights are packed in paged "
+                        "buffers of their dtype and device. Convert before offloading, or ot.restore(model), convert, "
+                        "and ot.offload(model, ...) again")
+        return nn.Module._apply(mod, fn) if recurse else nn.Module._apply(mod, fn, recurse)  # no `recurse` before 2.1
+
+    @contextlib.contextmanager
+    def _paged_in(self, g: _Group, who: str):
+        """Keeps ``g`` resident (paged in on demand if it is not) for the block, outside a pass of the model."""
+        self._check_open()
+        me = threading.get_ident()
+        mine = self._pass_thread == me
+        if not mine:
+            self._claim(who)
+        try:
+            self._ensure_resident(g)
+            g.in_use += 1
+            try:
+                yield
+            finally:
+                g.in_use -= 1
+        finally:
+            if not mine:
+                self._pass_thread = None
 
     # -- passes and the trace --------------------------------------------------------------------------------------
 
@@ -873,8 +1236,8 @@ class Offloaded:
         read per pass then approach model - capacity + window."""
         for g in self.groups:
             g.pinned = False
-        if not self.trace or self._lookahead == 0:
-            return  # on demand, Belady alone is optimal (it keeps more than a fixed set: N(N-C)/(N-1) misses)
+        if not self.trace:
+            return
         counts: dict[int, int] = {}
         for gi in self.trace:
             counts[gi] = counts.get(gi, 0) + 1
@@ -895,6 +1258,39 @@ class Offloaded:
                 continue
             g.pinned = True
             pinned_bytes += g.reserved
+        if self._lookahead == 0:
+            # On demand, Belady alone keeps more than a fixed set when the groups are of one size (N(N-C)/(N-1)
+            # misses a pass against N-C+1), but not when large groups come in a row at the ends of the pass (an
+            # embedding, then the layers, then a head: each pass reads the whole model at a third of it as
+            # capacity). Keep the fixed set only where a simulation of the pass says it reads fewer bytes.
+            pinned = {g.index for g in self.groups if g.pinned}
+            if pinned and self._simulate_on_demand(pinned) >= self._simulate_on_demand(set()):
+                for g in self.groups:
+                    g.pinned = False
+
+    def _simulate_on_demand(self, pinned: set[int], passes: int = 4) -> float:
+        """Bytes paged in by the last of ``passes`` passes of the trace on demand (``lookahead=0``), as
+        :meth:`_ensure_resident` and :meth:`_make_room` would page: furthest next use evicted first, ``pinned``
+        groups only when nothing else can go. ``inf`` where the trace cannot run so (nested groups)."""
+        reserved = [g.reserved for g in self.groups]
+        resident: set[int] = set()
+        used, last = 0, 0
+        for _ in range(passes):
+            last = 0
+            for p, gi in enumerate(self.trace):
+                if gi in resident:
+                    continue
+                while self.capacity - used < reserved[gi]:
+                    cands = [x for x in resident if x not in pinned] or list(resident)
+                    if not cands:
+                        return math.inf
+                    victim = max(cands, key=lambda x: self._next_use(x, p + 1))
+                    resident.discard(victim)
+                    used -= reserved[victim]
+                resident.add(gi)
+                used += reserved[gi]
+                last += reserved[gi]
+        return last
 
     def _next_use(self, gi: int, pos: int) -> float:
         """Position of the next use of group ``gi`` at or after ``pos`` in the cyclic trace (inf: never)."""
@@ -914,12 +1310,29 @@ class Offloaded:
                     "thread, or a lock)")
             self._pass_thread = me
 
-    def _root_pre(self, module, args) -> None:
+    def _root_pre(self, module, args, kwargs) -> None:
         self._check_open()
         self._claim(f"{type(module).__name__} (the offloaded model)")
         if self._pass_depth == 0 and self._implicit is None:
             self._start_pass()
+            self._no_grad(list(args) + list(kwargs.values()))
         self._pass_depth += 1
+
+    def _no_grad(self, inputs) -> None:
+        """A pass runs with autograd off (restored at its end): autograd would keep the group's weights (views of
+        its buffer) alive in its graph, so the group could not be evicted, and the gradients through offloaded
+        weights would be wrong anyway. Inference then needs no ``torch.no_grad()``. Warns once when an input asks
+        for gradients, which the outputs will not carry."""
+        self._grad_prev = torch.is_grad_enabled()
+        if not self._grad_prev:
+            return
+        torch.set_grad_enabled(False)
+        if not self._warned_grad and any(isinstance(a, torch.Tensor) and a.requires_grad for a in inputs):
+            self._warned_grad = True
+            warnings.warn(
+                f"{type(self.model).__name__} is offloaded by oversub.torch, which is for inference: its passes run "
+                "as under torch.no_grad(), so the outputs do not require grad (ot.restore(model) to train it)",
+                stacklevel=4)
 
     def _root_post(self, module, args, output) -> None:
         if self._pass_thread != threading.get_ident() or self._pass_depth == 0:
@@ -929,6 +1342,7 @@ class Offloaded:
             try:
                 self._end_pass()
             finally:
+                torch.set_grad_enabled(self._grad_prev)
                 if self._implicit is None:
                     self._pass_thread = None
 
@@ -974,14 +1388,9 @@ class Offloaded:
         if implicit:  # the group's module called on its own, outside a pass of the model: on demand
             self._implicit = g
             self._following = False
+            self._no_grad(args)
         try:
             g.calls += 1
-            if not self._warned_grad and torch.is_grad_enabled() and self._needs_grad(g, args):
-                self._warned_grad = True
-                warnings.warn(
-                    f"{g.name} ({type(g.module).__name__}) runs with autograd recording: oversub.torch is for "
-                    "inference, and gradients through offloaded weights would be wrong (their memory is released "
-                    "after use); run the model under torch.no_grad() or torch.inference_mode()", stacklevel=3)
             if self._pass_depth:
                 self._pass_seq.append(g.index)
                 if self._following:
@@ -996,14 +1405,10 @@ class Offloaded:
             if implicit:
                 self._implicit = None
                 self._pass_thread = None
+                torch.set_grad_enabled(self._grad_prev)
             raise
         g.in_use += 1
         self._prefetch()
-
-    @staticmethod
-    def _needs_grad(g: _Group, args: tuple) -> bool:
-        return any(isinstance(a, torch.Tensor) and a.requires_grad for a in args) or any(
-            p.requires_grad for p in g.module.parameters())
 
     def _group_post(self, g: _Group) -> None:
         if self._pass_thread != threading.get_ident() or g.in_use == 0:
@@ -1014,6 +1419,7 @@ class Offloaded:
         if self._implicit is g and g.in_use == 0:
             self._implicit = None
             self._pass_thread = None
+            torch.set_grad_enabled(self._grad_prev)
             return
         self._prefetch()
 
@@ -1034,7 +1440,7 @@ class Offloaded:
                         "offload again")
             if s.nbytes == 0:
                 continue
-            expected = (g.buf.address + s.offset) if g.views else s.placeholder.data_ptr()
+            expected = (self._part(g, s).address + s.offset) if g.views else s.placeholder.data_ptr()
             if s.tensor.data_ptr() != expected:
                 raise TensorReplacedError(
                     f"{s.qualname} of group {g.name} had its data replaced behind oversub's back "
@@ -1043,13 +1449,34 @@ class Offloaded:
     def _used(self) -> int:
         return sum(g.reserved for g in self.groups if g.state != _OUT)
 
+    @staticmethod
+    def _part(g: _Group, s: _Slot):
+        return g.buf.bufs[s.part] if isinstance(g.buf, _Parts) else g.buf
+
     def _install_views(self, g: _Group) -> None:
         with torch.no_grad(), torch.inference_mode(False):
-            base = torch.from_dlpack(g.buf)
+            bases = [torch.from_dlpack(b) for b in (g.buf.bufs if isinstance(g.buf, _Parts) else [g.buf])]
             for s in g.slots:
-                s.tensor.data = base[s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
-            del base
+                s.tensor.data = bases[s.part][s.offset: s.offset + s.nbytes].view(s.dtype).view(s.shape)
+                if s.initial is None and not any(is_param for _, _, is_param in s.refs):
+                    s.initial = s.tensor.data.clone()  # buffers are small; the first view holds the stored bytes
+            del bases
         g.views = True
+
+    def _keep_written_buffers(self, g: _Group) -> None:
+        """Before ``g`` is evicted: a buffer that its module wrote in ``forward`` (a running statistic of a custom
+        module) would be lost with the read-only group, so it leaves the group and stays resident with the value
+        written, from now on (warned once). Norm layers' statistics are resident from the start."""
+        for s in list(g.slots):
+            if s.initial is None or torch.equal(s.tensor.data, s.initial):
+                continue
+            with torch.no_grad(), torch.inference_mode(False):
+                s.tensor.data = s.tensor.data.clone()
+            g.slots.remove(s)
+            s.initial = None
+            self.c["buffers_kept_resident"] += 1
+            warnings.warn(f"oversub.torch: buffer {s.qualname} of group {g.name} was written during a pass; it stays "
+                          "resident from now on (its group is read-only)", stacklevel=2)
 
     def _drop_views(self, g: _Group) -> None:
         if not g.views:
@@ -1064,10 +1491,11 @@ class Offloaded:
             self._install_views(g)  # the group stays usable
             raise WeightsInUseError(
                 f"the weights of group {g.name} ({type(g.module).__name__}) cannot be released: {n} tensors made from "
-                "them are still alive (run inference under torch.no_grad() or torch.inference_mode() so autograd "
-                "keeps no graph, and keep no reference to a weight)")
+                "them are still alive (a weight, or a view of one, kept from a pass: delete it, or keep a .clone())")
 
     def _evict(self, g: _Group) -> None:
+        if g.views:
+            self._keep_written_buffers(g)
         self._drop_views(g)
         g.buf.page_out()
         g.state = _OUT
@@ -1200,6 +1628,10 @@ class Offloaded:
     # -- stats and restore -----------------------------------------------------------------------------------------
 
     def stats(self) -> dict[str, Any]:
+        if self._closed:
+            raise NotOffloadedError(
+                f"{type(self.model).__name__} was restored: this handle is closed and its pool freed (take "
+                "ot.stats(model) before ot.restore(model))")
         c = self.c
         bw = c["bytes_on_demand"] / c["on_demand_s"] if c["on_demand_s"] > 0 else None
         hidden = None
@@ -1271,13 +1703,78 @@ class Offloaded:
         self.space = None
         self.pool = None
 
+    def _views_held(self) -> list[str]:
+        """The groups whose buffer a tensor outside oversub still views (one kept from a pass, a ``.data`` taken
+        while the group was resident): their buffers cannot be freed. Changes nothing."""
+        held = []
+        for g in self.groups:
+            if g.buf is None:
+                continue
+            had = g.views
+            if had:
+                for s in g.slots:
+                    s.tensor.data = s.placeholder
+                g.views = False
+            if g.buf.views:
+                gc.collect()
+            n = g.buf.views
+            if had:
+                self._install_views(g)
+            if n:
+                held.append(f"{g.name} ({n})")
+        return held
+
     def restore(self) -> nn.Module:
+        """All or nothing: every group's weights are copied out first (paged in one by one); only when all are
+        copied do the parameters take the copies, the hooks go and the pool is freed. On any error before that the
+        model is still offloaded, and works."""
+        if self._closed:
+            raise NotOffloadedError(f"{type(self.model).__name__} was restored already; this handle is closed")
         if self._pass_depth or self._implicit is not None:
             raise ConcurrentUseError(f"{type(self.model).__name__} is running; restore it after the pass")
+        for g in self.groups:  # let prefetches land: a buffer with a transfer in flight cannot be freed
+            if g.state == _IN_FLIGHT:
+                try:
+                    g.handle.wait()
+                    g.state = _RESIDENT
+                except _errors.Error:
+                    g.state = _OUT
+                g.handle = None
+        held = self._views_held()
+        if held:
+            raise WeightsInUseError(
+                f"cannot restore {type(self.model).__name__}: tensors made from its offloaded weights are still alive "
+                f"(views of groups {', '.join(held[:4])}{' ...' if len(held) > 4 else ''}), for example a tensor "
+                "kept from a pass or a parameter's .data taken while resident; delete them (or copy them with "
+                ".clone()) and call ot.restore(model) again. The model is still offloaded and works")
+        copies: list[list[torch.Tensor]] = []
+        for g in sorted(self.groups, key=lambda g: g.state != _RESIDENT):  # resident ones first: no page-in
+            with self._paged_in(g, "restore()"), torch.no_grad(), torch.inference_mode(False):
+                copies.append((g, [s.tensor.detach().clone(memory_format=torch.contiguous_format)
+                                   for s in g.slots]))
+        # Committed: nothing below fails on the model's account.
         for h in self._hooks:
             h.remove()
         self._hooks.clear()
-        self._undo()
+        for mod in self._guarded:
+            mod.__dict__.pop("_apply", None)
+        self._guarded = []
+        with torch.no_grad(), torch.inference_mode(False):
+            for g, data in copies:
+                for s, d in zip(g.slots, data):
+                    s.tensor.data = d
+                    if isinstance(s.tensor, nn.Parameter):
+                        s.tensor.requires_grad_(s.requires_grad)
+                g.views = False
+        del copies, data
+        gc.collect()
+        for g in self.groups:
+            with contextlib.suppress(_errors.Error):
+                g.buf.free()
+            g.buf, g.state = None, _OUT
+        self.groups = []
+        self.space = None
+        self.pool = None
         self._closed = True
         self.model.__dict__.pop(_ATTR, None)
         return self.model
@@ -1338,6 +1835,12 @@ def offload(
             "backward pass and written back after the optimizer step, which is not built yet (docs/torch.md)")
     if getattr(model, _ATTR, None) is not None:
         raise OffloadError(f"{type(model).__name__} is already offloaded (ot.restore(model) first)")
+    if store is not None:
+        where = os.path.abspath(os.fspath(store))
+        if not os.path.exists(where) and not os.path.isdir(os.path.dirname(where)):
+            raise StorePathError(
+                f"store {os.fspath(store)!r} does not exist and {os.path.dirname(where)!r} is not a directory: pass an "
+                "existing directory (a temporary store file is made there), a file, or a block device")
     h = Offloaded(
         model,
         capacity=_parse_size(capacity),
@@ -1376,5 +1879,34 @@ def stats(model: nn.Module) -> dict[str, Any]:
 
 def restore(model: nn.Module) -> nn.Module:
     """Undoes :func:`offload`: every weight is copied into an ordinary tensor, the hooks are removed and the pool
-    and its store are freed. Returns the model."""
+    and its store are freed. All or nothing: :class:`WeightsInUseError` (the model still offloaded and working) when
+    a tensor made from the offloaded weights is alive. Returns the model."""
     return _handle(model).restore()
+
+
+def named_parameters(model: nn.Module, *, copy: bool = False) -> Iterable[tuple[str, torch.Tensor]]:
+    """``model.named_parameters()`` with the real values, one group in memory at a time: each group is paged in
+    (if it is not resident) and kept resident while its parameters are yielded, so a parameter's values are real
+    until the iteration moves past its group (``copy=True`` yields copies, real for good). ``model.named_parameters()``
+    itself yields the placeholders of paged-out groups: it is not paged in, because transformers iterates it for
+    ``model.device`` and ``model.dtype`` on every ``generate``."""
+    h = _handle(model)
+    h._check_open()
+    group_of = {id(s.tensor): g for g in h.groups for s in g.slots}
+    with contextlib.ExitStack() as stack:
+        held = None
+        for name, p in model.named_parameters():
+            g = group_of.get(id(p))
+            if g is not None and g is not held:
+                stack.close()
+                stack.enter_context(h._paged_in(g, "named_parameters()"))
+                held = g
+            yield name, (p.detach().clone() if copy else p)
+
+
+def state_dict(model: nn.Module, *args, **kwargs) -> dict[str, torch.Tensor]:
+    """``model.state_dict()`` of an offloaded model, with the real weights: the groups are paged in one at a time and
+    their tensors copied out (``model.state_dict()`` does the same through oversub's hooks; this one also checks
+    that the model is offloaded). It holds the whole model in memory, as any state dict does."""
+    _handle(model)._check_open()
+    return model.state_dict(*args, **kwargs)
