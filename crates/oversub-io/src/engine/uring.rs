@@ -3,6 +3,7 @@
 
 use std::collections::VecDeque;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Instant;
@@ -30,6 +31,11 @@ struct Job {
 pub struct UringEngine {
     sender: Option<Sender<Job>>,
     wake: Arc<OwnedFd>,
+    /// Set by the submitter that writes the eventfd, cleared by the worker when it reaps that write, before it
+    /// next drains the queue: submitters in between skip their write (the worker will drain their jobs anyway).
+    /// A 1 GiB checksummed page-in submits 128 pieces; one eventfd write each cost about half a millisecond on the
+    /// caller's thread (issue 33).
+    wake_pending: Arc<AtomicBool>,
     worker: Option<JoinHandle<()>>,
     counters: Arc<IoCounters>,
     queue_depth: usize,
@@ -68,10 +74,12 @@ impl UringEngine {
 
         let (tx, rx) = crossbeam_channel::unbounded::<Job>();
         let counters = Arc::new(IoCounters::new());
+        let wake_pending = Arc::new(AtomicBool::new(false));
         let worker = Worker {
             ring,
             rx,
             wake: wake.clone(),
+            wake_pending: Arc::clone(&wake_pending),
             wake_buf: Box::new(0u64),
             wake_armed: false,
             disconnected: false,
@@ -92,6 +100,7 @@ impl UringEngine {
         Ok(UringEngine {
             sender: Some(tx),
             wake,
+            wake_pending,
             worker: Some(handle),
             counters,
             queue_depth,
@@ -176,7 +185,11 @@ impl UringEngine {
         sender
             .send(Job { requests, batch })
             .map_err(|_| IoError::Shutdown)?;
-        wake(self.wake.as_raw_fd());
+        // After the send: a worker that clears the flag drains afterwards, so either it sees this job or this
+        // swap sees the flag cleared and writes.
+        if !self.wake_pending.swap(true, Ordering::SeqCst) {
+            wake(self.wake.as_raw_fd());
+        }
         Ok(())
     }
 }
@@ -222,6 +235,8 @@ struct Worker {
     ring: IoUring,
     rx: Receiver<Job>,
     wake: Arc<OwnedFd>,
+    /// See [`UringEngine::wake_pending`].
+    wake_pending: Arc<AtomicBool>,
     /// Target of the eventfd read; boxed so its address is stable.
     wake_buf: Box<u64>,
     wake_armed: bool,
@@ -377,6 +392,8 @@ impl Worker {
         for (token, res) in cqes {
             if token == WAKE_TOKEN {
                 self.wake_armed = false;
+                // Before the next drain (module docs of the flag): later submitters write again.
+                self.wake_pending.store(false, Ordering::SeqCst);
                 if res < 0 && res != -libc::EINTR && res != -libc::EAGAIN {
                     tracing::error!(
                         error = %std::io::Error::from_raw_os_error(-res),
