@@ -628,6 +628,10 @@ macro_rules! engine_tests {
                 super::round_trips(engine());
             }
             #[test]
+            fn batches_under_deferred_wakes_all_complete() {
+                super::batches_under_deferred_wakes_all_complete(engine());
+            }
+            #[test]
             fn multiple_slots() {
                 super::multiple_slots(engine());
             }
@@ -677,6 +681,50 @@ macro_rules! engine_tests {
             }
         }
     };
+}
+
+/// Batches submitted while a `DeferredWakes` guard lives (nested too) all complete once it is dropped, with the
+/// right bytes: the worker is woken once for them, not never.
+fn batches_under_deferred_wakes_all_complete(engine: Arc<dyn IoEngine>) {
+    let dir = tempfile::tempdir().unwrap();
+    let s = store(&engine, dir.path(), 16 * MIB, 256 << 10);
+    let piece = MIB;
+    let slot = s.allocate(8 * piece).unwrap();
+    let mut src = AlignedBuf::new(slot.len() as usize, s.alignment()).unwrap();
+    fill(src.as_mut_slice(), 77);
+    // SAFETY: src outlives the blocking transfer.
+    unsafe { s.transfer(Direction::Write, &slot, &[src.iovec()]) }.unwrap();
+    let mut dst = AlignedBuf::new(slot.len() as usize, s.alignment()).unwrap();
+    let (tx, rx) = mpsc::channel();
+    {
+        let _outer = oversub_io::engine::DeferredWakes::begin();
+        let _inner = oversub_io::engine::DeferredWakes::begin();
+        for k in 0..8 {
+            let view = slot.view(k * piece, piece).unwrap();
+            let mem = IoVec {
+                // SAFETY: inside dst, which outlives the batches (they are all received below).
+                ptr: unsafe { dst.as_mut_slice().as_mut_ptr().add((k * piece) as usize) },
+                len: piece as usize,
+            };
+            let tx = tx.clone();
+            // SAFETY: dst outlives the batches, received below before it drops.
+            unsafe {
+                s.submit_view(
+                    Direction::Read,
+                    &view,
+                    &[mem],
+                    Box::new(move |r| tx.send(r).unwrap()),
+                )
+            }
+            .unwrap();
+        }
+    }
+    drop(tx);
+    let results: Vec<_> = rx.iter().collect();
+    assert_eq!(results.len(), 8);
+    assert!(results.iter().all(|r| r.is_ok()), "{results:?}");
+    check(dst.as_slice(), 77);
+    s.release(slot);
 }
 
 /// The engine's own drop finishes queued batches and runs their callbacks.

@@ -107,6 +107,8 @@ pub(super) unsafe fn submit_hashed(
     // start; a read's only once they have arrived. Each piece then counts twice: its I/O and its hash.
     let hash_early = direction == Direction::Write;
     let set = PieceSet::new(pieces, 2 * pieces, finish);
+    // One wake-up of the I/O engine's worker for all the pieces, when this returns.
+    let _wakes = oversub_io::engine::DeferredWakes::begin();
     for k in 0..pieces {
         let start = k as u64 * CHECKSUM_PIECE_BYTES;
         let end = if k + 1 == pieces {

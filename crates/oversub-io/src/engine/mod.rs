@@ -7,7 +7,7 @@ mod uring;
 
 pub use priority::{PriorityEngine, DEFAULT_STARVATION_BOUND};
 pub use psync::PsyncEngine;
-pub use uring::UringEngine;
+pub use uring::{DeferredWakes, UringEngine};
 
 use oversub_base::sync::lock;
 use std::os::fd::RawFd;

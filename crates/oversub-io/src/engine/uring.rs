@@ -142,6 +142,63 @@ fn wake(fd: RawFd) {
     }
 }
 
+thread_local! {
+    /// While a [`DeferredWakes`] lives on this thread: the workers it owes one wake-up each.
+    static DEFERRED: std::cell::RefCell<Option<Vec<Arc<OwnedFd>>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Holds back the io_uring workers' wake-ups that this thread's submissions make while it lives, and wakes each
+/// worker once when dropped. A transfer submitted in many batches (a checksummed page-in of 1 GiB is 128 pieces)
+/// then costs one eventfd write instead of one per batch: each write wakes a worker that sleeps in
+/// `io_uring_enter`, and together they took about 0.4 ms of the caller's 0.43 ms for 1 GiB (issue 33). Nested
+/// guards are one. Other engines ignore it.
+#[derive(Debug)]
+#[must_use = "the wake-ups are held back only while the guard lives"]
+pub struct DeferredWakes {
+    outermost: bool,
+}
+
+impl DeferredWakes {
+    /// Starts holding back wake-ups on this thread.
+    pub fn begin() -> DeferredWakes {
+        let outermost = DEFERRED.with(|d| {
+            let mut d = d.borrow_mut();
+            if d.is_some() {
+                return false;
+            }
+            *d = Some(Vec::new());
+            true
+        });
+        DeferredWakes { outermost }
+    }
+}
+
+impl Drop for DeferredWakes {
+    fn drop(&mut self) {
+        if !self.outermost {
+            return;
+        }
+        let owed = DEFERRED.with(|d| d.borrow_mut().take()).unwrap_or_default();
+        for fd in owed {
+            wake(fd.as_raw_fd());
+        }
+    }
+}
+
+/// Records a wake-up owed to the worker behind `fd` when a [`DeferredWakes`] lives on this thread; false (wake it
+/// now) otherwise.
+fn defer_wake(fd: &Arc<OwnedFd>) -> bool {
+    DEFERRED.with(|d| match d.borrow_mut().as_mut() {
+        Some(owed) => {
+            if !owed.iter().any(|o| Arc::ptr_eq(o, fd)) {
+                owed.push(Arc::clone(fd));
+            }
+            true
+        }
+        None => false,
+    })
+}
+
 // SAFETY: the callback runs only when every request of the batch has completed or was never submitted to the ring; submit fails only before the batch is queued.
 unsafe impl IoEngine for UringEngine {
     fn name(&self) -> &'static str {
@@ -187,7 +244,7 @@ impl UringEngine {
             .map_err(|_| IoError::Shutdown)?;
         // After the send: a worker that clears the flag drains afterwards, so either it sees this job or this
         // swap sees the flag cleared and writes.
-        if !self.wake_pending.swap(true, Ordering::SeqCst) {
+        if !self.wake_pending.swap(true, Ordering::SeqCst) && !defer_wake(&self.wake) {
             wake(self.wake.as_raw_fd());
         }
         Ok(())
