@@ -302,12 +302,22 @@ pub fn to_profile(r: &ProbeResults, plan: &ProbePlan) -> (Profile, Vec<String>) 
     let memcpy = r.copy.as_ref().and_then(|c| pos(c.median_bytes_per_s));
     // H: a GPU's managed-memory fault when there is one; otherwise a fault serviced in user space, the host's
     // closest equivalent (the host backend models an integrated GPU).
-    let fault_s = gpu.as_ref().and_then(|g| g.managed_fault_s).or(uffd_1);
+    let managed_fault_s = gpu.as_ref().and_then(|g| g.managed_fault_s);
+    let machine = r.gpu.as_ref().and_then(|g| g.uvm.as_ref());
+    // With the demand-migration strides measured, the fault batch cost is the isolated fault (one thread, one
+    // touch per 64 KiB) less what the same touch costs when faults are batched: what batching amortises.
+    let fault_s = match (managed_fault_s, machine) {
+        (Some(f), Some(m)) => Some((f - m.migrate_64k_stride_touch_s).max(0.0)),
+        (f, _) => f.or(uffd_1),
+    };
     let uvm = Uvm {
         cpu_mem_bytes_per_s: memcpy,
         pci_bytes_per_s: gpu.as_ref().and_then(|g| g.h2d_pinned_bytes_per_s),
         fault_s,
-        // No zero-copy line is measured here: the simulator keeps its remote-line estimate.
+        remote_line_s: machine.and_then(|m| pos(m.remote_line_s)),
+        remote_lines_per_s: machine.and_then(|m| pos(m.remote_lines_per_s)),
+        migrate_4k_stride_page_s: machine.and_then(|m| pos(m.migrate_4k_stride_page_s)),
+        migrate_64k_stride_touch_s: machine.and_then(|m| pos(m.migrate_64k_stride_touch_s)),
         ..Uvm::default()
     };
     let swap = SwapMachine {
