@@ -499,6 +499,36 @@ mod tests {
     }
 
     #[test]
+    fn the_two_demand_strides_fit_a_service_time_and_a_copy_bandwidth() {
+        // Issue 37's H200: 1.0414 µs per 4 KiB touch, 3.784 µs per 64 KiB one.
+        let fit = demand_fit(1.0414e-6, 3.784e-6).unwrap();
+        assert!((fit.service_s - 0.858e-6).abs() < 0.005e-6, "{fit:?}");
+        assert!((fit.bytes_per_s / 1e9 - 22.4).abs() < 0.1, "{fit:?}");
+        // A 64 KiB touch no dearer than a 4 KiB one, or dearer than 16 of them, describes no machine.
+        assert!(demand_fit(2e-6, 2e-6).is_none());
+        assert!(demand_fit(1e-6, 20e-6).is_none());
+        let p = Path::new("bad.toml");
+        let text = format!(
+            "{HEAD}[uvm]\nmigrate_4k_stride_page_s = 2e-6\nmigrate_64k_stride_touch_s = 1e-6\n"
+        );
+        let e = CostModel::from_profile_str(&text, p).unwrap_err();
+        assert!(e.to_string().contains("bad.toml"), "{e}");
+    }
+
+    #[test]
+    fn the_h200_example_profile_loads_as_a_measured_machine() {
+        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("../../examples/profiles/h200-issue37.toml");
+        let m = CostModel::from_profile(&path).unwrap();
+        assert_eq!(m.machine.transfer_setup_s, 0.0);
+        assert_eq!(m.machine.remote_lines_per_s(128), 392e6);
+        assert!((m.machine.fault_service_s - 0.858e-6).abs() < 0.005e-6);
+        assert_eq!(m.machine.link_bytes_per_s(), 55e9);
+        // Decisions keep the paper's constants.
+        assert_eq!(m.decision, DecisionConstants::default());
+    }
+
+    #[test]
     fn every_uvm_key_overrides_its_constant() {
         let uvm = Uvm {
             line_bytes: Some(64),

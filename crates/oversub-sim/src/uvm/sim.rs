@@ -367,7 +367,16 @@ pub struct Counters {
     pub throttles: u64,
     /// Pages the thrashing detection pinned to the host.
     pub pins: u64,
+    /// Accesses to pages that used at most [`LOW_UTIL_LINES`] lines in the period the access fell in (a
+    /// residency, or the time on the host between two): the requests of Fig. 3b. Counted when the period ends.
+    pub low_util_requests: u64,
+    /// Of those, the ones the L2 served (the paper: 91%, Sec. 4.2).
+    pub low_util_l2_hits: u64,
 }
+
+/// Lines used at most by a page the figures call low-utilised: an eighth of the page (the lowest bin of Figs. 3
+/// and 4). The paper does not give its own cut.
+pub const LOW_UTIL_LINES: u32 = 4;
 
 impl Counters {
     fn minus(&self, base: &Counters) -> Counters {
@@ -389,6 +398,8 @@ impl Counters {
             pst_updates: self.pst_updates - base.pst_updates,
             throttles: self.throttles - base.throttles,
             pins: self.pins - base.pins,
+            low_util_requests: self.low_util_requests - base.low_util_requests,
+            low_util_l2_hits: self.low_util_l2_hits - base.low_util_l2_hits,
         }
     }
 }
@@ -756,6 +767,9 @@ struct Engine<'t> {
     loc: Vec<u8>,
     /// Lines used since the page last arrived on the GPU or left it (the truth, for the figures).
     used: Vec<u64>,
+    /// Accesses to the page in the same period, and how many of them the L2 served (Fig. 3b).
+    period_requests: Vec<u32>,
+    period_hits: Vec<u32>,
     /// Lines the page statistics table knows of the page's last tracked period, or [`NO_HISTORY`].
     hist: Vec<u8>,
     /// Lines used in the page's previous residency, or [`NO_HISTORY`] (Fig. 4).
@@ -886,6 +900,8 @@ impl<'t> Engine<'t> {
             block_pages: block_pages as usize,
             loc: vec![initial; pages],
             used: vec![0; pages],
+            period_requests: vec![0; pages],
+            period_hits: vec![0; pages],
             hist,
             last_util: vec![NO_HISTORY; pages],
             instrumented: matches!(policy, Policy::DynaMap | Policy::StaticMap { .. }),
@@ -976,20 +992,28 @@ impl<'t> Engine<'t> {
                 self.fault(page);
                 loc = self.loc.get(page).copied().unwrap_or(UNMAPPED);
             }
-            if loc == RESIDENT {
+            let hit = if loc == RESIDENT {
                 if self.lru {
                     self.touch_unit(page);
                 }
                 if !self.next_use.is_empty() {
                     self.oracle_touch(page, i, false);
                 }
-                if self.l2.access(line) {
-                    self.counters.cache_hits += 1;
-                } else {
-                    self.counters.gpu_mem_accesses += 1;
-                }
-            } else if self.l2.access(line) {
+                self.l2.access(line)
+            } else {
+                self.l2.access(line)
+            };
+            if let (Some(r), Some(h)) = (
+                self.period_requests.get_mut(page),
+                self.period_hits.get_mut(page),
+            ) {
+                *r = r.saturating_add(1);
+                *h = h.saturating_add(u32::from(hit));
+            }
+            if hit {
                 self.counters.cache_hits += 1;
+            } else if loc == RESIDENT {
+                self.counters.gpu_mem_accesses += 1;
             } else {
                 self.counters.remote_accesses += 1;
                 if write {
@@ -1008,6 +1032,9 @@ impl<'t> Engine<'t> {
             }
         }
         self.counters.accesses = trace.lines.len() as u64;
+        for page in 0..self.used.len() {
+            self.end_period(page);
+        }
         if self.counters.accesses % epoch != 0 {
             self.close_epoch();
         }
@@ -1451,6 +1478,7 @@ impl<'t> Engine<'t> {
             self.counters.transfers_d2h += 1;
         }
         self.last_out = page as u32;
+        self.end_period(page);
         let lines = self.used.get(page).map_or(0, |u| u.count_ones()) as u8;
         if let Some(u) = self.used.get_mut(page) {
             *u = 0;
@@ -1495,6 +1523,18 @@ impl<'t> Engine<'t> {
             }
         }
         self.thrashing_event(page);
+    }
+
+    /// Closes `page`'s period (an eviction, or the end of the run): its requests count as low-utilisation ones
+    /// when it used few lines.
+    fn end_period(&mut self, page: usize) {
+        let lines = self.used.get(page).map_or(0, |u| u.count_ones());
+        let requests = self.period_requests.get_mut(page).map_or(0, std::mem::take);
+        let hits = self.period_hits.get_mut(page).map_or(0, std::mem::take);
+        if lines <= LOW_UTIL_LINES {
+            self.counters.low_util_requests += u64::from(requests);
+            self.counters.low_util_l2_hits += u64::from(hits);
+        }
     }
 
     fn set_loc(&mut self, page: usize, loc: u8) {
@@ -1656,6 +1696,26 @@ mod tests {
             .iter()
             .filter(|p| p.end_access <= warm_end)
             .all(|p| p.f_over == 0.0));
+    }
+
+    #[test]
+    fn requests_to_low_utilised_pages_and_their_l2_hits_are_counted() {
+        // Page 0: one line read ten times (1 line used: low); page 1: all 32 lines once (not low).
+        let mut accesses: Vec<Access> = (0..10).map(|_| Access::read(0, 0, 4)).collect();
+        accesses.extend((0..32).map(|l| Access::read(0, 4096 + l * 128, 4)));
+        let t = PreparedTrace::new(
+            &Trace {
+                name: "low".into(),
+                accesses,
+            },
+            &CostModel::default(),
+        )
+        .unwrap();
+        for policy in [Policy::PinHost, Policy::EagerNoPrefetch] {
+            let r = simulate(&t, &SimConfig::new(policy, 0.0)).unwrap();
+            assert_eq!(r.counters.low_util_requests, 10, "{policy}");
+            assert_eq!(r.counters.low_util_l2_hits, 9, "{policy}");
+        }
     }
 
     #[test]

@@ -415,6 +415,31 @@ mod tests {
     }
 
     #[test]
+    fn paper_scale_sweep_file_matches_the_simulator() {
+        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/uvm-paper-scale.toml");
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut workload = None;
+        let mut checked = 0;
+        let mut wrong = Vec::new();
+        for line in text.lines() {
+            if let Some(w) = line.strip_prefix("workloads = [\"") {
+                workload = Some(WorkloadKind::from_name(w.trim_end_matches("\"]")).unwrap());
+            }
+            if let Some(v) = line.strip_prefix("scale = ") {
+                let kind = workload.take().unwrap();
+                let want = paper_scale(kind, 3.0).unwrap();
+                let got: f64 = v.trim().parse().unwrap();
+                if (got / want - 1.0).abs() >= 1e-3 {
+                    wrong.push(format!("{kind}: the file says {got}, paper_scale {want:.4}"));
+                }
+                checked += 1;
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("; "));
+        assert_eq!(checked, 6);
+    }
+
+    #[test]
     fn layout_aligns_and_separates() {
         let mut l = Layout::new();
         let a = l.alloc("a", 1);
