@@ -750,7 +750,15 @@ fn launch_touch(
     threads: usize,
     sink: u64,
 ) -> Result<(), ProbeError> {
-    launch_touch_strided(stream, k, base, FAULT_STRIDE_BYTES, per_thread, threads, sink)
+    launch_touch_strided(
+        stream,
+        k,
+        base,
+        FAULT_STRIDE_BYTES,
+        per_thread,
+        threads,
+        sink,
+    )
 }
 
 /// [`launch_touch`] at any stride. The caller's buffer must hold `threads × per_thread × stride` bytes and the
@@ -825,8 +833,9 @@ fn uvm_machine(
 
     // Zero-copy: pinned, device-mapped host memory of zeros (the kernel's chain relies on them).
     // SAFETY: u8 is valid whatever the bytes; the buffer is zeroed before any kernel reads it.
-    let mut host = unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP) }
-        .map_err(|e| cuda_err("cuMemHostAlloc of the zero-copy buffer", e))?;
+    let mut host =
+        unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP) }
+            .map_err(|e| cuda_err("cuMemHostAlloc of the zero-copy buffer", e))?;
     let host_ptr = host
         .as_mut_ptr()
         .map_err(|e| cuda_err("the zero-copy buffer", e))?;
@@ -844,11 +853,31 @@ fn uvm_machine(
     let none = || Ok(());
     // Warm-up (function load), then the chain: one thread, `chain` dependent lines.
     launch_touch_strided(stream, k, host_dev, LINE_BYTES, 1, 1, sink_ptr)?;
-    let chain_s = timed_touch(stream, k, host_dev, LINE_BYTES, chain, 1, sink_ptr, opts.repeats, none)?;
+    let chain_s = timed_touch(
+        stream,
+        k,
+        host_dev,
+        LINE_BYTES,
+        chain,
+        1,
+        sink_ptr,
+        opts.repeats,
+        none,
+    )?;
     let remote_line_s = per_event_s(chain_s, chain as f64)?;
     let per_block = (bytes / LINE_BYTES / REMOTE_BLOCKS).max(1);
     let blocks = (bytes / LINE_BYTES / per_block).min(REMOTE_BLOCKS);
-    let all_s = timed_touch(stream, k, host_dev, LINE_BYTES, per_block, blocks, sink_ptr, opts.repeats, none)?;
+    let all_s = timed_touch(
+        stream,
+        k,
+        host_dev,
+        LINE_BYTES,
+        per_block,
+        blocks,
+        sink_ptr,
+        opts.repeats,
+        none,
+    )?;
     let remote_lines_per_s = rate_per_s((per_block * blocks) as f64, all_s)?;
     stream
         .synchronize()
@@ -860,9 +889,17 @@ fn uvm_machine(
     let mut per_touch = [0.0; 2];
     for (slot, stride) in per_touch.iter_mut().zip([4096usize, FAULT_STRIDE_BYTES]) {
         let touches = bytes / stride;
-        let s = timed_touch(stream, k, buf.ptr(), stride, 1, touches, sink_ptr, opts.repeats, || {
-            place_on_host(driver, stream, &buf)
-        })?;
+        let s = timed_touch(
+            stream,
+            k,
+            buf.ptr(),
+            stride,
+            1,
+            touches,
+            sink_ptr,
+            opts.repeats,
+            || place_on_host(driver, stream, &buf),
+        )?;
         *slot = per_event_s(s, touches as f64)?;
     }
     Ok(UvmMachine {

@@ -462,7 +462,11 @@ fn parse_sources(args: &UvmArgs) -> Result<Vec<TraceSource>, BoxError> {
     let mut sources = Vec::new();
     let all = args.suite || args.workload.iter().any(|w| w.eq_ignore_ascii_case("all"));
     if quick_study(args) && args.workload.is_empty() {
-        sources.extend(QUICK_STUDY_WORKLOADS.iter().map(|&k| TraceSource::Workload(k)));
+        sources.extend(
+            QUICK_STUDY_WORKLOADS
+                .iter()
+                .map(|&k| TraceSource::Workload(k)),
+        );
     } else if all && args.workload_opts.paper_scale {
         // The whole suite at the paper's proportions: leave out, and say so, what cannot get there (Gaussian).
         for k in WorkloadKind::ALL {
@@ -764,13 +768,23 @@ fn decomposition_table(results: &[SimResult], spec: &SuiteSpec) -> String {
                     format_bytes(r.geometry.l2_bytes),
                     format_bytes(r.geometry.block_bytes),
                     // Marked where a floor, not the paper's proportion, set them.
-                    if r.geometry.proportional { "" } else { " (floor)" }
+                    if r.geometry.proportional {
+                        ""
+                    } else {
+                        " (floor)"
+                    }
                 ),
                 match r.counters.low_util_requests {
                     0 => "-".to_string(),
-                    n => format!("{:.0}%", r.counters.low_util_l2_hits as f64 / n as f64 * 100.0),
+                    n => format!(
+                        "{:.0}%",
+                        r.counters.low_util_l2_hits as f64 / n as f64 * 100.0
+                    ),
                 },
-                match (r.f_under_per_s, r.series.iter().map(|p| p.f_over).reduce(f64::max)) {
+                match (
+                    r.f_under_per_s,
+                    r.series.iter().map(|p| p.f_over).reduce(f64::max),
+                ) {
                     (Some(f), Some(o)) if r.policy == Policy::DynaMap => {
                         format!("{:.0}/s, {o:.2}", f)
                     }

@@ -221,7 +221,9 @@ impl CostModel {
     fn from_uvm(uvm: Option<&Uvm>, path: &Path) -> Result<Self, SimError> {
         let mut model = Self::default();
         if let Some(uvm) = uvm {
-            if let (Some(t4), Some(t64)) = (uvm.migrate_4k_stride_page_s, uvm.migrate_64k_stride_touch_s) {
+            if let (Some(t4), Some(t64)) =
+                (uvm.migrate_4k_stride_page_s, uvm.migrate_64k_stride_touch_s)
+            {
                 if demand_fit(t4, t64).is_none() {
                     return Err(SimError::bad_file(
                         path,
@@ -324,10 +326,7 @@ impl CostModel {
             ("cpu_mem_bytes_per_s", m.cpu_mem_bytes_per_s),
             ("gpu_mem_bytes_per_s", m.gpu_mem_bytes_per_s),
             ("pci_bytes_per_s", m.pci_bytes_per_s),
-            (
-                "remote_lines_per_s",
-                m.remote_lines_per_s.unwrap_or(1.0),
-            ),
+            ("remote_lines_per_s", m.remote_lines_per_s.unwrap_or(1.0)),
             (
                 "migration_bytes_per_s",
                 m.migration_bytes_per_s.unwrap_or(1.0),
@@ -517,8 +516,8 @@ mod tests {
 
     #[test]
     fn the_h200_example_profile_loads_as_a_measured_machine() {
-        let path = Path::new(env!("CARGO_MANIFEST_DIR"))
-            .join("../../examples/profiles/h200-issue37.toml");
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/profiles/h200-issue37.toml");
         let m = CostModel::from_profile(&path).unwrap();
         assert_eq!(m.machine.transfer_setup_s, 0.0);
         assert_eq!(m.machine.remote_lines_per_s(128), 392e6);

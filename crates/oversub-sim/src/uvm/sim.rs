@@ -1682,7 +1682,9 @@ mod tests {
         assert_eq!(t.capacity_pages(ratio).unwrap(), warm);
         let r = simulate(&t, &c).unwrap();
         assert_eq!(r.counters.faults, warm + fresh);
-        let f_under = r.f_under_per_s.expect("memory filled, so f_under was measured");
+        let f_under = r
+            .f_under_per_s
+            .expect("memory filled, so f_under was measured");
         // Before the first eviction: one fault per warm page, each alone in its epoch (a whole batch's handler
         // cost), then 5000 reads: well under one fault per 20 µs.
         assert!(f_under > 0.0 && f_under < 1.0 / 20e-6, "f_under {f_under}");

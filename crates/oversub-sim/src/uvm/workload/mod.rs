@@ -388,8 +388,8 @@ mod tests {
     #[test]
     fn paper_scale_keeps_the_l2_at_its_floor_or_above() {
         use crate::uvm::cost::CostModel;
-        use crate::uvm::sim::{geometry, SimConfig, MIN_L2_SETS};
         use crate::uvm::policy::Policy;
+        use crate::uvm::sim::{geometry, SimConfig, MIN_L2_SETS};
         let min = min_proportional_gpu_bytes();
         // 256 of the paper's 1536 sets: a sixth of 5935 MiB.
         assert!((min as f64 / (5935.0 * 1048576.0) - 256.0 / 1536.0).abs() < 1e-6);
@@ -416,7 +416,10 @@ mod tests {
 
     #[test]
     fn paper_scale_sweep_file_matches_the_simulator() {
-        let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples/uvm-paper-scale.toml");
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/uvm-paper-scale.toml"
+        );
         let text = std::fs::read_to_string(path).unwrap();
         let mut workload = None;
         let mut checked = 0;
@@ -430,7 +433,9 @@ mod tests {
                 let want = paper_scale(kind, 3.0).unwrap();
                 let got: f64 = v.trim().parse().unwrap();
                 if (got / want - 1.0).abs() >= 1e-3 {
-                    wrong.push(format!("{kind}: the file says {got}, paper_scale {want:.4}"));
+                    wrong.push(format!(
+                        "{kind}: the file says {got}, paper_scale {want:.4}"
+                    ));
                 }
                 checked += 1;
             }
