@@ -1340,6 +1340,12 @@ mod tests {
             vmm_unmap_s: 15e-6,
             preempt_idle_s: Some(8e-6),
             preempt_busy_s: Some(60e-6),
+            uvm: Some(UvmMachine {
+                remote_line_s: 1.27e-6,
+                remote_lines_per_s: 392e6,
+                migrate_4k_stride_page_s: 1.04e-6,
+                migrate_64k_stride_touch_s: 3.8e-6,
+            }),
             skipped: vec![],
         }
     }
