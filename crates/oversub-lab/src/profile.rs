@@ -335,3 +335,54 @@ pub fn to_profile(r: &ProbeResults, plan: &ProbePlan) -> (Profile, Vec<String>) 
     };
     (profile, notes)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `[uvm]` table from a GPU whose probe measured the simulator's machine (issue 37): every key copied,
+    /// and the fault batch cost as the isolated fault less the batched 64 KiB touch.
+    #[test]
+    fn the_gpus_uvm_machine_goes_into_the_uvm_table() {
+        let gpu = gpu::GpuResults {
+            name: "test GPU".into(),
+            h2d_pinned_bytes_per_s: 55e9,
+            d2h_pinned_bytes_per_s: 55e9,
+            h2d_pageable_bytes_per_s: 8.6e9,
+            d2h_pageable_bytes_per_s: 14.7e9,
+            managed_faults: vec![gpu::ManagedFaultPoint {
+                concurrency: 1,
+                faults: 64,
+                kernel_s: 64.0 * 8.4e-6,
+                latency_s: 8.4e-6,
+                throughput_per_s: 1.0 / 8.4e-6,
+            }],
+            prefetch_bytes_per_s: None,
+            vmm_granularity_bytes: 0,
+            vmm_map_s: 0.0,
+            vmm_unmap_s: 0.0,
+            preempt_idle_s: None,
+            preempt_busy_s: None,
+            uvm: Some(gpu::UvmMachine {
+                remote_line_s: 1.27e-6,
+                remote_lines_per_s: 392e6,
+                migrate_4k_stride_page_s: 1.04e-6,
+                migrate_64k_stride_touch_s: 3.8e-6,
+            }),
+            skipped: vec![],
+        };
+        let r = ProbeResults {
+            gpu: Some(gpu),
+            ..ProbeResults::default()
+        };
+        let (profile, _) = to_profile(&r, &ProbePlan::new(true, std::env::temp_dir()));
+        let u = profile.uvm.expect("a [uvm] table");
+        assert_eq!(u.remote_line_s, Some(1.27e-6));
+        assert_eq!(u.remote_lines_per_s, Some(392e6));
+        assert_eq!(u.migrate_4k_stride_page_s, Some(1.04e-6));
+        assert_eq!(u.migrate_64k_stride_touch_s, Some(3.8e-6));
+        assert_eq!(u.pci_bytes_per_s, Some(55e9));
+        let fault_s = u.fault_s.expect("a fault batch cost");
+        assert!((fault_s - 4.6e-6).abs() < 1e-12, "{fault_s}");
+    }
+}
