@@ -161,6 +161,10 @@ pub struct UvmArgs {
     /// Track page utilisation always instead of stopping at a page's first eviction (Sec. 5.1's early stop).
     #[arg(long)]
     no_early_stop: bool,
+    /// Window of simulated time over which DynaMap measures f_current, in µs (the paper gives none; 500 is the
+    /// driver's thrashing lapse). A what-if on that choice.
+    #[arg(long, value_name = "US", value_parser = crate::args::parse_positive_number)]
+    rate_window_us: Option<f64>,
     /// Eviction order.
     #[arg(long, value_enum, default_value = "allocation")]
     eviction: OrderArg,
@@ -209,6 +213,7 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
         (args.no_overlap, "--no-overlap"),
         (args.no_thrashing_detection, "--no-thrashing-detection"),
         (args.no_early_stop, "--no-early-stop"),
+        (args.rate_window_us.is_some(), "--rate-window-us"),
         (
             args.workload_opts.paper_scale || (args.suite && args.workload_opts.quick),
             "--paper-scale (and --suite --quick, which uses it)",
@@ -445,6 +450,9 @@ fn template(args: &UvmArgs) -> Result<SimConfig, BoxError> {
     };
     template.thrashing.enabled = !args.no_thrashing_detection;
     template.pst_early_stop = !args.no_early_stop;
+    if let Some(us) = args.rate_window_us {
+        template.rate_window_s = us * 1e-6;
+    }
     template.series_points = 32;
     template.eviction = match args.eviction {
         OrderArg::Allocation => EvictionOrder::Allocation,
