@@ -336,6 +336,8 @@ UVM_RUN_FIELDS = {
     "geometry",
     "series",
     "utilisation",
+    "f_under_per_s",
+    "low_util_l2_hit_rate",
 }
 
 

@@ -220,6 +220,46 @@ fn unknown_names_and_bad_files_are_refused_clearly() {
     assert!(stderr(&out).contains("--workload NAME, --trace FILE or --suite"));
 }
 
+/// Sizes at the paper's proportions (issue 37): what cannot get there is refused with why, and the paper-scale
+/// modes say plainly that they do not go through Ray.
+#[test]
+fn paper_scale_refusals_say_why() {
+    let out = oversub()
+        .args([
+            "sim",
+            "uvm",
+            "--no-progress",
+            "--workload",
+            "gaussian",
+            "--paper-scale",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let e = stderr(&out);
+    assert!(
+        e.contains("gaussian") && e.contains("paper's proportions"),
+        "{e}"
+    );
+
+    for args in [
+        &["--suite", "--quick"][..],
+        &["--workload", "nw", "--paper-scale"][..],
+    ] {
+        let out = oversub()
+            .args(["sim", "uvm", "--no-progress", "--ray"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let e = stderr(&out);
+        assert!(
+            e.contains("--paper-scale") && e.contains("not available with --ray"),
+            "{e}"
+        );
+    }
+}
+
 /// Ratios are percent everywhere, as in the paper (issue 32): a bare number that can only be a fraction is refused
 /// with what was meant, before anything runs, and an explicit `%` is taken as written.
 #[test]

@@ -302,12 +302,22 @@ pub fn to_profile(r: &ProbeResults, plan: &ProbePlan) -> (Profile, Vec<String>) 
     let memcpy = r.copy.as_ref().and_then(|c| pos(c.median_bytes_per_s));
     // H: a GPU's managed-memory fault when there is one; otherwise a fault serviced in user space, the host's
     // closest equivalent (the host backend models an integrated GPU).
-    let fault_s = gpu.as_ref().and_then(|g| g.managed_fault_s).or(uffd_1);
+    let managed_fault_s = gpu.as_ref().and_then(|g| g.managed_fault_s);
+    let machine = r.gpu.as_ref().and_then(|g| g.uvm.as_ref());
+    // With the demand-migration strides measured, the fault batch cost is the isolated fault (one thread, one
+    // touch per 64 KiB) less what the same touch costs when faults are batched: what batching amortises.
+    let fault_s = match (managed_fault_s, machine) {
+        (Some(f), Some(m)) => Some((f - m.migrate_64k_stride_touch_s).max(0.0)),
+        (f, _) => f.or(uffd_1),
+    };
     let uvm = Uvm {
         cpu_mem_bytes_per_s: memcpy,
         pci_bytes_per_s: gpu.as_ref().and_then(|g| g.h2d_pinned_bytes_per_s),
         fault_s,
-        // No zero-copy line is measured here: the simulator keeps its remote-line estimate.
+        remote_line_s: machine.and_then(|m| pos(m.remote_line_s)),
+        remote_lines_per_s: machine.and_then(|m| pos(m.remote_lines_per_s)),
+        migrate_4k_stride_page_s: machine.and_then(|m| pos(m.migrate_4k_stride_page_s)),
+        migrate_64k_stride_touch_s: machine.and_then(|m| pos(m.migrate_64k_stride_touch_s)),
         ..Uvm::default()
     };
     let swap = SwapMachine {
@@ -324,4 +334,55 @@ pub fn to_profile(r: &ProbeResults, plan: &ProbePlan) -> (Profile, Vec<String>) 
         swap: (swap != SwapMachine::default()).then_some(swap),
     };
     (profile, notes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `[uvm]` table from a GPU whose probe measured the simulator's machine (issue 37): every key copied,
+    /// and the fault batch cost as the isolated fault less the batched 64 KiB touch.
+    #[test]
+    fn the_gpus_uvm_machine_goes_into_the_uvm_table() {
+        let gpu = gpu::GpuResults {
+            name: "test GPU".into(),
+            h2d_pinned_bytes_per_s: 55e9,
+            d2h_pinned_bytes_per_s: 55e9,
+            h2d_pageable_bytes_per_s: 8.6e9,
+            d2h_pageable_bytes_per_s: 14.7e9,
+            managed_faults: vec![gpu::ManagedFaultPoint {
+                concurrency: 1,
+                faults: 64,
+                kernel_s: 64.0 * 8.4e-6,
+                latency_s: 8.4e-6,
+                throughput_per_s: 1.0 / 8.4e-6,
+            }],
+            prefetch_bytes_per_s: None,
+            vmm_granularity_bytes: 0,
+            vmm_map_s: 0.0,
+            vmm_unmap_s: 0.0,
+            preempt_idle_s: None,
+            preempt_busy_s: None,
+            uvm: Some(gpu::UvmMachine {
+                remote_line_s: 1.27e-6,
+                remote_lines_per_s: 392e6,
+                migrate_4k_stride_page_s: 1.04e-6,
+                migrate_64k_stride_touch_s: 3.8e-6,
+            }),
+            skipped: vec![],
+        };
+        let r = ProbeResults {
+            gpu: Some(gpu),
+            ..ProbeResults::default()
+        };
+        let (profile, _) = to_profile(&r, &ProbePlan::new(true, std::env::temp_dir()));
+        let u = profile.uvm.expect("a [uvm] table");
+        assert_eq!(u.remote_line_s, Some(1.27e-6));
+        assert_eq!(u.remote_lines_per_s, Some(392e6));
+        assert_eq!(u.migrate_4k_stride_page_s, Some(1.04e-6));
+        assert_eq!(u.migrate_64k_stride_touch_s, Some(3.8e-6));
+        assert_eq!(u.pci_bytes_per_s, Some(55e9));
+        let fault_s = u.fault_s.expect("a fault batch cost");
+        assert!((fault_s - 4.6e-6).abs() < 1e-12, "{fault_s}");
+    }
 }

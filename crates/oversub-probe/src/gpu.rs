@@ -22,6 +22,13 @@
 //! - VMM: the virtual-memory API's minimum granularity for device memory (`cuMemGetAllocationGranularity`), and
 //!   per chunk of that size the time of `cuMemCreate` + `cuMemMap` + `cuMemSetAccess` (map) and of `cuMemUnmap` +
 //!   `cuMemRelease` (unmap) inside one `cuMemAddressReserve`d range; means over all chunks.
+//! - The UVM simulator's machine (`[uvm]`, issue 37), with the same touch kernel: (a) a zero-copy line's
+//!   latency, one thread reading a dependent chain of 128 B lines of pinned, device-mapped host memory; (b) the
+//!   saturated rate, [`REMOTE_BLOCKS`] one-thread blocks each reading its own run of lines (sequential per thread,
+//!   where the issue's measurement read random lines); (c) demand migration: a managed buffer of
+//!   `uvm_demand_bytes` living on the host, first touched by one thread per 4 KiB page, then (again from the host)
+//!   one per 64 KiB; time per touch. Kernel time by CUDA events, median of `repeats`. Untested on hardware: this
+//!   repository's machines have no GPU.
 //! - Preemption: a one-thread kernel launched on the highest-priority stream, host-timed from launch to the end
 //!   of a stream synchronisation, on an idle device and while spinning kernels fill every SM (one full wave of
 //!   blocks, as many per SM as fit) from a lowest-priority stream for about 100 ms; medians of `repeats`. When
@@ -69,6 +76,13 @@ const SPIN_NS: u64 = 100_000_000;
 const SPIN_MAX_CYCLES: i64 = 4 * SPIN_NS as i64;
 /// Threads per spinner block.
 const SPIN_BLOCK_THREADS: u32 = 256;
+/// The GPU cache line, the unit of a zero-copy read.
+const LINE_BYTES: usize = 128;
+/// Lines in the zero-copy latency chain.
+const REMOTE_CHAIN_LINES: usize = 4096;
+/// One-thread blocks reading host memory at once for the saturated rate: about the 33,792 warps in flight of the
+/// issue's measurement (a 132-SM H200 holds 64 warps an SM at most, 8,448 at once; more blocks queue behind).
+pub const REMOTE_BLOCKS: usize = 32_768;
 
 /// The kernels, compiled at run time with NVRTC.
 const KERNELS_SRC: &str = r#"
@@ -122,6 +136,8 @@ pub struct GpuOptions {
     pub vmm_chunks: usize,
     /// Timed runs per measurement.
     pub repeats: usize,
+    /// Managed buffer of the demand-migration probe (`[uvm]`), and the pinned buffer of the zero-copy one.
+    pub uvm_demand_bytes: usize,
 }
 
 impl GpuOptions {
@@ -133,6 +149,7 @@ impl GpuOptions {
             fault_concurrency: vec![1, 2, 4, 8, 16, 32, 64],
             vmm_chunks: 64,
             repeats: 5,
+            uvm_demand_bytes: 1 << 30,
         }
     }
 
@@ -144,6 +161,7 @@ impl GpuOptions {
             fault_concurrency: vec![1, 4, 16, 64],
             vmm_chunks: 16,
             repeats: 3,
+            uvm_demand_bytes: 256 << 20,
         }
     }
 
@@ -155,6 +173,7 @@ impl GpuOptions {
             fault_concurrency: vec![1, 4],
             vmm_chunks: 2,
             repeats: 2,
+            uvm_demand_bytes: 8 << 20,
         }
     }
 
@@ -164,6 +183,14 @@ impl GpuOptions {
                 "the GPU probe needs a copy size, at least one VMM chunk and at least one repeat"
                     .into(),
             ));
+        }
+        if self.uvm_demand_bytes < FAULT_STRIDE_BYTES
+            || self.uvm_demand_bytes < REMOTE_CHAIN_LINES * LINE_BYTES
+        {
+            return Err(ProbeError::InvalidInput(format!(
+                "the UVM probe's buffer of {} bytes is smaller than one 64 KiB touch or the latency chain",
+                self.uvm_demand_bytes
+            )));
         }
         if self.fault_pages_total == 0 {
             return Err(ProbeError::InvalidInput(
@@ -237,8 +264,23 @@ pub struct GpuResults {
     pub preempt_idle_s: Option<f64>,
     /// The same while lowest-priority kernels fill every SM; `None` when skipped.
     pub preempt_busy_s: Option<f64>,
+    /// The UVM simulator's machine; `None` when skipped.
+    pub uvm: Option<UvmMachine>,
     /// The probes that could not run, each with why (`"managed-memory faults: ..."`).
     pub skipped: Vec<String>,
+}
+
+/// What `oversub sim uvm` needs of the machine (the `[uvm]` keys of the same names).
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct UvmMachine {
+    /// One zero-copy 128 B read of pinned host memory, dependent chain.
+    pub remote_line_s: f64,
+    /// Zero-copy line reads per second, [`REMOTE_BLOCKS`] threads at once.
+    pub remote_lines_per_s: f64,
+    /// Demand migration, one touch per 4 KiB page: time per touch.
+    pub migrate_4k_stride_page_s: f64,
+    /// Demand migration, one touch per 64 KiB: time per touch.
+    pub migrate_64k_stride_touch_s: f64,
 }
 
 impl GpuResults {
@@ -439,6 +481,17 @@ fn measure_device(opts: &GpuOptions, tick: Tick<'_>) -> Result<GpuResults, Probe
             .ok(),
     };
 
+    tick("gpu: the UVM simulator's machine (zero-copy lines, demand migration)");
+    let uvm = match (&kernels, &managed) {
+        (Err(why), _) | (_, Err(why)) => {
+            skipped.push(format!("uvm machine: {why}"));
+            None
+        }
+        (Ok(k), Ok(())) => guarded(|| uvm_machine(&ctx, &stream, k, driver, opts))
+            .map_err(|e| skipped.push(format!("uvm machine: {e}")))
+            .ok(),
+    };
+
     tick("gpu: virtual-memory map and unmap");
     let (vmm_granularity_bytes, vmm_map_s, vmm_unmap_s) = guarded(|| vmm(&ctx, opts))
         .unwrap_or_else(|e| {
@@ -477,6 +530,7 @@ fn measure_device(opts: &GpuOptions, tick: Tick<'_>) -> Result<GpuResults, Probe
         vmm_unmap_s,
         preempt_idle_s,
         preempt_busy_s,
+        uvm,
         skipped,
     })
 }
@@ -696,7 +750,29 @@ fn launch_touch(
     threads: usize,
     sink: u64,
 ) -> Result<(), ProbeError> {
-    let stride = FAULT_STRIDE_BYTES as u64;
+    launch_touch_strided(
+        stream,
+        k,
+        base,
+        FAULT_STRIDE_BYTES,
+        per_thread,
+        threads,
+        sink,
+    )
+}
+
+/// [`launch_touch`] at any stride. The caller's buffer must hold `threads × per_thread × stride` bytes and the
+/// sink `threads` values.
+fn launch_touch_strided(
+    stream: &CudaStream,
+    k: &Kernels,
+    base: sys::CUdeviceptr,
+    stride: usize,
+    per_thread: usize,
+    threads: usize,
+    sink: u64,
+) -> Result<(), ProbeError> {
+    let stride = stride as u64;
     let per_thread = per_thread as u64;
     let cfg = LaunchConfig {
         grid_dim: (u32::try_from(threads).unwrap_or(u32::MAX), 1, 1),
@@ -711,6 +787,127 @@ fn launch_touch(
     // sink holds the largest thread count. Both outlive the launch (the caller synchronises before freeing).
     unsafe { b.launch(cfg) }.map_err(|e| cuda_err("launching the fault kernel", e))?;
     Ok(())
+}
+
+/// Times one launch of the touch kernel by CUDA events, after `before` (untimed) has run.
+#[allow(clippy::too_many_arguments)]
+fn timed_touch(
+    stream: &CudaStream,
+    k: &Kernels,
+    base: sys::CUdeviceptr,
+    stride: usize,
+    per_thread: usize,
+    threads: usize,
+    sink: u64,
+    repeats: usize,
+    mut before: impl FnMut() -> Result<(), ProbeError>,
+) -> Result<f64, ProbeError> {
+    let mut times = Vec::with_capacity(repeats);
+    for _ in 0..repeats {
+        before()?;
+        let start = timing_event(stream)?;
+        launch_touch_strided(stream, k, base, stride, per_thread, threads, sink)?;
+        let end = timing_event(stream)?;
+        let ms = start
+            .elapsed_ms(&end)
+            .map_err(|e| cuda_err("timing the touch kernel", e))?;
+        times.push(f64::from(ms) * 1e-3);
+    }
+    median(&times)
+        .ok_or_else(|| ProbeError::InvalidInput("the touch kernel's times are not numbers".into()))
+}
+
+/// The `[uvm]` figures (see the module doc).
+fn uvm_machine(
+    ctx: &Arc<CudaContext>,
+    stream: &Arc<CudaStream>,
+    k: &Kernels,
+    driver: i32,
+    opts: &GpuOptions,
+) -> Result<UvmMachine, ProbeError> {
+    let bytes = opts.uvm_demand_bytes;
+    let sink = stream
+        .alloc_zeros::<u64>(REMOTE_BLOCKS.max(bytes / 4096))
+        .map_err(|e| cuda_err("allocating the touch kernel's output", e))?;
+    let sink_ptr = raw_ptr(&sink, stream);
+
+    // Zero-copy: pinned, device-mapped host memory of zeros (the kernel's chain relies on them).
+    // SAFETY: u8 is valid whatever the bytes; the buffer is zeroed before any kernel reads it.
+    let mut host =
+        unsafe { ctx.alloc_pinned_with_flags::<u8>(bytes, sys::CU_MEMHOSTALLOC_DEVICEMAP) }
+            .map_err(|e| cuda_err("cuMemHostAlloc of the zero-copy buffer", e))?;
+    let host_ptr = host
+        .as_mut_ptr()
+        .map_err(|e| cuda_err("the zero-copy buffer", e))?;
+    // SAFETY: `host_ptr` points at `bytes` bytes of this allocation, which no kernel uses yet.
+    unsafe { std::ptr::write_bytes(host_ptr, 0, bytes) };
+    let mut host_dev: sys::CUdeviceptr = 0;
+    // SAFETY: `host_ptr` is a mapped pinned allocation of this context; valid out-pointer.
+    let mapped =
+        unsafe { sys::cuMemHostGetDevicePointer_v2(&mut host_dev, host_ptr.cast(), 0) }.result();
+    if mapped.is_err() {
+        // With unified addressing the host address is the device's.
+        host_dev = host_ptr as u64;
+    }
+    let chain = REMOTE_CHAIN_LINES;
+    let none = || Ok(());
+    // Warm-up (function load), then the chain: one thread, `chain` dependent lines.
+    launch_touch_strided(stream, k, host_dev, LINE_BYTES, 1, 1, sink_ptr)?;
+    let chain_s = timed_touch(
+        stream,
+        k,
+        host_dev,
+        LINE_BYTES,
+        chain,
+        1,
+        sink_ptr,
+        opts.repeats,
+        none,
+    )?;
+    let remote_line_s = per_event_s(chain_s, chain as f64)?;
+    let per_block = (bytes / LINE_BYTES / REMOTE_BLOCKS).max(1);
+    let blocks = (bytes / LINE_BYTES / per_block).min(REMOTE_BLOCKS);
+    let all_s = timed_touch(
+        stream,
+        k,
+        host_dev,
+        LINE_BYTES,
+        per_block,
+        blocks,
+        sink_ptr,
+        opts.repeats,
+        none,
+    )?;
+    let remote_lines_per_s = rate_per_s((per_block * blocks) as f64, all_s)?;
+    stream
+        .synchronize()
+        .map_err(|e| cuda_err("the zero-copy kernels", e))?;
+
+    // Demand migration: a managed buffer on the host, one thread a touch.
+    let buf = ManagedBuffer::new(bytes, None).map_err(|e| cuda_err("cuMemAllocManaged", e))?;
+    fill_after_sync(ctx, &buf, 0)?;
+    let mut per_touch = [0.0; 2];
+    for (slot, stride) in per_touch.iter_mut().zip([4096usize, FAULT_STRIDE_BYTES]) {
+        let touches = bytes / stride;
+        let s = timed_touch(
+            stream,
+            k,
+            buf.ptr(),
+            stride,
+            1,
+            touches,
+            sink_ptr,
+            opts.repeats,
+            || place_on_host(driver, stream, &buf),
+        )?;
+        *slot = per_event_s(s, touches as f64)?;
+    }
+    Ok(UvmMachine {
+        remote_line_s,
+        remote_lines_per_s,
+        migrate_4k_stride_page_s: per_touch[0],
+        migrate_64k_stride_touch_s: per_touch[1],
+    })
 }
 
 fn prefetch(
@@ -1143,6 +1340,12 @@ mod tests {
             vmm_unmap_s: 15e-6,
             preempt_idle_s: Some(8e-6),
             preempt_busy_s: Some(60e-6),
+            uvm: Some(UvmMachine {
+                remote_line_s: 1.27e-6,
+                remote_lines_per_s: 392e6,
+                migrate_4k_stride_page_s: 1.04e-6,
+                migrate_64k_stride_touch_s: 3.8e-6,
+            }),
             skipped: vec![],
         }
     }

@@ -246,6 +246,17 @@ pub struct Uvm {
     /// GPU L2 associativity.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub l2_ways: Option<u32>,
+    /// Zero-copy line reads per second with the GPU saturated (many warps in flight): the host link's ceiling on
+    /// lines served from host memory.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remote_lines_per_s: Option<f64>,
+    /// Demand migration of managed memory resident on the host, first touched by the GPU once per 4 KiB page
+    /// (one thread a page, a large buffer): time per page touched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate_4k_stride_page_s: Option<f64>,
+    /// The same touched once per 64 KiB: time per touch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub migrate_64k_stride_touch_s: Option<f64>,
 }
 
 /// `[swap]`: overrides of the swap simulator's machine (the paper's Jetson TX2 figures by default).

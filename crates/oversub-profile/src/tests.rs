@@ -77,6 +77,9 @@ fn full() -> Profile {
             outstanding_misses: Some(240),
             l2_bytes: Some(50 << 20),
             l2_ways: Some(16),
+            remote_lines_per_s: Some(3.9e8),
+            migrate_4k_stride_page_s: Some(1.04e-6),
+            migrate_64k_stride_touch_s: Some(3.8e-6),
         }),
         swap: Some(SwapMachine {
             memory_bytes_per_s: Some(2.0e10),

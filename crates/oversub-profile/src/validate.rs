@@ -124,6 +124,12 @@ impl Check<'_> {
         self.non_negative_opt("uvm.remote_line_s", u.remote_line_s)?;
         self.non_negative_opt("uvm.fault_service_s", u.fault_service_s)?;
         self.non_negative_opt("uvm.transfer_setup_s", u.transfer_setup_s)?;
+        self.positive_opt("uvm.remote_lines_per_s", u.remote_lines_per_s)?;
+        self.positive_opt("uvm.migrate_4k_stride_page_s", u.migrate_4k_stride_page_s)?;
+        self.positive_opt(
+            "uvm.migrate_64k_stride_touch_s",
+            u.migrate_64k_stride_touch_s,
+        )?;
         self.nonzero_opt(
             "uvm.outstanding_misses",
             u.outstanding_misses.map(u64::from),

@@ -322,6 +322,10 @@ fn decisions_do_not_change_with_the_machine() {
         .flat_map(|i| [(i % 7, i % 5), (i % 3 + 7, i % 11), (0, i % 32)])
         .collect();
     for policy in Policy::suite() {
+        // DynaMap's fault rate is per second of the clock (Sec. 5.3), so its decisions may follow the machine.
+        if matches!(policy, Policy::DynaMap | Policy::DynaMapOffline) {
+            continue;
+        }
         for ratio in [0.5, 2.0] {
             let paper = run(&refs, policy, ratio);
             let mut c = config(policy, ratio);

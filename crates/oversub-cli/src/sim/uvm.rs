@@ -27,9 +27,15 @@ use crate::error::BoxError;
 /// Size, seed and graph of generated workloads.
 #[derive(Debug, Args, Clone)]
 pub struct WorkloadOpts {
-    /// Small problem sizes: each workload simulates in about a second.
+    /// Small problem sizes: each workload simulates in about a second, far below the paper's proportions (the
+    /// L2 and 2 MiB block sit at their floors). With --suite: the quick study instead, fewer workloads at the
+    /// paper's proportions (docs/sim-uvm.md).
     #[arg(long)]
     pub quick: bool,
+    /// Each workload at the smallest size whose scaled L2 keeps 256 sets (and block 16 pages) at the largest
+    /// ratio run: the paper's proportions (hours on 2 cores for the suite).
+    #[arg(long, conflicts_with = "scale")]
+    pub paper_scale: bool,
     /// Multiply the default problem size by this factor (ignored with --quick).
     #[arg(long, value_name = "FACTOR", allow_hyphen_values = true, value_parser = crate::args::parse_positive_number)]
     pub scale: Option<f64>,
@@ -44,6 +50,7 @@ pub struct WorkloadOpts {
 impl WorkloadOpts {
     pub fn params(&self) -> Result<WorkloadParams, BoxError> {
         let size = match (self.quick, self.scale) {
+            _ if self.paper_scale => WorkloadSize::PaperScale { max_ratio: 3.0 },
             (true, _) => WorkloadSize::Quick,
             (false, Some(f)) if f.is_finite() && f > 0.0 => WorkloadSize::Scale(f),
             (false, Some(f)) => {
@@ -154,6 +161,10 @@ pub struct UvmArgs {
     /// Track page utilisation always instead of stopping at a page's first eviction (Sec. 5.1's early stop).
     #[arg(long)]
     no_early_stop: bool,
+    /// Window of simulated time over which DynaMap measures f_current, in µs (the paper gives none; 500 is the
+    /// driver's thrashing lapse). A what-if on that choice.
+    #[arg(long, value_name = "US", value_parser = crate::args::parse_positive_number)]
+    rate_window_us: Option<f64>,
     /// Eviction order.
     #[arg(long, value_enum, default_value = "allocation")]
     eviction: OrderArg,
@@ -202,6 +213,11 @@ fn run_on_ray(args: &UvmArgs, address: &str) -> Result<(), BoxError> {
         (args.no_overlap, "--no-overlap"),
         (args.no_thrashing_detection, "--no-thrashing-detection"),
         (args.no_early_stop, "--no-early-stop"),
+        (args.rate_window_us.is_some(), "--rate-window-us"),
+        (
+            args.workload_opts.paper_scale || (args.suite && args.workload_opts.quick),
+            "--paper-scale (and --suite --quick, which uses it)",
+        ),
     ];
     if let Some((_, flag)) = unsupported.iter().find(|(set, _)| *set) {
         return Err(format!(
@@ -380,9 +396,21 @@ fn doc_from_sweep(
 }
 
 /// The ratios asked for as fractions (2.0 = 200%), which the suite takes; typed in percent.
+/// The quick study's workloads (`--suite --quick`): NW has the fewest accesses per byte of footprint (about
+/// 0.034 M per MiB), so it alone reaches the paper's proportions within a minute on 2 cores.
+const QUICK_STUDY_WORKLOADS: [WorkloadKind; 1] = [WorkloadKind::Nw];
+/// The quick study's policies: the pair the paper's headline compares, and PinHost beside them.
+const QUICK_STUDY_POLICIES: [&str; 3] = ["lazy-grp-hw", "dynamap", "pin-host"];
+
+fn quick_study(args: &UvmArgs) -> bool {
+    args.suite && args.workload_opts.quick
+}
+
 fn ratios(args: &UvmArgs) -> Result<Vec<f64>, BoxError> {
     if args.ratio.is_empty() {
-        return Ok(if args.suite {
+        return Ok(if quick_study(args) {
+            vec![2.0, 3.0]
+        } else if args.suite {
             vec![1.0, 2.0, 3.0]
         } else {
             vec![2.0]
@@ -422,6 +450,9 @@ fn template(args: &UvmArgs) -> Result<SimConfig, BoxError> {
     };
     template.thrashing.enabled = !args.no_thrashing_detection;
     template.pst_early_stop = !args.no_early_stop;
+    if let Some(us) = args.rate_window_us {
+        template.rate_window_s = us * 1e-6;
+    }
     template.series_points = 32;
     template.eviction = match args.eviction {
         OrderArg::Allocation => EvictionOrder::Allocation,
@@ -438,7 +469,21 @@ fn template(args: &UvmArgs) -> Result<SimConfig, BoxError> {
 fn parse_sources(args: &UvmArgs) -> Result<Vec<TraceSource>, BoxError> {
     let mut sources = Vec::new();
     let all = args.suite || args.workload.iter().any(|w| w.eq_ignore_ascii_case("all"));
-    if all {
+    if quick_study(args) && args.workload.is_empty() {
+        sources.extend(
+            QUICK_STUDY_WORKLOADS
+                .iter()
+                .map(|&k| TraceSource::Workload(k)),
+        );
+    } else if all && args.workload_opts.paper_scale {
+        // The whole suite at the paper's proportions: leave out, and say so, what cannot get there (Gaussian).
+        for k in WorkloadKind::ALL {
+            match workload::paper_scale(k, 3.0) {
+                Ok(_) => sources.push(TraceSource::Workload(k)),
+                Err(e) => eprintln!("note: {k} left out of the paper-scale suite: {e}"),
+            }
+        }
+    } else if all {
         sources.extend(WorkloadKind::ALL.iter().map(|&k| TraceSource::Workload(k)));
     } else {
         for w in &args.workload {
@@ -460,13 +505,24 @@ pub fn run(args: UvmArgs) -> Result<(), BoxError> {
     }
     let sources = parse_sources(&args)?;
     let ratios = ratios(&args)?;
-    let policies = parse_policies(&args.policy)?;
+    let policies = if quick_study(&args) && args.policy.is_empty() {
+        let names: Vec<String> = QUICK_STUDY_POLICIES.iter().map(|p| p.to_string()).collect();
+        parse_policies(&names)?
+    } else {
+        parse_policies(&args.policy)?
+    };
     let template = template(&args)?;
+    let mut params = args.workload_opts.params()?;
+    if args.workload_opts.paper_scale || quick_study(&args) {
+        // Proportional at every ratio run, so at the largest.
+        let max_ratio = ratios.iter().copied().fold(0.0, f64::max);
+        params.size = WorkloadSize::PaperScale { max_ratio };
+    }
     let spec = SuiteSpec {
         sources,
         ratios,
         policies,
-        params: args.workload_opts.params()?,
+        params,
         template,
         threads: args.threads,
     };
@@ -716,10 +772,32 @@ fn decomposition_table(results: &[SimResult], spec: &SuiteSpec) -> String {
                 format_seconds(b.instrumentation_s),
                 format!("{}/{}", r.counters.throttles, r.counters.pins),
                 format!(
-                    "{}/{}",
+                    "{}/{}{}",
                     format_bytes(r.geometry.l2_bytes),
-                    format_bytes(r.geometry.block_bytes)
+                    format_bytes(r.geometry.block_bytes),
+                    // Marked where a floor, not the paper's proportion, set them.
+                    if r.geometry.proportional {
+                        ""
+                    } else {
+                        " (floor)"
+                    }
                 ),
+                match r.counters.low_util_requests {
+                    0 => "-".to_string(),
+                    n => format!(
+                        "{:.0}%",
+                        r.counters.low_util_l2_hits as f64 / n as f64 * 100.0
+                    ),
+                },
+                match (
+                    r.f_under_per_s,
+                    r.series.iter().map(|p| p.f_over).reduce(f64::max),
+                ) {
+                    (Some(f), Some(o)) if r.policy == Policy::DynaMap => {
+                        format!("{:.0}/s, {o:.2}", f)
+                    }
+                    _ => "-".to_string(),
+                },
             ]
         })
         .collect();
@@ -741,6 +819,8 @@ fn decomposition_table(results: &[SimResult], spec: &SuiteSpec) -> String {
                 "instrum.",
                 "throttle/pin",
                 "L2/block",
+                "L2 low-util",
+                "f_under, max f_over",
             ],
             &body,
         )

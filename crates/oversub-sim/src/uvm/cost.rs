@@ -83,6 +83,12 @@ pub struct MachineModel {
     pub pst_update_s: f64,
     /// Warps whose accesses one update covers (Sec. 5.1's batch update: "a small batch size of 4 warps").
     pub pst_batch_warps: u32,
+    /// Ceiling on remote (zero-copy) line reads per second. None: the link's bytes per second over the line size,
+    /// which is what the paper's machine gives (Table 2 has no separate figure). A profile's measured value.
+    pub remote_lines_per_s: Option<f64>,
+    /// Bytes per second of a demand migration's copy. None: the link ([`MachineModel::link_bytes_per_s`]). A
+    /// profile derives it from the two demand-migration strides (see [`CostModel::apply_profile`]).
+    pub migration_bytes_per_s: Option<f64>,
 }
 
 impl Default for MachineModel {
@@ -101,8 +107,32 @@ impl Default for MachineModel {
             l2_ways: 16,
             pst_update_s: PST_UPDATE_CYCLES / PAPER_GPU_CLOCK_HZ,
             pst_batch_warps: 4,
+            remote_lines_per_s: None,
+            migration_bytes_per_s: None,
         }
     }
+}
+
+/// What the two demand-migration strides of a profile say about the handler, by a linear fit of the time per
+/// touch against the bytes each touch moves: per fault `service_s`, per byte `1 / bytes_per_s`.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DemandFit {
+    /// Fixed cost per fault serviced (the intercept).
+    pub service_s: f64,
+    /// Copy bandwidth of migrations (the slope's inverse).
+    pub bytes_per_s: f64,
+}
+
+/// Fits `t = service_s + bytes / bytes_per_s` through (4 KiB, `per_4k_s`) and (64 KiB, `per_64k_s`). None when
+/// the two do not describe a machine (the 64 KiB touch no dearer than the 4 KiB one, or a negative intercept).
+pub fn demand_fit(per_4k_s: f64, per_64k_s: f64) -> Option<DemandFit> {
+    let (small, large) = (4096.0, 65536.0);
+    let s_per_byte = (per_64k_s - per_4k_s) / (large - small);
+    let service_s = per_4k_s - small * s_per_byte;
+    (s_per_byte > 0.0 && service_s >= 0.0 && service_s.is_finite()).then(|| DemandFit {
+        service_s,
+        bytes_per_s: 1.0 / s_per_byte,
+    })
 }
 
 impl MachineModel {
@@ -128,6 +158,18 @@ impl MachineModel {
     /// Bytes per second of a pipelined copy between host memory and the GPU: the slower of the two.
     pub fn link_bytes_per_s(&self) -> f64 {
         self.cpu_mem_bytes_per_s.min(self.pci_bytes_per_s)
+    }
+
+    /// Remote line reads per second at saturation: measured, or the link over `line_bytes`.
+    pub fn remote_lines_per_s(&self, line_bytes: u64) -> f64 {
+        self.remote_lines_per_s
+            .unwrap_or_else(|| self.link_bytes_per_s() / line_bytes as f64)
+    }
+
+    /// Bytes per second of a migration's (or eviction's) copy: measured, or the link.
+    pub fn migration_bytes_per_s(&self) -> f64 {
+        self.migration_bytes_per_s
+            .unwrap_or_else(|| self.link_bytes_per_s())
     }
 
     /// Seconds per byte of a copy that passes host memory, then the bus, one after the other.
@@ -179,6 +221,20 @@ impl CostModel {
     fn from_uvm(uvm: Option<&Uvm>, path: &Path) -> Result<Self, SimError> {
         let mut model = Self::default();
         if let Some(uvm) = uvm {
+            if let (Some(t4), Some(t64)) =
+                (uvm.migrate_4k_stride_page_s, uvm.migrate_64k_stride_touch_s)
+            {
+                if demand_fit(t4, t64).is_none() {
+                    return Err(SimError::bad_file(
+                        path,
+                        "[uvm]",
+                        format!(
+                            "migrate_4k_stride_page_s = {t4} and migrate_64k_stride_touch_s = {t64} fit no \
+                             machine: a 64 KiB touch must cost more than a 4 KiB one, by no more than 16 times"
+                        ),
+                    ));
+                }
+            }
             model.apply_profile(uvm);
         }
         // Each key passed the profile's own checks; together they may still describe no machine (a page of 128
@@ -207,6 +263,9 @@ impl CostModel {
             outstanding_misses,
             l2_bytes,
             l2_ways,
+            remote_lines_per_s,
+            migrate_4k_stride_page_s,
+            migrate_64k_stride_touch_s,
         } = *uvm;
         // Destructured without `..` so that a key added to the schema cannot be silently ignored here.
         let m = &mut self.machine;
@@ -222,6 +281,17 @@ impl CostModel {
         m.outstanding_misses = outstanding_misses.unwrap_or(m.outstanding_misses);
         m.l2_bytes = l2_bytes.unwrap_or(m.l2_bytes);
         m.l2_ways = l2_ways.unwrap_or(m.l2_ways);
+        m.remote_lines_per_s = remote_lines_per_s.or(m.remote_lines_per_s);
+        // The two strides measure the whole demand path (fault service, copy setup and bytes) on the machine
+        // itself, so they replace the per-fault service, the copy setup and the copy bandwidth together. A pair
+        // that fits no machine changes nothing here; `from_profile` refuses it.
+        if let (Some(t4), Some(t64)) = (migrate_4k_stride_page_s, migrate_64k_stride_touch_s) {
+            if let Some(fit) = demand_fit(t4, t64) {
+                m.fault_service_s = fit.service_s;
+                m.transfer_setup_s = 0.0;
+                m.migration_bytes_per_s = Some(fit.bytes_per_s);
+            }
+        }
     }
 
     /// Makes the decision constants the machine's (B_C, B_G, B_PCI, and H = one fault batch's handler cost):
@@ -256,6 +326,11 @@ impl CostModel {
             ("cpu_mem_bytes_per_s", m.cpu_mem_bytes_per_s),
             ("gpu_mem_bytes_per_s", m.gpu_mem_bytes_per_s),
             ("pci_bytes_per_s", m.pci_bytes_per_s),
+            ("remote_lines_per_s", m.remote_lines_per_s.unwrap_or(1.0)),
+            (
+                "migration_bytes_per_s",
+                m.migration_bytes_per_s.unwrap_or(1.0),
+            ),
         ] {
             if !(v.is_finite() && v > 0.0) {
                 return bad(format!("{name} must be a positive number, not {v}"));
@@ -423,6 +498,36 @@ mod tests {
     }
 
     #[test]
+    fn the_two_demand_strides_fit_a_service_time_and_a_copy_bandwidth() {
+        // Issue 37's H200: 1.0414 µs per 4 KiB touch, 3.784 µs per 64 KiB one.
+        let fit = demand_fit(1.0414e-6, 3.784e-6).unwrap();
+        assert!((fit.service_s - 0.858e-6).abs() < 0.005e-6, "{fit:?}");
+        assert!((fit.bytes_per_s / 1e9 - 22.4).abs() < 0.1, "{fit:?}");
+        // A 64 KiB touch no dearer than a 4 KiB one, or dearer than 16 of them, describes no machine.
+        assert!(demand_fit(2e-6, 2e-6).is_none());
+        assert!(demand_fit(1e-6, 20e-6).is_none());
+        let p = Path::new("bad.toml");
+        let text = format!(
+            "{HEAD}[uvm]\nmigrate_4k_stride_page_s = 2e-6\nmigrate_64k_stride_touch_s = 1e-6\n"
+        );
+        let e = CostModel::from_profile_str(&text, p).unwrap_err();
+        assert!(e.to_string().contains("bad.toml"), "{e}");
+    }
+
+    #[test]
+    fn the_h200_example_profile_loads_as_a_measured_machine() {
+        let path =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/profiles/h200-issue37.toml");
+        let m = CostModel::from_profile(&path).unwrap();
+        assert_eq!(m.machine.transfer_setup_s, 0.0);
+        assert_eq!(m.machine.remote_lines_per_s(128), 392e6);
+        assert!((m.machine.fault_service_s - 0.858e-6).abs() < 0.005e-6);
+        assert_eq!(m.machine.link_bytes_per_s(), 55e9);
+        // Decisions keep the paper's constants.
+        assert_eq!(m.decision, DecisionConstants::default());
+    }
+
+    #[test]
     fn every_uvm_key_overrides_its_constant() {
         let uvm = Uvm {
             line_bytes: Some(64),
@@ -437,6 +542,10 @@ mod tests {
             outstanding_misses: Some(64),
             l2_bytes: Some(40 << 20),
             l2_ways: Some(8),
+            remote_lines_per_s: Some(4e8),
+            // 1 µs per 4 KiB touch and 4 µs per 64 KiB one: 0.8 µs a fault and 20.48 GB/s of copy.
+            migrate_4k_stride_page_s: Some(1e-6),
+            migrate_64k_stride_touch_s: Some(4e-6),
         };
         let mut m = CostModel::default();
         m.apply_profile(&uvm);
@@ -451,12 +560,14 @@ mod tests {
                     gpu_mem_bytes_per_s: 2e12,
                     pci_bytes_per_s: 3e10,
                     fault_batch_s: 1e-5,
-                    fault_service_s: 2e-6,
+                    fault_service_s: 1e-6 - 4096.0 * ((4e-6 - 1e-6) / 61440.0),
                     remote_line_latency_s: 1e-6,
-                    transfer_setup_s: 3e-6,
+                    transfer_setup_s: 0.0,
                     outstanding_misses: 64,
                     l2_bytes: 40 << 20,
                     l2_ways: 8,
+                    remote_lines_per_s: Some(4e8),
+                    migration_bytes_per_s: Some(1.0 / ((4e-6 - 1e-6) / 61440.0)),
                     ..MachineModel::default()
                 },
             }

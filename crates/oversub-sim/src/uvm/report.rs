@@ -118,6 +118,12 @@ pub struct RunRow {
     pub series: Vec<EpochPoint>,
     /// Utilisation at eviction (Figs. 3, 4).
     pub utilisation: Utilisation,
+    /// DynaMap's f_under, faults per second of simulated time before the first eviction (None: no eviction).
+    #[serde(default)]
+    pub f_under_per_s: Option<f64>,
+    /// Share of the requests to low-utilised pages the L2 served (Fig. 3b; the paper: 91%). None: no such request.
+    #[serde(default)]
+    pub low_util_l2_hit_rate: Option<f64>,
     /// Wall time of the simulation itself, seconds.
     pub sim_seconds: f64,
 }
@@ -156,6 +162,9 @@ impl RunRow {
             geometry: r.geometry,
             series: r.series.clone(),
             utilisation: r.utilisation.clone(),
+            f_under_per_s: r.f_under_per_s,
+            low_util_l2_hit_rate: (c.low_util_requests > 0)
+                .then(|| c.low_util_l2_hits as f64 / c.low_util_requests as f64),
             sim_seconds: r.sim_seconds,
         }
     }

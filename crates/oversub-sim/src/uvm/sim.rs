@@ -3,11 +3,12 @@
 //! A trace is first [`PreparedTrace`]d: addresses become dense line numbers (blocks of 2 MiB that the trace touches
 //! are numbered in address order), so that every per-page structure is a flat array and one access costs a few
 //! array reads, an L2 lookup and, rarely, a policy decision. Faults are serviced as they occur, in trace order;
-//! the driver's batching shows in when DynaMap re-measures the fault rate (once per batch of faults), in
-//! de-duplication (a page migrated for one warp no longer faults for the next) and in the clock.
+//! the driver's batching shows in when DynaMap re-measures the fault rate (when a fault is serviced after a window
+//! of the clock has passed, see [`SimConfig::rate_window_s`]), in de-duplication (a page migrated for one warp no longer faults for the next) and in the clock.
 //!
 //! The clock ([`TimeModel::Overlap`]) advances once per epoch of accesses by the slowest resource the epoch used
-//! ([`epoch_parts`]); decisions never read it, except the driver's thrashing detection, which is a timer.
+//! ([`epoch_parts`]); decisions never read it, except the driver's thrashing detection, which is a timer, and
+//! DynaMap's fault rate, which Sec. 5.3 defines per unit of time (docs/sim-uvm.md argues the reading).
 
 use std::collections::{BinaryHeap, HashMap};
 use std::time::Instant;
@@ -279,7 +280,14 @@ pub struct SimConfig {
     /// Eviction unit.
     pub eviction_unit: EvictionUnit,
     /// Faults per batch, the unit over which DynaMap measures the fault rate (the driver's batch: 256).
+    /// Kept for compatibility: the rate is now measured over [`SimConfig::rate_window_s`] of the clock; a batch
+    /// size of at least 1 is still checked.
     pub fault_batch: u32,
+    /// The window of simulated time over which DynaMap's driver measures f_current (faults per second). The
+    /// paper gives no length; the default, 500 µs, is the nvidia-uvm driver's own unit of "recent"
+    /// (`uvm_perf_thrashing_lapse_usec`). A window closes at the first fault serviced after it has passed,
+    /// because the driver only runs (and reads the fault buffer) when a fault arrives.
+    pub rate_window_s: f64,
     /// How time is estimated.
     pub time_model: TimeModel,
     /// Overlap on (max of the resources per epoch) or off (their sum); only for [`TimeModel::Overlap`].
@@ -309,6 +317,7 @@ impl SimConfig {
             eviction: EvictionOrder::default(),
             eviction_unit: EvictionUnit::default(),
             fault_batch: 256,
+            rate_window_s: 500e-6,
             time_model: TimeModel::default(),
             overlap: true,
             epoch_accesses: 4096,
@@ -358,7 +367,16 @@ pub struct Counters {
     pub throttles: u64,
     /// Pages the thrashing detection pinned to the host.
     pub pins: u64,
+    /// Accesses to pages that used at most [`LOW_UTIL_LINES`] lines in the period the access fell in (a
+    /// residency, or the time on the host between two): the requests of Fig. 3b. Counted when the period ends.
+    pub low_util_requests: u64,
+    /// Of those, the ones the L2 served (the paper: 91%, Sec. 4.2).
+    pub low_util_l2_hits: u64,
 }
+
+/// Lines used at most by a page the figures call low-utilised: an eighth of the page (the lowest bin of Figs. 3
+/// and 4). The paper does not give its own cut.
+pub const LOW_UTIL_LINES: u32 = 4;
 
 impl Counters {
     fn minus(&self, base: &Counters) -> Counters {
@@ -380,6 +398,8 @@ impl Counters {
             pst_updates: self.pst_updates - base.pst_updates,
             throttles: self.throttles - base.throttles,
             pins: self.pins - base.pins,
+            low_util_requests: self.low_util_requests - base.low_util_requests,
+            low_util_l2_hits: self.low_util_l2_hits - base.low_util_l2_hits,
         }
     }
 }
@@ -448,6 +468,14 @@ pub struct TimeBreakdown {
     pub throttle_s: f64,
 }
 
+/// Fewest L2 sets a scaled L2 keeps (issue 37): below this the cache holds fewer lines than the trace's resident
+/// warps touch at once and its hit rate says nothing about the paper's 3 MiB L2. A run whose proportional L2
+/// would be smaller gets this floor and is marked not [`Geometry::proportional`]; grow the problem instead.
+pub const MIN_L2_SETS: u64 = 256;
+/// Fewest pages a scaled 2 MiB block keeps (issue 37): with fewer, block eviction and the prefetch tree above the
+/// 64 KiB big page do nothing.
+pub const MIN_BLOCK_PAGES: u64 = 16;
+
 /// Sizes the run's machine ended up with.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
 pub struct Geometry {
@@ -459,6 +487,14 @@ pub struct Geometry {
     pub block_bytes: u64,
     /// Big page, the region a fault grows to under Eager.
     pub big_page_bytes: u64,
+    /// The L2 and block are in the paper's proportion to GPU memory: neither floor
+    /// ([`MIN_L2_SETS`], [`MIN_BLOCK_PAGES`]) raised them. Always true for fixed or unscaled sizes.
+    #[serde(default = "proportional_default")]
+    pub proportional: bool,
+}
+
+fn proportional_default() -> bool {
+    true
 }
 
 /// Some epochs of a run, merged: one point of Figs. 5, 9 and 10.
@@ -520,6 +556,9 @@ pub struct SimResult {
     pub series: Vec<EpochPoint>,
     /// Utilisation at eviction.
     pub utilisation: Utilisation,
+    /// DynaMap's f_under: faults per second of simulated time before the first eviction (None when nothing was
+    /// evicted). Every policy's run measures it; only DynaMap decides with it.
+    pub f_under_per_s: Option<f64>,
     /// Wall time of the simulation itself.
     pub sim_seconds: f64,
 }
@@ -560,10 +599,13 @@ pub fn epoch_parts(d: &Counters, cost: &CostModel, overlap: bool) -> TimeParts {
     let gpu = d.gpu_mem_accesses as f64 * line / m.gpu_mem_bytes_per_s;
     if overlap {
         let link = m.link_bytes_per_s();
-        let copies_in = d.transfers_h2d as f64 * m.transfer_setup_s + moved_in / link;
-        let copies_out = d.transfers_d2h as f64 * m.transfer_setup_s + moved_out / link;
+        let copy = m.migration_bytes_per_s();
+        let copies_in = d.transfers_h2d as f64 * m.transfer_setup_s + moved_in / copy;
+        let copies_out = d.transfers_d2h as f64 * m.transfer_setup_s + moved_out / copy;
+        // Remote reads at the link's line rate unless the machine's saturated rate was measured.
+        let remote_read_s = remote_reads / line / m.remote_lines_per_s(cost.line_bytes);
         TimeParts {
-            bus_h2d_s: copies_in + remote_reads / link,
+            bus_h2d_s: copies_in + remote_read_s,
             bus_d2h_s: copies_out + remote_writes / link,
             driver_s: handler + copies_in + copies_out,
             gpu_mem_s: gpu,
@@ -594,10 +636,15 @@ pub fn geometry(config: &SimConfig, capacity_pages: u64) -> Geometry {
         MachineScale::None => 1.0,
     };
     let set_bytes = cost.line_bytes * u64::from(m.l2_ways);
+    let mut proportional = true;
     let l2_bytes = if config.l2_fixed || config.machine_scale == MachineScale::None {
         m.l2_bytes
     } else {
-        ((m.l2_bytes as f64 * scale / set_bytes as f64) as u64).max(1) * set_bytes
+        let sets = (m.l2_bytes as f64 * scale / set_bytes as f64) as u64;
+        // Never past the unscaled L2 (a problem larger than the paper's GPU keeps its 3 MiB).
+        let floor = MIN_L2_SETS.min((m.l2_bytes / set_bytes).max(1));
+        proportional &= sets >= floor;
+        sets.max(floor) * set_bytes
     };
     let block_bytes = match config.machine_scale {
         MachineScale::None => BLOCK_BYTES,
@@ -608,7 +655,9 @@ pub fn geometry(config: &SimConfig, capacity_pages: u64) -> Geometry {
             } else {
                 1u64 << (63 - raw.leading_zeros())
             };
-            pow2.clamp(cost.page_bytes, BLOCK_BYTES)
+            let floor = (MIN_BLOCK_PAGES * cost.page_bytes).min(BLOCK_BYTES);
+            proportional &= pow2 >= floor;
+            pow2.clamp(floor, BLOCK_BYTES)
         }
     };
     Geometry {
@@ -616,6 +665,7 @@ pub fn geometry(config: &SimConfig, capacity_pages: u64) -> Geometry {
         l2_bytes,
         block_bytes,
         big_page_bytes: GROUP_BYTES.max(cost.page_bytes),
+        proportional,
     }
 }
 
@@ -631,6 +681,12 @@ pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, 
         return Err(SimError::InvalidParameter(
             "fault_batch and epoch_accesses must be at least 1".into(),
         ));
+    }
+    if !(config.rate_window_s.is_finite() && config.rate_window_s > 0.0) {
+        return Err(SimError::InvalidParameter(format!(
+            "the fault-rate window must be a positive number of seconds, not {}",
+            config.rate_window_s
+        )));
     }
     let t = &config.thrashing;
     let finite = |v: f64| v.is_finite() && v >= 0.0;
@@ -674,6 +730,7 @@ pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, 
             current_vs_next: engine.util_pairs,
         },
         counters,
+        f_under_per_s: engine.f_under,
         sim_seconds: started.elapsed().as_secs_f64(),
     })
 }
@@ -710,6 +767,9 @@ struct Engine<'t> {
     loc: Vec<u8>,
     /// Lines used since the page last arrived on the GPU or left it (the truth, for the figures).
     used: Vec<u64>,
+    /// Accesses to the page in the same period, and how many of them the L2 served (Fig. 3b).
+    period_requests: Vec<u32>,
+    period_hits: Vec<u32>,
     /// Lines the page statistics table knows of the page's last tracked period, or [`NO_HISTORY`].
     hist: Vec<u8>,
     /// Lines used in the page's previous residency, or [`NO_HISTORY`] (Fig. 4).
@@ -731,10 +791,11 @@ struct Engine<'t> {
     head: u32,
     tail: u32,
 
-    /// Fault-rate measurement (DynaMap).
-    fault_batch: u32,
-    batch_faults: u32,
-    batch_start: u64,
+    /// Fault-rate measurement (DynaMap, Sec. 5.3): faults per second of the clock. f_under is the rate from the
+    /// start to the first eviction; f_current the rate over the last window of at least `rate_window_s`.
+    rate_window_s: f64,
+    window_faults: u64,
+    window_start_s: f64,
     f_under: Option<f64>,
     f_over: f64,
 
@@ -839,6 +900,8 @@ impl<'t> Engine<'t> {
             block_pages: block_pages as usize,
             loc: vec![initial; pages],
             used: vec![0; pages],
+            period_requests: vec![0; pages],
+            period_hits: vec![0; pages],
             hist,
             last_util: vec![NO_HISTORY; pages],
             instrumented: matches!(policy, Policy::DynaMap | Policy::StaticMap { .. }),
@@ -853,9 +916,9 @@ impl<'t> Engine<'t> {
             next: vec![NONE; units],
             head: NONE,
             tail: NONE,
-            fault_batch: config.fault_batch,
-            batch_faults: 0,
-            batch_start: 0,
+            rate_window_s: config.rate_window_s,
+            window_faults: 0,
+            window_start_s: 0.0,
             f_under: None,
             f_over: 0.0,
             next_use,
@@ -929,20 +992,28 @@ impl<'t> Engine<'t> {
                 self.fault(page);
                 loc = self.loc.get(page).copied().unwrap_or(UNMAPPED);
             }
-            if loc == RESIDENT {
+            let hit = if loc == RESIDENT {
                 if self.lru {
                     self.touch_unit(page);
                 }
                 if !self.next_use.is_empty() {
                     self.oracle_touch(page, i, false);
                 }
-                if self.l2.access(line) {
-                    self.counters.cache_hits += 1;
-                } else {
-                    self.counters.gpu_mem_accesses += 1;
-                }
-            } else if self.l2.access(line) {
+                self.l2.access(line)
+            } else {
+                self.l2.access(line)
+            };
+            if let (Some(r), Some(h)) = (
+                self.period_requests.get_mut(page),
+                self.period_hits.get_mut(page),
+            ) {
+                *r = r.saturating_add(1);
+                *h = h.saturating_add(u32::from(hit));
+            }
+            if hit {
                 self.counters.cache_hits += 1;
+            } else if loc == RESIDENT {
+                self.counters.gpu_mem_accesses += 1;
             } else {
                 self.counters.remote_accesses += 1;
                 if write {
@@ -961,6 +1032,9 @@ impl<'t> Engine<'t> {
             }
         }
         self.counters.accesses = trace.lines.len() as u64;
+        for page in 0..self.used.len() {
+            self.end_period(page);
+        }
         if self.counters.accesses % epoch != 0 {
             self.close_epoch();
         }
@@ -1055,18 +1129,9 @@ impl<'t> Engine<'t> {
     /// An access to an unmapped page: the driver decides to migrate it or to serve it from the host.
     fn fault(&mut self, page: usize) {
         self.counters.faults += 1;
-        self.batch_faults += 1;
         self.last_in = NONE;
         self.last_out = NONE;
-        if self.batch_faults >= self.fault_batch {
-            let span = (self.now + 1 - self.batch_start).max(1);
-            let f_current = f64::from(self.batch_faults) / span as f64;
-            if let Some(f_under) = self.f_under {
-                self.f_over = ((f_current - f_under) / f_under).max(0.0);
-            }
-            self.batch_faults = 0;
-            self.batch_start = self.now + 1;
-        }
+        self.measure_fault_rate();
         if !self.thrash.is_empty() && self.thrashing_fault(page) {
             return;
         }
@@ -1084,6 +1149,26 @@ impl<'t> Engine<'t> {
         if self.migrate(page, NONE).is_ok() && self.policy == Policy::Eager {
             self.prefetch(page);
         }
+    }
+
+    /// One more fault seen by the driver: closes the rate window when it has run its length (Eq. 2's f_current
+    /// and f_over). Only DynaMap reads the clock here, so other policies pay nothing for it.
+    fn measure_fault_rate(&mut self) {
+        self.window_faults += 1;
+        if !matches!(self.policy, Policy::DynaMap | Policy::DynaMapOffline) {
+            return;
+        }
+        let now_s = self.now_s();
+        let span_s = now_s - self.window_start_s;
+        if span_s < self.rate_window_s {
+            return;
+        }
+        let f_current = self.window_faults as f64 / span_s;
+        if let Some(f_under) = self.f_under.filter(|f| *f > 0.0) {
+            self.f_over = ((f_current - f_under) / f_under).max(0.0);
+        }
+        self.window_faults = 0;
+        self.window_start_s = now_s;
     }
 
     /// The thrashing detection's say on a fault: throttle (the page still migrates, after a nap) or pin it to the
@@ -1350,7 +1435,15 @@ impl<'t> Engine<'t> {
     /// Evicts the first unit in eviction order other than `keep` (the oracle: the page used furthest ahead).
     fn evict_one(&mut self, keep: u32) -> bool {
         if self.f_under.is_none() {
-            self.f_under = Some(self.counters.faults.max(1) as f64 / (self.now + 1) as f64);
+            // "Page fault rate before evictions start" (Sec. 5.3): every fault so far over the time so far. Time
+            // that passed without faults counts, so a long under-subscribed phase gives a low f_under.
+            let now_s = self.now_s();
+            self.f_under = Some(if now_s > 0.0 {
+                self.counters.faults as f64 / now_s
+            } else {
+                // No time has passed (a machine with free faults): no rate to compare against.
+                0.0
+            });
         }
         if !self.next_use.is_empty() {
             return self.oracle_evict();
@@ -1385,6 +1478,7 @@ impl<'t> Engine<'t> {
             self.counters.transfers_d2h += 1;
         }
         self.last_out = page as u32;
+        self.end_period(page);
         let lines = self.used.get(page).map_or(0, |u| u.count_ones()) as u8;
         if let Some(u) = self.used.get_mut(page) {
             *u = 0;
@@ -1429,6 +1523,18 @@ impl<'t> Engine<'t> {
             }
         }
         self.thrashing_event(page);
+    }
+
+    /// Closes `page`'s period (an eviction, or the end of the run): its requests count as low-utilisation ones
+    /// when it used few lines.
+    fn end_period(&mut self, page: usize) {
+        let lines = self.used.get(page).map_or(0, |u| u.count_ones());
+        let requests = self.period_requests.get_mut(page).map_or(0, std::mem::take);
+        let hits = self.period_hits.get_mut(page).map_or(0, std::mem::take);
+        if lines <= LOW_UTIL_LINES {
+            self.counters.low_util_requests += u64::from(requests);
+            self.counters.low_util_l2_hits += u64::from(hits);
+        }
     }
 
     fn set_loc(&mut self, page: usize, loc: u8) {
@@ -1540,5 +1646,87 @@ mod tests {
         assert_eq!(t.capacity_pages(1.0).unwrap(), 3);
         assert!(t.capacity_pages(-1.0).is_err());
         assert!(t.capacity_pages(10.0).is_err());
+    }
+
+    /// A trace whose fault rate per second rises once GPU memory is full: `warm` pages, each faulted in and then
+    /// read 5000 times from GPU memory (a slow trickle of faults), then `fresh` pages touched once each (a fault,
+    /// a migration and an eviction per access).
+    fn rising_fault_rate(warm: u64, fresh: u64) -> Trace {
+        let mut accesses = Vec::new();
+        for p in 0..warm {
+            for j in 0..5000u64 {
+                accesses.push(Access::read(0, p * 4096 + (j % 32) * 128, 4));
+            }
+        }
+        for p in warm..warm + fresh {
+            accesses.push(Access::read(0, p * 4096, 4));
+        }
+        Trace {
+            name: "rising".into(),
+            accesses,
+        }
+    }
+
+    #[test]
+    fn dynamap_measures_f_under_before_eviction_and_f_over_after_it_per_second() {
+        let (warm, fresh) = (100u64, 2000u64);
+        let trace = rising_fault_rate(warm, fresh);
+        // GPU memory holds exactly the warm pages, so the first eviction is the first fresh page's.
+        let ratio = fresh as f64 / warm as f64;
+        let mut c = SimConfig::new(Policy::DynaMap, ratio);
+        c.eviction_unit = EvictionUnit::Page;
+        // One L2 set of 16 lines: the warm reads (32 lines a page) miss it and take GPU-memory time.
+        c.l2_fixed = true;
+        c.cost.machine.l2_bytes = 128 * 16;
+        let t = PreparedTrace::new(&trace, &c.cost).unwrap();
+        assert_eq!(t.capacity_pages(ratio).unwrap(), warm);
+        let r = simulate(&t, &c).unwrap();
+        assert_eq!(r.counters.faults, warm + fresh);
+        let f_under = r
+            .f_under_per_s
+            .expect("memory filled, so f_under was measured");
+        // Before the first eviction: one fault per warm page, each alone in its epoch (a whole batch's handler
+        // cost), then 5000 reads: well under one fault per 20 µs.
+        assert!(f_under > 0.0 && f_under < 1.0 / 20e-6, "f_under {f_under}");
+        // After it: a fault at every access, batched; f_current several times f_under, so f_over > 1 at the
+        // end, and 0 throughout the warm phase.
+        let last = r.series.last().unwrap();
+        assert!(last.f_over > 1.0, "f_over at the end {}", last.f_over);
+        let warm_end = warm * 5000;
+        assert!(r
+            .series
+            .iter()
+            .filter(|p| p.end_access <= warm_end)
+            .all(|p| p.f_over == 0.0));
+    }
+
+    #[test]
+    fn requests_to_low_utilised_pages_and_their_l2_hits_are_counted() {
+        // Page 0: one line read ten times (1 line used: low); page 1: all 32 lines once (not low).
+        let mut accesses: Vec<Access> = (0..10).map(|_| Access::read(0, 0, 4)).collect();
+        accesses.extend((0..32).map(|l| Access::read(0, 4096 + l * 128, 4)));
+        let t = PreparedTrace::new(
+            &Trace {
+                name: "low".into(),
+                accesses,
+            },
+            &CostModel::default(),
+        )
+        .unwrap();
+        for policy in [Policy::PinHost, Policy::EagerNoPrefetch] {
+            let r = simulate(&t, &SimConfig::new(policy, 0.0)).unwrap();
+            assert_eq!(r.counters.low_util_requests, 10, "{policy}");
+            assert_eq!(r.counters.low_util_l2_hits, 9, "{policy}");
+        }
+    }
+
+    #[test]
+    fn a_rate_window_that_is_not_a_positive_time_is_refused() {
+        let t = PreparedTrace::new(&trace(&[0, 1, 2]), &CostModel::default()).unwrap();
+        for w in [0.0, -1.0, f64::NAN] {
+            let mut c = SimConfig::new(Policy::DynaMap, 1.0);
+            c.rate_window_s = w;
+            assert!(simulate(&t, &c).is_err());
+        }
     }
 }

@@ -9,8 +9,8 @@
 //!
 //! Problem sizes ([`WorkloadSize`]): `Quick` has 1–9 million accesses, `Default` 6.7–39 million; `Scale(f)`
 //! multiplies the default footprint by `f` (0 < f ≤ [`MAX_SCALE`]). Footprints (seed 1): `Quick` 16–32 MiB for
-//! BFS, SSSP, NW, ATAX and BST, `Default` 64–200 MiB for them; Gaussian (0.57 / 2.0 MiB) and PageRank (2.75 /
-//! 11.0 MiB) are far smaller because they run the whole algorithm (every pivot row; 10 iterations), whose
+//! BFS, SSSP, NW, ATAX and BST, `Default` 64–200 MiB for them; Gaussian (0.57 / 2.0 MiB) and PageRank (2.2 /
+//! 8.75 MiB) are far smaller because they run the whole algorithm (every pivot row; 10 iterations), whose
 //! accesses per byte of footprint are high (about 0.29·n³ accesses for 8n² bytes; about 2.6 accesses per edge and
 //! iteration for 8 bytes). The simulator's GPU memory is the footprint over 1 + ratio: with the paper's absolute
 //! 3 MiB L2 rather than one scaled to that memory, a footprint under about 9 MiB leaves GPU memory smaller than
@@ -37,8 +37,47 @@ use graph::GraphSpec;
 
 /// Virtual address of the first allocation: where a Linux process's `cudaMallocManaged` heap typically starts.
 pub const HEAP_BASE: u64 = 0x7f00_0000_0000;
-/// Largest factor accepted by [`WorkloadSize::Scale`]: beyond it the generators' own memory runs to gigabytes.
-pub const MAX_SCALE: f64 = 16.0;
+/// Largest factor accepted by [`WorkloadSize::Scale`]. Beyond 16 the generators' own memory (and the prepared
+/// trace, 4 bytes an access) runs to gigabytes; the paper-scale sizes ([`paper_scale`]) need up to a few hundred.
+pub const MAX_SCALE: f64 = 512.0;
+
+/// Smallest GPU memory, in bytes, whose scaled L2 keeps [`crate::uvm::sim::MIN_L2_SETS`] sets of the paper's
+/// 16-way, 128 B-line 3 MiB L2 (1536 sets): 256 / 1536 of the paper's 5935 MiB, about 989 MiB. The 2 MiB block's
+/// floor of 16 pages needs only 1/32 of it, so the L2 decides.
+pub fn min_proportional_gpu_bytes() -> u64 {
+    use crate::uvm::cost::PAPER_GPU_MEMORY_BYTES;
+    use crate::uvm::sim::MIN_L2_SETS;
+    let paper_sets = 3 * 1024 * 1024 / (128 * 16);
+    (PAPER_GPU_MEMORY_BYTES * MIN_L2_SETS).div_ceil(paper_sets)
+}
+
+/// The [`WorkloadSize::Scale`] factor at which `kind`'s footprint leaves, at oversubscription `max_ratio` (2.0 =
+/// 200%), GPU memory of at least [`min_proportional_gpu_bytes`]: the smallest problem whose L2 and 2 MiB block are
+/// in the paper's proportions at every ratio up to `max_ratio`. Err when that is beyond [`MAX_SCALE`] (Gaussian:
+/// its accesses grow as n³, about 10¹³ at that footprint) or the ratio is not a number ≥ 0.
+pub fn paper_scale(kind: WorkloadKind, max_ratio: f64) -> Result<f64, SimError> {
+    if !(max_ratio.is_finite() && max_ratio >= 0.0) {
+        return Err(SimError::InvalidParameter(format!(
+            "the oversubscription ratio must be 0 or more, not {max_ratio}"
+        )));
+    }
+    let default = info(kind, &WorkloadParams::default())?.footprint_bytes as f64;
+    let needed = min_proportional_gpu_bytes() as f64 * (1.0 + max_ratio);
+    // Graph sizes move in powers of two and matrix sides in tiles: ask for a little more so rounding down
+    // cannot leave the problem short.
+    let mut f = needed / default * 1.05;
+    if kind.uses_graph() {
+        // R-MAT scales move in doublings and round log2(f) to the nearest: take the next whole doubling.
+        f = 2f64.powi(f.log2().ceil() as i32);
+    }
+    if f > MAX_SCALE {
+        return Err(SimError::InvalidParameter(format!(
+            "{kind} at the paper's proportions needs {f:.0}x its default footprint, beyond the generators' \
+             limit of {MAX_SCALE}x"
+        )));
+    }
+    Ok(f)
+}
 
 /// One of the paper's seven irregular applications.
 ///
@@ -70,8 +109,8 @@ pub enum WorkloadKind {
     Atax,
     /// Hetero-Mark PageRank: per iteration one thread per vertex reads its CSR offsets (4 B), neighbour ids and
     /// values (4 B each) and the neighbours' ranks, and writes its new rank, ping-ponging two rank vectors;
-    /// 10 iterations. R-MAT with edge factor 4 (the rank vector gathered is 1/11 of the footprint, 3/11 of the GPU
-    /// memory at 200%): scale 16: 2.75 MiB, 6.9 M accesses / scale 18: 11.0 MiB, 28 M.
+    /// 10 iterations. R-MAT with Graph500's edge factor 16 (the rank vector gathered is 1/35 of the footprint,
+    /// 3/35 = 8.6% of the GPU memory at 200%): scale 14: 2.2 MiB / scale 16: 8.75 MiB.
     PageRank,
     /// Hetero-Mark BST: a host-built binary search tree of 32-byte nodes (random 64-bit keys) in one array; GPU
     /// threads insert further nodes, walking root to leaf and linking under a per-node lock, then look up random
@@ -144,7 +183,8 @@ impl std::fmt::Display for WorkloadKind {
 /// How big a problem to generate.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub enum WorkloadSize {
-    /// Small: 1–9 million accesses (footprints 0.57–32 MiB, see [`WorkloadKind`]); for tests and quick looks.
+    /// Small: 1–9 million accesses (footprints 0.57–32 MiB, see [`WorkloadKind`]); for tests. Its GPU memory is
+    /// far below the paper's proportions (the L2 and block hit their floors), so studies use [`paper_scale`].
     Quick,
     /// The study's size: 6.7–39 million accesses (footprints 2–200 MiB, see [`WorkloadKind`]).
     #[default]
@@ -152,6 +192,25 @@ pub enum WorkloadSize {
     /// The default footprint times this factor (0 < factor ≤ [`MAX_SCALE`]); dimensions round to what the
     /// kernels need (powers of two for R-MAT, whole tiles for NW).
     Scale(f64),
+    /// Each workload at its own [`paper_scale`] for oversubscription up to `max_ratio` (2.0 = 200%): the smallest
+    /// problem whose scaled L2 and 2 MiB block keep the paper's proportions to GPU memory (issue 37).
+    PaperScale {
+        /// The largest ratio the problem must stay proportional at.
+        max_ratio: f64,
+    },
+}
+
+impl WorkloadParams {
+    /// These parameters with [`WorkloadSize::PaperScale`] turned into `kind`'s own [`WorkloadSize::Scale`].
+    pub fn resolved(&self, kind: WorkloadKind) -> Result<WorkloadParams, SimError> {
+        match self.size {
+            WorkloadSize::PaperScale { max_ratio } => Ok(WorkloadParams {
+                size: WorkloadSize::Scale(paper_scale(kind, max_ratio)?),
+                ..self.clone()
+            }),
+            _ => Ok(self.clone()),
+        }
+    }
 }
 
 /// What to generate besides the workload itself.
@@ -240,6 +299,10 @@ pub(crate) fn factor(size: WorkloadSize) -> Result<Option<f64>, SimError> {
         WorkloadSize::Scale(f) => Err(SimError::InvalidParameter(format!(
             "workload scale must be a number in (0, {MAX_SCALE}], not {f}"
         ))),
+        // Resolved per workload before a generator sees it (`WorkloadParams::resolved`).
+        WorkloadSize::PaperScale { .. } => Err(SimError::InvalidParameter(
+            "paper scale is a size per workload; resolve it first".into(),
+        )),
     }
 }
 
@@ -291,6 +354,7 @@ pub fn generate_into(
     params: &WorkloadParams,
     sink: &mut dyn FnMut(Access),
 ) -> Result<(), SimError> {
+    let params = &params.resolved(kind)?;
     let mut gpu = Gpu::new(sink);
     match kind {
         WorkloadKind::Bfs => bfs::run(params, &mut gpu),
@@ -305,6 +369,7 @@ pub fn generate_into(
 
 /// The allocations `kind` would make: computed from the dimensions alone, except that a graph file is read.
 pub fn info(kind: WorkloadKind, params: &WorkloadParams) -> Result<WorkloadInfo, SimError> {
+    let params = &params.resolved(kind)?;
     match kind {
         WorkloadKind::Bfs => bfs::info(params),
         WorkloadKind::Sssp => sssp::info(params),
@@ -319,6 +384,65 @@ pub fn info(kind: WorkloadKind, params: &WorkloadParams) -> Result<WorkloadInfo,
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn paper_scale_keeps_the_l2_at_its_floor_or_above() {
+        use crate::uvm::cost::CostModel;
+        use crate::uvm::policy::Policy;
+        use crate::uvm::sim::{geometry, SimConfig, MIN_L2_SETS};
+        let min = min_proportional_gpu_bytes();
+        // 256 of the paper's 1536 sets: a sixth of 5935 MiB.
+        assert!((min as f64 / (5935.0 * 1048576.0) - 256.0 / 1536.0).abs() < 1e-6);
+        let page = CostModel::default().page_bytes;
+        for kind in [WorkloadKind::Nw, WorkloadKind::Atax] {
+            let f = paper_scale(kind, 3.0).unwrap();
+            let p = WorkloadParams {
+                size: WorkloadSize::Scale(f),
+                ..WorkloadParams::default()
+            };
+            let footprint = info(kind, &p).unwrap().footprint_bytes;
+            for ratio in [2.0, 3.0] {
+                let capacity = (footprint / page) as f64 / (1.0 + ratio);
+                let g = geometry(&SimConfig::new(Policy::DynaMap, ratio), capacity as u64);
+                assert!(g.proportional, "{kind} at {ratio}: {g:?}");
+                assert!(g.l2_bytes >= MIN_L2_SETS * 128 * 16);
+                assert!(g.block_bytes >= 16 * page);
+            }
+        }
+        // Gaussian's n³ accesses put it out of reach: a typed error, not a panic.
+        assert!(paper_scale(WorkloadKind::Gaussian, 3.0).is_err());
+        assert!(paper_scale(WorkloadKind::Nw, f64::NAN).is_err());
+    }
+
+    #[test]
+    fn paper_scale_sweep_file_matches_the_simulator() {
+        let path = concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../examples/uvm-paper-scale.toml"
+        );
+        let text = std::fs::read_to_string(path).unwrap();
+        let mut workload = None;
+        let mut checked = 0;
+        let mut wrong = Vec::new();
+        for line in text.lines() {
+            if let Some(w) = line.strip_prefix("workloads = [\"") {
+                workload = Some(WorkloadKind::from_name(w.trim_end_matches("\"]")).unwrap());
+            }
+            if let Some(v) = line.strip_prefix("scale = ") {
+                let kind = workload.take().unwrap();
+                let want = paper_scale(kind, 3.0).unwrap();
+                let got: f64 = v.trim().parse().unwrap();
+                if (got / want - 1.0).abs() >= 1e-3 {
+                    wrong.push(format!(
+                        "{kind}: the file says {got}, paper_scale {want:.4}"
+                    ));
+                }
+                checked += 1;
+            }
+        }
+        assert!(wrong.is_empty(), "{}", wrong.join("; "));
+        assert_eq!(checked, 6);
+    }
 
     #[test]
     fn layout_aligns_and_separates() {
@@ -342,7 +466,7 @@ mod tests {
     fn scales() {
         assert_eq!(factor(WorkloadSize::Quick).unwrap(), None);
         assert_eq!(factor(WorkloadSize::Scale(2.0)).unwrap(), Some(2.0));
-        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, 17.0] {
+        for bad in [0.0, -1.0, f64::NAN, f64::INFINITY, MAX_SCALE + 1.0] {
             assert!(matches!(
                 factor(WorkloadSize::Scale(bad)),
                 Err(SimError::InvalidParameter(_))
