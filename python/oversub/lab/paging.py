@@ -201,8 +201,14 @@ def _odirect_engine(size: int, store: str, source, skipped: dict[str, str]) -> l
 
 def _deepspeed_engines(size: int, store: str, source, skipped: dict[str, str]) -> list[Engine]:
     try:
+        import contextlib
+
         import torch
-        from deepspeed.ops.op_builder import AsyncIOBuilder
+
+        # Its accelerator detection logs a warning to stdout while it imports, before its logger can be pointed
+        # elsewhere below; --json puts the report on stdout.
+        with contextlib.redirect_stdout(sys.stderr):
+            from deepspeed.ops.op_builder import AsyncIOBuilder
     except Exception as e:  # noqa: BLE001 (any import failure means: not installed here)
         skipped["DeepSpeed aio"] = f"not installed ({type(e).__name__}: {e}); pip install 'oversub[peers]'"
         return []
