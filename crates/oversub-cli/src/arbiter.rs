@@ -48,40 +48,40 @@ pub enum ArbiterCommand {
 #[derive(Debug, Args)]
 pub struct BoundArgs {
     /// T(ML): memory-loading phase (e.g. 444us).
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     load: Duration,
     /// T(C): compute phase as announced (the usable window).
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     compute: Duration,
     /// T(MU): memory-unloading phase.
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     unload: Duration,
     /// Longest compute phase, when it can run past the announced one (default: as --compute).
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     compute_worst: Option<Duration>,
     /// Worst memory-loading phase, for the spin-kernel case (default: as --load).
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     load_worst: Option<Duration>,
     /// Worst memory-unloading phase (default: as --unload).
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     unload_worst: Option<Duration>,
     /// ε: one server round trip.
-    #[arg(long, default_value = "1us", value_parser = dur0)]
+    #[arg(long, default_value = "1us", value_parser = dur0, allow_hyphen_values = true)]
     epsilon: Duration,
     /// T(Q): one chunk's transfer time (the paper's TX1: 122us).
-    #[arg(long, default_value = "122us", value_parser = dur)]
+    #[arg(long, default_value = "122us", value_parser = dur, allow_hyphen_values = true)]
     chunk_time: Duration,
     /// T(MG): length of the transfer alone.
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     transfer: Option<Duration>,
     /// T(K): length of a kernel.
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     kernel: Option<Duration>,
     /// The kernel can be preempted by a spin kernel.
     #[arg(long)]
     preemptible: bool,
     /// Preemption latency of the spin kernel (the paper measured 120-170us).
-    #[arg(long, default_value = "170us", value_parser = dur0)]
+    #[arg(long, default_value = "170us", value_parser = dur0, allow_hyphen_values = true)]
     preempt_time: Duration,
     /// Print JSON instead of a table.
     #[arg(long)]
@@ -94,13 +94,13 @@ pub struct ServeArgs {
     #[arg(long)]
     name: String,
     /// Keep it this long, then remove it.
-    #[arg(long = "for", value_parser = dur, default_value = "3600s")]
+    #[arg(long = "for", value_parser = dur, default_value = "3600s", allow_hyphen_values = true)]
     duration: Duration,
     /// How long past its deadline a phase still blocks transfers (a crashed task's worst cost).
-    #[arg(long, value_parser = dur, default_value = "1s")]
+    #[arg(long, value_parser = dur, default_value = "1s", allow_hyphen_values = true)]
     stale_after: Duration,
     /// T(Q) for a memcpy copy engine (default: measured now).
-    #[arg(long, value_parser = dur)]
+    #[arg(long, value_parser = dur, allow_hyphen_values = true)]
     chunk_time: Option<Duration>,
     /// Remove any file of that name first, even one that is refused (another layout version, a wrong mode) or
     /// that a running server holds. A file left by a server that is gone is taken over without this.

@@ -412,3 +412,22 @@ fn a_number_written_as_a_string_names_the_key_and_the_fix() {
         .unwrap();
     assert!(out.status.success(), "{}", stderr(&out));
 }
+
+/// A negative duration reaches the duration parser, which says why, instead of clap's "unexpected argument '-5'".
+#[test]
+fn a_negative_duration_is_named_as_such() {
+    let err = fails(&[
+        "arbiter",
+        "bound",
+        "--load",
+        "-5ms",
+        "--compute",
+        "1ms",
+        "--unload",
+        "1ms",
+    ]);
+    assert!(
+        err.contains("cannot be negative") && err.contains("--load"),
+        "{err}"
+    );
+}
