@@ -25,6 +25,10 @@ _Device = str | _DeviceLike
 
 __version__: str
 
+def parse_size(size: _Size, /) -> int:
+    """Bytes from an int or a size string ("4GiB", "2Gi", "512M", "100MB", "1.5GiB"), by the parser every front
+    shares; ValueError for a fraction of a byte ("1.5"), an unknown unit or a negative int."""
+
 class Pool:
     """A fixed amount of device memory shared by address spaces, with a swap store behind it.
 

@@ -27,6 +27,7 @@ import time
 
 from . import _oversub
 from ._oversub import Pool
+from ._oversub import parse_size as _parse_size
 
 
 def _python_loop(bufs, rounds: int) -> tuple[float, float, int]:
@@ -218,12 +219,6 @@ def _offload_parser(sub) -> None:
     op.add_argument("--worker", help=argparse.SUPPRESS)
     op.add_argument("--work", help=argparse.SUPPRESS)
     op.add_argument("--model", help=argparse.SUPPRESS)
-
-
-def _parse_size(text) -> int:
-    from .torch import _parse_size as p  # noqa: PLC0415 (needs torch; only the offload bench does)
-
-    return p(text)
 
 
 def _log(msg: str) -> None:

@@ -46,6 +46,7 @@ from torch import nn
 
 from . import errors as _errors
 from ._oversub import ExternalFile, Pool
+from ._oversub import parse_size as _parse_size
 
 __all__ = [
     "offload",
@@ -121,19 +122,7 @@ class StorePathError(OffloadError, FileNotFoundError):
 
 # --- sizes ------------------------------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": _MIB, "mb": 10**6, "mib": _MIB,
-          "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
-
-
-def _parse_size(size: int | str) -> int:
-    if isinstance(size, int):
-        return size
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(size))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {size!r} (try '2GiB', '512MiB', '4096')")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+# Sizes are read by the one parser every front shares (Rust's ``oversub.parse_size``), imported above.
 
 
 def _round_up(n: int, align: int) -> int:
@@ -582,9 +571,10 @@ class Offloaded:
         self.verify_checksums = verify_checksums
         self.copy_checkpoint = copy_checkpoint
         if host_memory != "auto":
-            host_memory = _parse_size(host_memory)
-            if host_memory < 0:
-                raise ValueError(f"host_memory must be 'auto', a size or 0, not {host_memory!r}")
+            try:
+                host_memory = _parse_size(host_memory)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"host_memory must be 'auto', a size or 0, not {host_memory!r} ({e})") from None
         self.host_memory = host_memory
         self.host_tier_bytes = 0  # the host tier's size, decided in _plan_host_tier
         self.groups: list[_Group] = []
