@@ -52,7 +52,7 @@ use crate::engine::{
 };
 use crate::error::IoError;
 use crate::external::ExternalFile;
-use crate::mem::AlignedBuf;
+use oversub_base::mem::AlignedBuf;
 use builder::Parts;
 use scrub::Backing;
 use sys::set_direct;

@@ -722,7 +722,8 @@ where
                 scope.spawn(move || -> Result<RunOutcome, LabError> {
                     // Page-aligned, so direct store access needs no bounce buffer.
                     let mut scratch_buf =
-                        oversub_io::AlignedBuf::new(w.buffer_bytes as usize, 4096)?;
+                        oversub_io::AlignedBuf::new(w.buffer_bytes as usize, 4096)
+                            .map_err(oversub_io::IoError::from)?;
                     let scratch = scratch_buf.as_mut_slice();
                     let mut out = RunOutcome::default();
                     barrier.wait();

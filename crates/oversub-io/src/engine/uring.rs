@@ -13,8 +13,8 @@ use io_uring::{opcode, squeue, types, IoUring};
 use oversub_base::process::Creator;
 
 use super::{
-    check_creator, check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests,
-    Batch, Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
+    check_queue_depth, elapsed_ns, join_worker, no_progress, open_batch, remaining_iovecs, Batch,
+    Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
 };
 use crate::error::IoError;
 
@@ -178,10 +178,8 @@ impl UringEngine {
         tagged: bool,
     ) -> Result<(), IoError> {
         // Before the wake: the eventfd is shared with the parent, whose worker it would wake.
-        check_creator(self.creator)?;
-        validate_requests(&requests)?;
-        let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
-        let batch = Batch::new(requests.len(), on_done, tagged);
+        let (sender, batch) =
+            open_batch(self.creator, self.sender.as_ref(), &requests, on_done, tagged)?;
         sender
             .send(Job { requests, batch })
             .map_err(|_| IoError::Shutdown)?;
@@ -434,15 +432,11 @@ impl Worker {
                 Some(Err(IoError::from_errno(op_name, -res)))
             }
         } else if res == 0 {
-            Some(Err(match op.req.direction {
-                Direction::Read => IoError::UnexpectedEof {
-                    offset: op.req.offset + op.done,
-                },
-                Direction::Write => IoError::Io {
-                    op: op_name,
-                    source: std::io::ErrorKind::WriteZero.into(),
-                },
-            }))
+            Some(Err(no_progress(
+                op.req.direction,
+                op.req.offset + op.done,
+                op_name,
+            )))
         } else {
             op.done += res as u64;
             if op.done >= op.total {
@@ -453,11 +447,7 @@ impl Worker {
         };
         match outcome {
             Some(result) => {
-                match &result {
-                    Ok(bytes) => self.counters.record(op.req.direction, *bytes, latency),
-                    Err(_) => self.counters.record_error(latency),
-                }
-                op.batch.complete(&op.req, result);
+                op.batch.finish(&op.req, result, &self.counters, latency);
                 true
             }
             None => false,
