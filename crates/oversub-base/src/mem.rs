@@ -130,7 +130,13 @@ mod tests {
 
     #[test]
     fn zeroed_aligned_and_sized() {
-        for (len, align) in [(0, 4096), (1, 4096), (5000, 4096), (3 << 20, 2 << 20), (7, 8)] {
+        for (len, align) in [
+            (0, 4096),
+            (1, 4096),
+            (5000, 4096),
+            (3 << 20, 2 << 20),
+            (7, 8),
+        ] {
             let mut b = AlignedBuf::new(len, align).unwrap();
             assert_eq!(b.len(), len);
             assert_eq!(b.as_ptr() as usize % align, 0);

@@ -63,6 +63,9 @@ mod tests {
         assert_eq!(median_u64(&[5, 1, 3, 2]), Some(2));
         assert_eq!(median_u64(&[10, 21]), Some(15));
         assert_eq!(median_u64(&[u64::MAX, u64::MAX - 2]), Some(u64::MAX - 1));
-        assert_eq!(median_u64(&[(1 << 53) + 1, (1 << 53) + 3]), Some((1 << 53) + 2));
+        assert_eq!(
+            median_u64(&[(1 << 53) + 1, (1 << 53) + 3]),
+            Some((1 << 53) + 2)
+        );
     }
 }

@@ -106,8 +106,13 @@ impl PsyncEngine {
         on_done: IoCallback,
         tagged: bool,
     ) -> Result<(), IoError> {
-        let (sender, batch) =
-            open_batch(self.creator, self.sender.as_ref(), &requests, on_done, tagged)?;
+        let (sender, batch) = open_batch(
+            self.creator,
+            self.sender.as_ref(),
+            &requests,
+            on_done,
+            tagged,
+        )?;
         if requests.is_empty() {
             return sender
                 .send(Task { req: None, batch })
@@ -157,7 +162,8 @@ fn worker(rx: Receiver<Task>, counters: Arc<IoCounters>) {
         }
         let start = Instant::now();
         let result = run_request(&req, &mut scratch);
-        task.batch.finish(&req, result, &counters, elapsed_ns(start));
+        task.batch
+            .finish(&req, result, &counters, elapsed_ns(start));
     }
 }
 

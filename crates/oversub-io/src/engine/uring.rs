@@ -178,8 +178,13 @@ impl UringEngine {
         tagged: bool,
     ) -> Result<(), IoError> {
         // Before the wake: the eventfd is shared with the parent, whose worker it would wake.
-        let (sender, batch) =
-            open_batch(self.creator, self.sender.as_ref(), &requests, on_done, tagged)?;
+        let (sender, batch) = open_batch(
+            self.creator,
+            self.sender.as_ref(),
+            &requests,
+            on_done,
+            tagged,
+        )?;
         sender
             .send(Job { requests, batch })
             .map_err(|_| IoError::Shutdown)?;
