@@ -691,7 +691,7 @@ def _offload_main(args) -> int:
                 import transformers  # noqa: F401
             except ImportError as e:
                 report["models"][kind] = {"skipped": f"transformers not installed ({e})"}
-                _log(f"skipping the transformer: transformers not installed")
+                _log("skipping the transformer: transformers not installed")
                 continue
         elif kind != "linear":
             raise SystemExit(f"unknown model {kind!r} (linear, transformer)")
@@ -714,7 +714,7 @@ def _offload_main(args) -> int:
                     proc = subprocess.run(cmd, env=env, timeout=args.timeout, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.PIPE, text=True)
                     err = proc.stderr
-                except subprocess.TimeoutExpired as e:
+                except subprocess.TimeoutExpired:
                     rows.append({"method": method, "skipped": f"timed out after {args.timeout:.0f} s"})
                     continue
                 for line in err.splitlines():

@@ -159,7 +159,7 @@ def _auto_host_memory() -> int:
     return max(0, avail - max(total // 8, _HOST_HEADROOM_MIN))
 
 
-def _fmt(n: int | float) -> str:
+def _fmt(n: float) -> str:
     for unit, div in (("GiB", 1 << 30), ("MiB", _MIB), ("KiB", 1 << 10)):
         if abs(n) >= div:
             return f"{n / div:.1f} {unit}"
@@ -1110,7 +1110,9 @@ class Offloaded:
                     owners.setdefault(id(sub), (sub, g, []))[2].append((attr, s))
         post = getattr(nn.Module, "register_state_dict_post_hook", None)
         for sub, g, own in owners.values():
-            hook = (lambda mod, sd, prefix, meta, g=g, own=own: self._state_dict_post(g, own, sd, prefix))
+            def hook(mod, sd, prefix, meta, g=g, own=own):
+                return self._state_dict_post(g, own, sd, prefix)
+
             self._hooks.append(post(sub, hook) if post is not None else sub._register_state_dict_hook(hook))
             self._hooks.append(sub._register_load_state_dict_pre_hook(
                 lambda sd, prefix, *rest, sub=sub, own=own: self._load_state_dict_pre(sub, own, sd, prefix)))
