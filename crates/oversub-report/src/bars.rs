@@ -503,46 +503,7 @@ impl BarChart {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Checks that every tag is closed in order and that no text or
-    /// attribute holds a raw `<`, `>` or a bare `&`.
-    fn assert_well_formed(svg: &str) {
-        assert!(svg.starts_with("<svg "), "{svg}");
-        assert!(svg.ends_with("</svg>\n"), "{svg}");
-        let mut stack: Vec<String> = Vec::new();
-        let mut rest = svg;
-        while let Some(open) = rest.find('<') {
-            let text = &rest[..open];
-            assert!(!text.contains('>'), "stray '>' in {text:?}");
-            check_entities(text);
-            let close = rest[open..].find('>').expect("unclosed tag") + open;
-            let tag = &rest[open + 1..close];
-            assert!(!tag.contains('<'), "raw '<' in tag {tag:?}");
-            check_entities(tag);
-            if let Some(name) = tag.strip_prefix('/') {
-                assert_eq!(stack.pop().as_deref(), Some(name), "in {svg}");
-            } else if !tag.ends_with('/') {
-                let name = tag.split_whitespace().next().expect("tag name");
-                stack.push(name.to_string());
-            }
-            rest = &rest[close + 1..];
-        }
-        assert!(rest.trim().is_empty());
-        assert!(stack.is_empty(), "unclosed: {stack:?}");
-        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
-    }
-
-    fn check_entities(s: &str) {
-        for (i, _) in s.match_indices('&') {
-            let after = &s[i..];
-            assert!(
-                ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
-                    .iter()
-                    .any(|e| after.starts_with(e)),
-                "bare '&' in {s:?}"
-            );
-        }
-    }
+    use crate::frame::testing::assert_well_formed;
 
     fn bar_count(svg: &str) -> usize {
         svg.matches(r#"<rect class="bar""#).count()

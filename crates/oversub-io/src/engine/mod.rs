@@ -1,6 +1,41 @@
 //! I/O engines: the [`IoEngine`] trait, its request types and the two implementations
 //! (io_uring and a psync thread pool).
 
+/// The [`IoEngine`] methods the two queueing engines answer alike, inside their `unsafe impl IoEngine` (each keeps
+/// its own SAFETY argument): `name`, `queue_depth` and `counters` from their fields of those names, `submit` and
+/// `submit_tagged` through their `enqueue(requests, on_done, tagged)`.
+macro_rules! queued_engine_methods {
+    ($name:literal) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn queue_depth(&self) -> usize {
+            self.queue_depth
+        }
+
+        unsafe fn submit(
+            &self,
+            requests: Vec<IoRequest>,
+            on_done: IoCallback,
+        ) -> Result<(), IoError> {
+            self.enqueue(requests, on_done, false)
+        }
+
+        unsafe fn submit_tagged(
+            &self,
+            requests: Vec<IoRequest>,
+            on_done: IoCallback,
+        ) -> Result<(), IoError> {
+            self.enqueue(requests, on_done, true)
+        }
+
+        fn counters(&self) -> IoCountersSnapshot {
+            self.counters.snapshot()
+        }
+    };
+}
+
 mod priority;
 mod psync;
 mod uring;

@@ -73,29 +73,7 @@ impl PsyncEngine {
 
 // SAFETY: each request runs to its end on one worker before the batch counter reaches zero and the callback runs; submit only fails before anything is queued.
 unsafe impl IoEngine for PsyncEngine {
-    fn name(&self) -> &'static str {
-        "psync"
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.queue_depth
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, false)
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, true)
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.counters.snapshot()
-    }
+    queued_engine_methods!("psync");
 }
 
 impl PsyncEngine {

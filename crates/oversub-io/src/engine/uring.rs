@@ -144,29 +144,7 @@ fn wake(fd: RawFd) {
 
 // SAFETY: the callback runs only when every request of the batch has completed or was never submitted to the ring; submit fails only before the batch is queued.
 unsafe impl IoEngine for UringEngine {
-    fn name(&self) -> &'static str {
-        "io_uring"
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.queue_depth
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, false)
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, true)
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.counters.snapshot()
-    }
+    queued_engine_methods!("io_uring");
 }
 
 impl UringEngine {
