@@ -32,13 +32,6 @@ import time
 import oversub
 
 
-def parse_size(text: str) -> int:
-    units = {"": 1, "b": 1, "kib": 1 << 10, "mib": 1 << 20, "gib": 1 << 30, "kb": 1000, "mb": 10**6, "gb": 10**9}
-    t = text.strip().lower()
-    num = t.rstrip("abcdefghijklmnopqrstuvwxyz")
-    return int(float(num) * units[t[len(num) :].strip()])
-
-
 class Compute:
     """One layer's work: ``x = tanh(x @ W)``, repeated ``repeats`` times, on NumPy, torch-CPU or torch-CUDA."""
 
@@ -270,8 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         p.error("--device cuda computes with PyTorch: use --framework torch")
     r = run(
         layers=a.layers,
-        layer_size=parse_size(a.layer_size),
-        capacity=parse_size(a.capacity) if a.capacity else None,
+        layer_size=oversub.parse_size(a.layer_size),
+        capacity=oversub.parse_size(a.capacity) if a.capacity else None,
         device=a.device,
         framework=framework,
         compute_ratio=a.compute_ratio,

@@ -2,15 +2,16 @@
 
 import os
 import pathlib
+import sys
 from collections.abc import Callable, Generator, Mapping, Sequence
 from types import TracebackType
-from typing import Any, Final, Literal, Protocol, final, overload
+from typing import Any, Final, Literal, Protocol, Self, TypeAlias, final, overload
 
 from .records import BufferInfo, BufferState, PoolStats
 
-_Size = int | str
+_Size: TypeAlias = int | str
 """Bytes as an int, or a size string: "4096", "256MiB", "1GiB"."""
-_StrPath = str | os.PathLike[str]
+_StrPath: TypeAlias = str | os.PathLike[str]
 
 class _DeviceLike(Protocol):
     """What ``device=`` takes besides a string: a ``torch.device`` or anything with ``.type`` and ``.index``."""
@@ -20,11 +21,40 @@ class _DeviceLike(Protocol):
     @property
     def index(self) -> int | None: ...
 
-_Device = str | _DeviceLike
+_Device: TypeAlias = str | _DeviceLike
 """"host"/"cpu", "cuda"/"gpu", "cuda:N", or a ``torch.device``."""
 
 __version__: str
 
+__all__ = [
+    "__version__",
+    "parse_size",
+    "Pool",
+    "AddressSpace",
+    "Buffer",
+    "Handle",
+    "ExternalFile",
+    "_rust_paging_loop",
+    "load_schedule",
+    "plan_schedule",
+    "run_schedule",
+    "sim_uvm",
+    "ratio_percent",
+    "sim_swap",
+    "Slot",
+    "SlotView",
+    "_NoopWork",
+    "NOOP",
+    "lab_paging",
+    "lab_probe",
+    "lab_write_profile",
+]
+
+def parse_size(size: _Size) -> int:
+    """Bytes from an int or a size string ("4GiB", "2Gi", "512M", "100MB", "1.5GiB"), by the parser every front
+    shares; ValueError for a fraction of a byte ("1.5"), an unknown unit or a negative int."""
+
+@final
 class Pool:
     """A fixed amount of device memory shared by address spaces, with a swap store behind it.
 
@@ -32,16 +62,16 @@ class Pool:
     or a list of those: the store is then striped over them (4 MiB units dealt to each in turn, one batch of I/O
     on all of them per transfer), its ``store_capacity`` split evenly among them.
 
-    ``device`` is "host" (or "cpu"), "cuda" (or "gpu"), "cuda:N", or a ``torch.device`` (any object with ``.type``
+    ``device`` is "host" (or "cpu", or None, the default), "cuda" (or "gpu"), "cuda:N", or a ``torch.device`` (any object with ``.type``
     and ``.index``); ``device_index`` names the CUDA ordinal too and must agree with one given in ``device``.
     ``close()`` (or the end of ``with Pool(...) as pool:``) frees every buffer; later use raises PoolClosedError.
     """
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         capacity: _Size,
         store: _StrPath | Sequence[_StrPath] | None = None,
-        device: _Device | None = "host",
+        device: _Device | None = None,
         *,
         store_capacity: _Size | None = None,
         host_tier: _Size | None = None,
@@ -51,7 +81,7 @@ class Pool:
         force_store: bool = False,
         scrub_store: bool = True,
         io: Literal["default", "auto"] = "default",
-    ) -> None: ...
+    ) -> Self: ...
     def address_space(self) -> AddressSpace:
         """A new address space: a set of buffers paged together. PoolClosedError after ``close()``."""
     def close(self) -> None:
@@ -59,7 +89,7 @@ class Pool:
         buffer has live views. The store is given up at once (scrubbed, unlocked) when nothing is left on it."""
     @property
     def closed(self) -> bool: ...
-    def __enter__(self) -> Pool: ...
+    def __enter__(self) -> Self: ...
     def __exit__(
         self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None, /
     ) -> bool: ...
@@ -89,10 +119,11 @@ class Pool:
         """capacity_bytes, used_bytes, store_capacity_bytes, store_free_bytes (and the host tier's, if any), as
         attributes or ``stats()["used_bytes"]``."""
 
+@final
 class ExternalFile:
     """A file oversub reads but never writes (a model checkpoint), for ``AddressSpace.alloc_external``."""
 
-    def __init__(self, path: str | os.PathLike[str]) -> None: ...
+    def __new__(cls, path: str | os.PathLike[str]) -> Self: ...
     @property
     def path(self) -> str: ...
     @property
@@ -100,12 +131,12 @@ class ExternalFile:
     @property
     def direct(self) -> bool: ...
 
+@final
 class AddressSpace:
     """A set of buffers paged together; made by ``Pool.address_space()``."""
 
     def alloc_external(self, file: ExternalFile | str | os.PathLike[str], offset: int, nbytes: _Size) -> Buffer:
         """A read-only buffer whose stored copy is ``file``'s bytes from ``offset`` (a checkpoint as the store)."""
-        ...
     def alloc(self, nbytes: _Size, read_only: bool = False, *, unpageable: bool = False) -> Buffer:
         """A resident, zero-filled buffer. Raises OutOfMemoryError when the pool has no room."""
     def page_out_all(self) -> None:
@@ -116,6 +147,7 @@ class AddressSpace:
     def resident_bytes(self) -> int: ...
     def __len__(self) -> int: ...
 
+@final
 class Buffer:
     """Device memory that can be paged out to the store and back, keeping its address."""
 
@@ -156,11 +188,13 @@ class Buffer:
     @property
     def __cuda_array_interface__(self) -> dict[str, Any]:
         """CUDA buffers only (AttributeError for host buffers)."""
-    def __buffer__(self, flags: int, /) -> memoryview: ...
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
     def __len__(self) -> int: ...
-    def __enter__(self) -> Buffer: ...
+    def __enter__(self) -> Self: ...
     def __exit__(self, *exc: object) -> bool: ...
 
+@final
 class Handle:
     """An asynchronous page-in or page-out in flight, with ``concurrent.futures.Future``'s interface;
     ``await handle`` suspends until the completion wakes it (no executor thread)."""
@@ -173,7 +207,7 @@ class Handle:
         """Waits; None, or raises the operation's error or TimeoutError."""
     def exception(self, timeout: float | None = None) -> BaseException | None:
         """Waits; the operation's error (not raised) or None; TimeoutError when not done in time."""
-    def add_done_callback(self, fn: Callable[[Handle], object], /) -> None:
+    def add_done_callback(self, fn: Callable[[Handle], object]) -> None:
         """``fn(handle)`` once complete (at once if it is); its exceptions are logged on the "oversub" logger."""
     def __await__(self) -> Generator[Any, None, None]: ...
     @property
@@ -229,7 +263,8 @@ class SlotView:
     @property
     def readonly(self) -> bool: ...
     def __len__(self) -> int: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
+    if sys.version_info >= (3, 12):
+        def __buffer__(self, flags: int, /) -> memoryview: ...
     def __dlpack__(
         self,
         *,
@@ -246,7 +281,7 @@ class _NoopWork: ...
 NOOP: Final[_NoopWork]
 """As a work or init: a Rust closure that does nothing (the baseline for measuring the cost of Python work)."""
 
-_Work = Callable[[Slot], None] | _NoopWork
+_Work: TypeAlias = Callable[[Slot], None] | _NoopWork
 
 def load_schedule(config: _StrPath | None = None, *, text: str | None = None) -> dict[str, Any]:
     """Reads a schedule configuration (a TOML path, or ``text=``): platform, components, table, demand_bytes,
@@ -337,6 +372,7 @@ def sim_swap(
     direct_access: Literal["overlapped", "serial"] | None = None,
     profile: _StrPath | None = None,
     seed: int = 1,
+    seeds: int | str | Sequence[int] | None = None,
     priorities: Literal["measured", "contention", "given"] | None = None,
     check: bool = False,
 ) -> dict[str, Any]:

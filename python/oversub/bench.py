@@ -27,6 +27,7 @@ import time
 
 from . import _oversub
 from ._oversub import Pool
+from ._oversub import parse_size as _parse_size
 
 
 def _python_loop(bufs, rounds: int) -> tuple[float, float, int]:
@@ -218,12 +219,6 @@ def _offload_parser(sub) -> None:
     op.add_argument("--worker", help=argparse.SUPPRESS)
     op.add_argument("--work", help=argparse.SUPPRESS)
     op.add_argument("--model", help=argparse.SUPPRESS)
-
-
-def _parse_size(text) -> int:
-    from .torch import _parse_size as p  # noqa: PLC0415 (needs torch; only the offload bench does)
-
-    return p(text)
 
 
 def _log(msg: str) -> None:
@@ -696,7 +691,7 @@ def _offload_main(args) -> int:
                 import transformers  # noqa: F401
             except ImportError as e:
                 report["models"][kind] = {"skipped": f"transformers not installed ({e})"}
-                _log(f"skipping the transformer: transformers not installed")
+                _log("skipping the transformer: transformers not installed")
                 continue
         elif kind != "linear":
             raise SystemExit(f"unknown model {kind!r} (linear, transformer)")
@@ -719,7 +714,7 @@ def _offload_main(args) -> int:
                     proc = subprocess.run(cmd, env=env, timeout=args.timeout, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.PIPE, text=True)
                     err = proc.stderr
-                except subprocess.TimeoutExpired as e:
+                except subprocess.TimeoutExpired:
                     rows.append({"method": method, "skipped": f"timed out after {args.timeout:.0f} s"})
                     continue
                 for line in err.splitlines():

@@ -4,6 +4,12 @@ Every class is named after the Rust error (or error variant) it stands for and c
 ``str(exc)``. All derive from :class:`oversub.Error`; where a standard exception fits, they derive from it too
 (``OutOfMemoryError`` is a ``MemoryError``, ``IoError`` an ``OSError``, ``ViewError`` a ``BufferError``), so
 ``except MemoryError`` keeps working in code that does not know oversub.
+
+The numbers a program may act on are attributes, so that nobody parses a message: ``OutOfMemoryError.needed_bytes``
+(and ``available_bytes``, ``capacity_bytes``), ``QuotaExceededError.needed_bytes`` (``charged_bytes``,
+``limit_bytes``), ``IoError.errno`` (the system's error, as for any ``OSError``: ``errno.ENOSPC`` for a full file
+system and for a full store, ``errno.EIO``, ...; None where the failure was not the system's), and
+``StoreFullError.needed_bytes`` and ``free_bytes``. They are None on an exception raised by hand.
 """
 
 from __future__ import annotations
@@ -92,11 +98,21 @@ class ReadOnlyError(PagerError):
 
 
 class OutOfMemoryError(PagerError, MemoryError):
-    """The pool has not enough free capacity (``PagerError::OutOfMemory``)."""
+    """The pool has not enough free capacity (``PagerError::OutOfMemory``): the operation needed ``needed_bytes``,
+    ``available_bytes`` were free of the pool's ``capacity_bytes``."""
+
+    needed_bytes: int | None = None
+    available_bytes: int | None = None
+    capacity_bytes: int | None = None
 
 
 class QuotaExceededError(PagerError, MemoryError):
-    """A tenant address space is at its resident quota (``PagerError::QuotaExceeded``)."""
+    """A tenant address space is at its resident quota (``PagerError::QuotaExceeded``): the operation needed
+    ``needed_bytes`` more, the space holds ``charged_bytes`` of its ``limit_bytes``."""
+
+    needed_bytes: int | None = None
+    charged_bytes: int | None = None
+    limit_bytes: int | None = None
 
 
 class OutOfBoundsError(PagerError, IndexError):
@@ -143,12 +159,16 @@ class TenantError(Error):
 
 
 class IoError(Error, OSError):
-    """The swap store failed (Rust ``oversub_io::IoError``)."""
+    """The swap store failed (Rust ``oversub_io::IoError``); ``errno`` is the system's error where it was one
+    (``errno.ENOSPC``, ``errno.EIO``, ...), else None."""
 
 
 class StoreFullError(IoError):
     """The swap store has no room for the buffer (``IoError::StoreFull``); give the pool a larger
-    ``store_capacity``."""
+    ``store_capacity``. ``errno`` is ``errno.ENOSPC``; ``needed_bytes`` were asked for, ``free_bytes`` were free."""
+
+    needed_bytes: int | None = None
+    free_bytes: int | None = None
 
 
 class StoreBusyError(IoError):

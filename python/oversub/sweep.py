@@ -43,7 +43,7 @@ import threading
 import time
 import tomllib
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 __all__ = ["Run", "Sweep", "SweepInterrupted", "grid", "load", "run", "to_dataframe", "format_table", "main"]

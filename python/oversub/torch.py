@@ -46,6 +46,7 @@ from torch import nn
 
 from . import errors as _errors
 from ._oversub import ExternalFile, Pool
+from ._oversub import parse_size as _parse_size
 
 __all__ = [
     "offload",
@@ -121,19 +122,7 @@ class StorePathError(OffloadError, FileNotFoundError):
 
 # --- sizes ------------------------------------------------------------------------------------------------------------
 
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": _MIB, "mb": 10**6, "mib": _MIB,
-          "g": 1 << 30, "gb": 10**9, "gib": 1 << 30, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
-
-
-def _parse_size(size: int | str) -> int:
-    if isinstance(size, int):
-        return size
-    import re
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", str(size))
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {size!r} (try '2GiB', '512MiB', '4096')")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+# Sizes are read by the one parser every front shares (Rust's ``oversub.parse_size``), imported above.
 
 
 def _round_up(n: int, align: int) -> int:
@@ -170,7 +159,7 @@ def _auto_host_memory() -> int:
     return max(0, avail - max(total // 8, _HOST_HEADROOM_MIN))
 
 
-def _fmt(n: int | float) -> str:
+def _fmt(n: float) -> str:
     for unit, div in (("GiB", 1 << 30), ("MiB", _MIB), ("KiB", 1 << 10)):
         if abs(n) >= div:
             return f"{n / div:.1f} {unit}"
@@ -582,9 +571,10 @@ class Offloaded:
         self.verify_checksums = verify_checksums
         self.copy_checkpoint = copy_checkpoint
         if host_memory != "auto":
-            host_memory = _parse_size(host_memory)
-            if host_memory < 0:
-                raise ValueError(f"host_memory must be 'auto', a size or 0, not {host_memory!r}")
+            try:
+                host_memory = _parse_size(host_memory)
+            except (ValueError, TypeError) as e:
+                raise ValueError(f"host_memory must be 'auto', a size or 0, not {host_memory!r} ({e})") from None
         self.host_memory = host_memory
         self.host_tier_bytes = 0  # the host tier's size, decided in _plan_host_tier
         self.groups: list[_Group] = []
@@ -1120,7 +1110,9 @@ class Offloaded:
                     owners.setdefault(id(sub), (sub, g, []))[2].append((attr, s))
         post = getattr(nn.Module, "register_state_dict_post_hook", None)
         for sub, g, own in owners.values():
-            hook = (lambda mod, sd, prefix, meta, g=g, own=own: self._state_dict_post(g, own, sd, prefix))
+            def hook(mod, sd, prefix, meta, g=g, own=own):
+                return self._state_dict_post(g, own, sd, prefix)
+
             self._hooks.append(post(sub, hook) if post is not None else sub._register_state_dict_hook(hook))
             self._hooks.append(sub._register_load_state_dict_pre_hook(
                 lambda sd, prefix, *rest, sub=sub, own=own: self._load_state_dict_pre(sub, own, sd, prefix)))

@@ -11,11 +11,13 @@ use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 
-/// An exception to raise: its class in `oversub.errors` and its message.
+/// An exception to raise: its class in `oversub.errors`, its message, and the numbers of the Rust error that a
+/// program may act on (`needed_bytes`, `errno`, ...), set as attributes so that nobody parses the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Raised {
     pub class: &'static str,
     pub message: String,
+    pub attrs: Vec<(&'static str, i64)>,
 }
 
 impl Raised {
@@ -23,15 +25,31 @@ impl Raised {
         Raised {
             class,
             message: message.into(),
+            attrs: Vec::new(),
         }
     }
 
-    /// The Python exception; falls back to `RuntimeError` should the class be missing.
+    /// The same, with attribute `name` set to `value` (saturated: byte counts above `i64::MAX` cannot occur).
+    fn with(mut self, name: &'static str, value: impl TryInto<i64>) -> Raised {
+        self.attrs
+            .push((name, value.try_into().unwrap_or(i64::MAX)));
+        self
+    }
+
+    /// The Python exception; falls back to `RuntimeError` should the class be missing. The message is the only
+    /// argument (`OSError(errno, text)` would prefix it with `[Errno N]`); `errno` is set as an attribute instead.
     pub(crate) fn to_pyerr(&self, py: Python<'_>) -> PyErr {
-        match error_class(py, self.class) {
+        let err = match error_class(py, self.class) {
             Ok(ty) => PyErr::from_type(ty, (self.message.clone(),)),
-            Err(e) => e,
+            Err(e) => return e,
+        };
+        let value = err.value(py);
+        for (name, v) in &self.attrs {
+            if let Err(e) = value.setattr(*name, *v) {
+                return e;
+            }
         }
+        err
     }
 }
 
@@ -65,8 +83,27 @@ impl ToRaised for PagerError {
             PagerError::OperationInFlight { .. } => "OperationInFlightError",
             PagerError::NotResident { .. } => "NotResidentError",
             PagerError::ReadOnly(_) => "ReadOnlyError",
-            PagerError::OutOfMemory { .. } => "OutOfMemoryError",
-            PagerError::QuotaExceeded { .. } => "QuotaExceededError",
+            PagerError::OutOfMemory {
+                needed_bytes,
+                available_bytes,
+                capacity_bytes,
+            } => {
+                return Raised::new("OutOfMemoryError", self.to_string())
+                    .with("needed_bytes", *needed_bytes)
+                    .with("available_bytes", *available_bytes)
+                    .with("capacity_bytes", *capacity_bytes)
+            }
+            PagerError::QuotaExceeded {
+                needed_bytes,
+                charged_bytes,
+                limit_bytes,
+                ..
+            } => {
+                return Raised::new("QuotaExceededError", self.to_string())
+                    .with("needed_bytes", *needed_bytes)
+                    .with("charged_bytes", *charged_bytes)
+                    .with("limit_bytes", *limit_bytes)
+            }
             PagerError::Tenant(_) => "TenantError",
             PagerError::OutOfBounds { .. } => "OutOfBoundsError",
             PagerError::InvalidSize(_) => "InvalidSizeError",
@@ -90,7 +127,22 @@ impl ToRaised for IoError {
             IoError::ExternalChanged { .. } => "ExternalChangedError",
             _ => "IoError",
         };
-        Raised::new(class, self.to_string())
+        let raised = Raised::new(class, self.to_string());
+        // `errno` as `OSError`s have it: the system's error where there was one, ENOSPC for a full store (the
+        // store's own accounting refused, as the file system would), None otherwise.
+        let errno = match self {
+            IoError::StoreFull { needed, free } => {
+                return raised
+                    .with("errno", libc::ENOSPC)
+                    .with("needed_bytes", *needed)
+                    .with("free_bytes", *free)
+            }
+            other => other.raw_os_error(),
+        };
+        match errno {
+            Some(n) => raised.with("errno", n),
+            None => raised,
+        }
     }
 }
 

@@ -23,6 +23,7 @@ use pyo3::prelude::*;
 fn _oversub(m: &Bound<'_, PyModule>) -> PyResult<()> {
     init_logging();
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(util::parse_size, m)?)?;
     pager::register(m)?;
     studies::register(m)?;
     slots::register(m)?;

@@ -28,6 +28,14 @@ pub(crate) fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
     }
 }
 
+/// `oversub.parse_size`: the one size parser of every front (`Pool(capacity=...)`, the lab, `oversub.torch`, the
+/// CLI's flags), so that a size string means the same bytes wherever it is typed. An int passes through (checked);
+/// a refused string is a `ValueError` naming the accepted units.
+#[pyfunction]
+pub(crate) fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
+    size_arg(size, "size")
+}
+
 /// A serialisable Rust value as plain Python objects (dicts, lists, floats, ints, strings, None), through JSON.
 pub(crate) fn to_python<'py, T: serde::Serialize>(
     py: Python<'py>,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import os
 import re
@@ -288,6 +289,8 @@ def test_exception_messages_are_the_rust_ones(pool):
         f"pool capacity exceeded: needed {32 * MiB} bytes, {16 * MiB} of {16 * MiB} available"
     )
     assert isinstance(e.value, MemoryError) and isinstance(e.value, oversub.PagerError)
+    # The numbers as attributes, so that a caller need not parse the message.
+    assert (e.value.needed_bytes, e.value.available_bytes, e.value.capacity_bytes) == (32 * MiB, 16 * MiB, 16 * MiB)
     with pytest.raises(oversub.InvalidSizeError):
         space.alloc(0)
     h = buf.page_in_async()
@@ -311,7 +314,25 @@ def test_store_full_is_an_io_error(tmp_path):
         b.page_out()
     assert isinstance(e.value, OSError) and isinstance(e.value, oversub.IoError)
     assert str(e.value).startswith("swap store full: needed")
+    # errno as for a full file system (the message stays the Rust one, without an "[Errno 28]" prefix).
+    assert e.value.errno == errno.ENOSPC
+    assert e.value.needed_bytes == 3 * MiB and e.value.free_bytes < e.value.needed_bytes
     assert b.state == "resident"
+
+
+def test_io_errors_carry_the_system_errno(tmp_path):
+    # A store in a folder that does not exist: the system's ENOENT, as an OSError's errno.
+    with pytest.raises(oversub.IoError) as e:
+        oversub.Pool("8MiB", store=tmp_path / "missing" / "store.bin")
+    assert e.value.errno == errno.ENOENT, (e.value.errno, str(e.value))
+    assert not str(e.value).startswith("[Errno")
+
+
+def test_structured_attributes_default_to_none():
+    # Raised by hand (or by a Python layer), the attributes exist and are None, as OSError's errno is.
+    assert oversub.OutOfMemoryError("x").needed_bytes is None
+    assert oversub.IoError("x").errno is None
+    assert oversub.StoreFullError("x").free_bytes is None
 
 
 def test_free_and_context_manager(pool):

@@ -1,8 +1,8 @@
 //! Host memory for copies ([`HostBuffer`]) and completion of asynchronous copies ([`Fence`]).
 
-use std::alloc::Layout;
 use std::ptr::NonNull;
 
+use oversub_base::mem::{AlignedBuf, AllocError};
 use oversub_base::process::Creator;
 
 use crate::AccelError;
@@ -46,22 +46,20 @@ impl HostBuffer {
                 "a host buffer of 0 bytes".into(),
             ));
         }
-        let layout = Layout::from_size_align(len, HOST_BUFFER_ALIGN)
-            .map_err(|_| AccelError::InvalidArgument(format!("a host buffer of {len} bytes")))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        let ptr = NonNull::new(ptr).ok_or_else(|| {
-            AccelError::OutOfMemory(format!("allocating {len} bytes of host memory"))
+        // The house's one aligned heap buffer; the release closure owns it, so releasing frees it (and a forked
+        // child, which forgets the closure, leaks it as before).
+        let buf = AlignedBuf::new(len, HOST_BUFFER_ALIGN).map_err(|e| match e {
+            AllocError::OutOfMemory { .. } => {
+                AccelError::OutOfMemory(format!("allocating {len} bytes of host memory"))
+            }
+            _ => AccelError::InvalidArgument(format!("a host buffer of {len} bytes")),
         })?;
         Ok(HostBuffer {
-            ptr,
+            ptr: buf.as_non_null(),
             len,
             pinned: false,
             creator: Creator::current(),
-            release: Some(Box::new(move |p| {
-                // SAFETY: `p` came from alloc_zeroed with this layout and is freed once (on drop).
-                unsafe { std::alloc::dealloc(p, layout) }
-            })),
+            release: Some(Box::new(move |_| drop(buf))),
         })
     }
 

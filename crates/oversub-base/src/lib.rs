@@ -1,6 +1,6 @@
 //! Leaf utilities every oversub crate may use, each defined once (redb's `sync.rs` pattern for locks):
 //! [`sync`] (poison-tolerant lock, condition-variable waits), [`size`] (user-typed sizes such as `"256MiB"`),
-//! [`format`] (durations, byte counts, rates for people), [`rng`] (one deterministic generator), [`stats`] (one
+//! [`format`] (durations, byte counts, rates for people), [`mem`] (the one aligned heap buffer), [`rng`] (one deterministic generator), [`stats`] (one
 //! median), [`cpu`] (pinning a thread to a CPU) and [`process`] (which process made an object: a forked child's
 //! drops must leave its parent's threads, files and locks alone).
 //!
@@ -8,6 +8,7 @@
 
 pub mod cpu;
 pub mod format;
+pub mod mem;
 pub mod process;
 pub mod rng;
 pub mod size;

@@ -179,6 +179,10 @@ mod tests {
             ("0.1KiB", 102),
             ("1.25MB", 1_250_000),
             ("2Ti", 2 << 40),
+            // issue 36's table, which every Python front reads through this function too (python/tests/test_sizes.py)
+            ("2Gi", 2 << 30),
+            ("4GiB", 4 << 30),
+            ("512M", 512 << 20),
             ("15EiB", 15 << 60),
             ("18446744073709551615", u64::MAX),
             ("0000000000000000000000001k", 1024),

@@ -387,17 +387,11 @@ fn corrupted_store_is_caught_by_the_checksum() {
     // Scribble over the whole store behind the pager's back (buffered write, then drop it from the cache).
     let fd = pool.store().fd();
     let len = (16 * MIB) as usize;
-    let layout = std::alloc::Layout::from_size_align(len, 1 << 12).unwrap();
-    // SAFETY: non-zero size; freed below. Aligned because the store may be opened O_DIRECT.
-    let junk = unsafe { std::alloc::alloc(layout) };
-    assert!(!junk.is_null());
-    // SAFETY: junk points to len writable bytes; pwrite reads them into our own store file.
-    let n = unsafe {
-        std::ptr::write_bytes(junk, 0x5A, len);
-        libc::pwrite(fd, junk.cast(), len, 0)
-    };
-    // SAFETY: allocated above with this layout.
-    unsafe { std::alloc::dealloc(junk, layout) };
+    // Aligned because the store may be opened O_DIRECT.
+    let mut junk = oversub_io::AlignedBuf::new(len, 1 << 12).unwrap();
+    junk.as_mut_slice().fill(0x5A);
+    // SAFETY: junk holds len readable bytes; pwrite reads them into our own store file.
+    let n = unsafe { libc::pwrite(fd, junk.as_ptr().cast(), len, 0) };
     assert_eq!(n, len as isize);
     let err = space.page_in(b).unwrap_err();
     assert!(matches!(err, PagerError::ChecksumMismatch { .. }), "{err}");

@@ -160,6 +160,20 @@ fn holder_suffix(holder: &Option<String>) -> String {
         .map_or_else(String::new, |h| format!(": {h}"))
 }
 
+/// An aligned buffer that could not be allocated, as the errors `AlignedBuf::new` returned when it lived here: a bad
+/// layout is an invalid argument, no memory an `alloc` failure of kind `OutOfMemory`.
+impl From<oversub_base::mem::AllocError> for IoError {
+    fn from(e: oversub_base::mem::AllocError) -> IoError {
+        match e {
+            oversub_base::mem::AllocError::OutOfMemory { .. } => IoError::Io {
+                op: "alloc",
+                source: std::io::ErrorKind::OutOfMemory.into(),
+            },
+            other => IoError::InvalidArgument(other.to_string()),
+        }
+    }
+}
+
 impl IoError {
     /// `Io` error from `errno` of the last libc call.
     pub(crate) fn last_os(op: &'static str) -> Self {

@@ -12,7 +12,6 @@ pub mod alloc;
 pub mod engine;
 pub mod error;
 pub mod external;
-mod mem;
 pub mod store;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -26,5 +25,6 @@ pub use engine::{
 };
 pub use error::IoError;
 pub use external::ExternalFile;
-pub use mem::AlignedBuf;
+// The one aligned heap buffer is base's (also the device backends' pageable host memory).
+pub use oversub_base::mem::AlignedBuf;
 pub use store::{Scrub, Slot, SlotView, StoreBuilder, SwapStore};

@@ -52,8 +52,8 @@ use crate::engine::{
 };
 use crate::error::IoError;
 use crate::external::ExternalFile;
-use crate::mem::AlignedBuf;
 use builder::Parts;
+use oversub_base::mem::AlignedBuf;
 use scrub::Backing;
 use sys::set_direct;
 

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use crate::engine::{forward_to, Direction, IoCallback, IoCountersSnapshot, IoEngine, IoRequest};
 use crate::error::IoError;
 
-pub use crate::mem::AlignedBuf;
+pub use oversub_base::mem::AlignedBuf;
 
 /// Makes chosen requests fail with [`IoError::Injected`] without performing them.
 ///

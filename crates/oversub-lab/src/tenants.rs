@@ -28,7 +28,7 @@ use std::time::{Duration, Instant};
 
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_base::format_bytes;
-use oversub_base::stats::median_or_nan;
+use oversub_base::stats::{median_or_nan, median_u64};
 use oversub_base::sync::lock;
 use oversub_core::{
     AddressSpace, AlphaRule, Buffer, BufferFlags, PagerError, Pool, PoolConfig, TenantConfig,
@@ -462,8 +462,8 @@ pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsRepor
                 rank: q.map_or(k, |q| q.rank),
                 alpha: q.map_or(0.0, |q| q.alpha),
                 resident_limit_bytes: q.map_or(w.demand(), |q| q.resident_limit_bytes),
-                lru_paged_bytes: median_u64(lru[k].iter().map(|o| o.paged_bytes)),
-                planned_direct_bytes: median_u64(planned[k].iter().map(|o| o.direct_bytes)),
+                lru_paged_bytes: median_bytes(lru[k].iter().map(|o| o.paged_bytes)),
+                planned_direct_bytes: median_bytes(planned[k].iter().map(|o| o.direct_bytes)),
             }
         })
         .collect();
@@ -496,9 +496,10 @@ fn median(values: impl Iterator<Item = f64>) -> f64 {
     median_or_nan(&values.collect::<Vec<_>>())
 }
 
-/// The median of byte counts, as the f64 median (the mean of the middle two for an even count) truncated.
-fn median_u64(values: impl Iterator<Item = u64>) -> u64 {
-    median(values.map(|v| v as f64)) as u64
+/// The median of byte counts (`oversub_base`'s: the mean of the middle two for an even count, rounded down), 0 when
+/// there are none.
+fn median_bytes(values: impl Iterator<Item = u64>) -> u64 {
+    median_u64(&values.collect::<Vec<_>>()).unwrap_or(0)
 }
 
 /// What every run shares.
@@ -721,7 +722,8 @@ where
                 scope.spawn(move || -> Result<RunOutcome, LabError> {
                     // Page-aligned, so direct store access needs no bounce buffer.
                     let mut scratch_buf =
-                        oversub_io::AlignedBuf::new(w.buffer_bytes as usize, 4096)?;
+                        oversub_io::AlignedBuf::new(w.buffer_bytes as usize, 4096)
+                            .map_err(oversub_io::IoError::from)?;
                     let scratch = scratch_buf.as_mut_slice();
                     let mut out = RunOutcome::default();
                     barrier.wait();

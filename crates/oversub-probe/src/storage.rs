@@ -166,7 +166,7 @@ fn run_point(
     }
     let mut bufs = (0..queue_depth)
         .map(|i| {
-            let mut b = AlignedBuf::new(block, store.alignment())?;
+            let mut b = AlignedBuf::new(block, store.alignment()).map_err(IoError::from)?;
             // Distinct non-zero contents, so no layer can shortcut zero pages.
             b.as_mut_slice().fill(0xA5 ^ i as u8);
             Ok(b)

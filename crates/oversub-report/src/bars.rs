@@ -2,6 +2,10 @@
 //! dependencies): one group of bars per category, one bar per series, e.g.
 //! the normalized speed-up of every page-migration policy per application.
 
+use crate::frame::{
+    self, fmt_value, linear_tick_label, log_minor_ticks, log_ticks, snapped_log10, CHAR_W_12,
+    PALETTE, PLOT_H,
+};
 use crate::html::escape;
 use crate::svg::{decimals_for, n, nice_ticks, truncate_label};
 use std::fmt::Write as _;
@@ -54,32 +58,14 @@ pub struct BarChart {
 }
 
 // ---- layout constants (pixels) ----
-const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
-const PLOT_H: f64 = 360.0;
-const MARGIN_RIGHT: f64 = 24.0;
+// The frame's own (font, plot height, legend, palette) are in `frame`.
 const MIN_PLOT_W: f64 = 360.0;
-/// Rough average glyph width of a 12px sans-serif font.
-const CHAR_W_12: f64 = 7.0;
-/// Rough average glyph width of an 11px sans-serif font.
-const CHAR_W_11: f64 = 6.4;
 const MAX_CATEGORY_CHARS: usize = 30;
-const MAX_LEGEND_CHARS: usize = 40;
 const LABEL_ROTATION_DEG: f64 = 35.0;
 /// Space between two category groups.
 const GROUP_GAP: f64 = 18.0;
-/// Top of the first legend row.
-const LEGEND_TOP: f64 = 44.0;
-const LEGEND_ROW_H: f64 = 18.0;
 /// Keeps the axis arithmetic finite for absurd magnitudes.
 const LIMIT: f64 = 1e300;
-
-/// Series colours (Tableau 20, the ten strong hues first), distinct enough
-/// for 14 policies side by side; cycled beyond 20 series.
-const PALETTE: [&str; 20] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#499894", "#d37295",
-    "#fabfd2", "#79706e", "#d4a6c8", "#d7b5a6",
-];
 
 /// One bar as drawn.
 #[derive(Debug, Clone, Copy)]
@@ -137,39 +123,16 @@ impl Scale {
         match *self {
             Scale::Linear { lo, hi, step } => {
                 let decimals = decimals_for(step);
-                let max_abs = lo.abs().max(hi.abs());
-                // Scientific notation only for absurd ranges, so that labels
-                // stay short.
-                let scientific = max_abs >= 1e7 || decimals > 6;
+                let scientific = frame::scientific(lo, hi, decimals);
                 let count = ((hi - lo) / step).round().clamp(1.0, 50.0) as usize;
                 (0..=count)
                     .map(|i| {
                         let v = lo + i as f64 * step;
-                        let label = if scientific {
-                            format!("{v:.3e}")
-                        } else {
-                            let label = format!("{v:.decimals$}");
-                            if label
-                                .trim_start_matches('-')
-                                .trim_matches(['0', '.'])
-                                .is_empty()
-                            {
-                                format!("{:.decimals$}", 0.0)
-                            } else {
-                                label
-                            }
-                        };
-                        (self.frac(v), label)
+                        (self.frac(v), linear_tick_label(v, decimals, scientific))
                     })
                     .collect()
             }
-            Scale::Log { lo, hi, every } => {
-                let span = f64::from(hi - lo);
-                (lo..=hi)
-                    .step_by(every.max(1) as usize)
-                    .map(|e| (f64::from(e - lo) / span, decade_label(e)))
-                    .collect()
-            }
+            Scale::Log { lo, hi, every } => log_ticks(lo, hi, every),
         }
     }
 
@@ -177,60 +140,9 @@ impl Scale {
     /// showing few decades).
     fn minor_ticks(&self) -> Vec<f64> {
         match *self {
-            Scale::Log { lo, hi, every } if every == 1 && hi - lo <= 10 => {
-                let span = f64::from(hi - lo);
-                (lo..hi)
-                    .flat_map(|e| {
-                        (2..10).map(move |m| (f64::from(e - lo) + f64::from(m).log10()) / span)
-                    })
-                    .collect()
-            }
-            _ => Vec::new(),
+            Scale::Log { lo, hi, every } => log_minor_ticks(lo, hi, every, 10),
+            Scale::Linear { .. } => Vec::new(),
         }
-    }
-}
-
-/// Label of the decade tick `10^e`: plain for 0.0001..1000000, else `1e{e}`.
-fn decade_label(e: i32) -> String {
-    if (-4..=6).contains(&e) {
-        fmt_value(10f64.powi(e))
-    } else {
-        format!("1e{e}")
-    }
-}
-
-/// A value for labels and tooltips: 4 significant digits, plain for
-/// magnitudes in 0.0001..10^7, scientific otherwise.
-fn fmt_value(v: f64) -> String {
-    if !v.is_finite() {
-        return "n/a".to_string();
-    }
-    if v == 0.0 {
-        return "0".to_string();
-    }
-    let a = v.abs();
-    if (1e-4..1e7).contains(&a) {
-        let mag = a.log10().floor() as i32;
-        let decimals = (3 - mag).clamp(0, 8) as usize;
-        let s = format!("{v:.decimals$}");
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
-    } else {
-        format!("{v:.3e}")
-    }
-}
-
-/// `log10(v)` snapped to an integer when within rounding error of one, so
-/// that exact decades (0.01) land on their tick.
-fn snapped_log10(v: f64) -> f64 {
-    let l = v.log10();
-    if (l - l.round()).abs() < 1e-9 {
-        l.round()
-    } else {
-        l
     }
 }
 
@@ -385,15 +297,11 @@ impl BarChart {
             _ => 10.0,
         };
         let group_w0 = ns.max(1) as f64 * bar_w0 + GROUP_GAP;
-        let max_tick_chars = ticks
-            .iter()
-            .map(|(_, l)| l.chars().count())
-            .max()
-            .unwrap_or(1);
-        let margin_left = 52.0 + max_tick_chars as f64 * CHAR_W_12;
-        // Wide enough for the title (bold 16px).
-        let title_w = self.title.chars().count() as f64 * 9.5 + 24.0;
-        let plot_w = (slots * group_w0).max(MIN_PLOT_W).max(title_w);
+        let (max_tick_chars, margin_left) =
+            frame::tick_margin(ticks.iter().map(|(_, l)| l.as_str()));
+        let plot_w = (slots * group_w0)
+            .max(MIN_PLOT_W)
+            .max(frame::title_width(&self.title));
         let group_w = plot_w / slots;
         // Stretch bars a little when the plot is wider than needed.
         let bar_w = ((group_w - GROUP_GAP) / ns.max(1) as f64)
@@ -428,22 +336,14 @@ impl BarChart {
         let x0 = margin_left;
 
         // ---- legend: entries flow left to right, wrapping at the plot width ----
-        let mut legend: Vec<(f64, f64, String)> = Vec::with_capacity(ns); // (x, row top, label)
-        let (mut lx, mut row) = (0.0f64, 0usize);
-        for s in &self.series {
-            let label = truncate_label(&s.name, MAX_LEGEND_CHARS);
-            let entry_w = 16.0 + label.chars().count() as f64 * CHAR_W_11 + 16.0;
-            if lx > 0.0 && lx + entry_w > plot_w {
-                lx = 0.0;
-                row += 1;
-            }
-            legend.push((x0 + lx, LEGEND_TOP + row as f64 * LEGEND_ROW_H, label));
-            lx += entry_w;
-        }
-        let legend_rows = if ns == 0 { 0 } else { row + 1 };
-        let margin_top = LEGEND_TOP + legend_rows as f64 * LEGEND_ROW_H + 12.0;
+        let (legend, margin_top) = frame::legend_layout(
+            self.series.iter().map(|s| s.name.as_str()),
+            16.0,
+            x0,
+            plot_w,
+        );
 
-        let width = x0 + plot_w + MARGIN_RIGHT;
+        let width = x0 + plot_w + frame::MARGIN_RIGHT;
         let height = margin_top + PLOT_H + margin_bottom;
         let y0 = margin_top;
         let y_of = |frac: f64| y0 + PLOT_H * (1.0 - frac);
@@ -451,27 +351,8 @@ impl BarChart {
 
         let mut svg = String::new();
         // `write!` into a String cannot fail; results are ignored below.
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" font-size="12">"#,
-            w = n(width),
-            h = n(height),
-        );
-        let _ = writeln!(svg, "<title>{}</title>", escape(&self.title));
-        let _ = writeln!(
-            svg,
-            r##"<rect x="0" y="0" width="{}" height="{}" fill="#ffffff"/>"##,
-            n(width),
-            n(height)
-        );
-
-        // Title.
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="28" text-anchor="middle" font-size="16" font-weight="bold" fill="#222222">{}</text>"##,
-            n(x0 + plot_w / 2.0),
-            escape(&self.title)
-        );
+        frame::open(&mut svg, &self.title, width, height);
+        frame::background_and_heading(&mut svg, &self.title, width, height, x0 + plot_w / 2.0);
 
         // Legend.
         if !legend.is_empty() {
@@ -494,17 +375,7 @@ impl BarChart {
         // Grid and y tick labels.
         let _ = writeln!(svg, r#"<g class="grid">"#);
         for (frac, label) in &ticks {
-            let y = y_of(*frac);
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="#e6e6e6" stroke-width="1"/><text x="{}" y="{}" text-anchor="end" fill="#333333">{}</text>"##,
-                n(x0),
-                n(x0 + plot_w),
-                n(x0 - 8.0),
-                n(y + 4.0),
-                escape(label),
-                y = n(y),
-            );
+            frame::y_grid_line(&mut svg, x0, plot_w, y_of(*frac), label);
         }
         let minor = scale.minor_ticks();
         if !minor.is_empty() {
@@ -521,15 +392,7 @@ impl BarChart {
 
         // Y axis label.
         if !self.y_label.trim().is_empty() {
-            let ylx = x0 - 18.0 - max_tick_chars as f64 * CHAR_W_12;
-            let yly = y0 + PLOT_H / 2.0;
-            let _ = writeln!(
-                svg,
-                r##"<text x="{x}" y="{y}" text-anchor="middle" font-size="13" fill="#222222" transform="rotate(-90 {x} {y})">{}</text>"##,
-                escape(self.y_label.trim()),
-                x = n(ylx),
-                y = n(yly),
-            );
+            frame::y_axis_label(&mut svg, self.y_label.trim(), x0, y0, max_tick_chars);
         }
 
         // Bars, one group per category.
@@ -597,12 +460,7 @@ impl BarChart {
             let _ = writeln!(svg, "</g>");
         }
         if !drawn_any {
-            let _ = writeln!(
-                svg,
-                r##"<text x="{}" y="{}" text-anchor="middle" font-size="11" font-style="italic" fill="#888888">(no data)</text>"##,
-                n(x0 + plot_w / 2.0),
-                n(y0 + PLOT_H / 2.0),
-            );
+            frame::no_data(&mut svg, x0, y0, plot_w);
         }
 
         // Reference line over the bars.
@@ -619,14 +477,7 @@ impl BarChart {
         }
 
         // Axes on top of everything.
-        let _ = writeln!(
-            svg,
-            r##"<path d="M{x0} {y0}V{yb}H{xr}" fill="none" stroke="#444444" stroke-width="1"/>"##,
-            x0 = n(x0),
-            y0 = n(y0),
-            yb = n(y0 + PLOT_H),
-            xr = n(x0 + plot_w),
-        );
+        frame::axes(&mut svg, x0, y0, plot_w);
         if let Scale::Linear { lo, .. } = scale {
             // A zero line when the axis goes below zero.
             if lo < 0.0 {
@@ -652,46 +503,7 @@ impl BarChart {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Checks that every tag is closed in order and that no text or
-    /// attribute holds a raw `<`, `>` or a bare `&`.
-    fn assert_well_formed(svg: &str) {
-        assert!(svg.starts_with("<svg "), "{svg}");
-        assert!(svg.ends_with("</svg>\n"), "{svg}");
-        let mut stack: Vec<String> = Vec::new();
-        let mut rest = svg;
-        while let Some(open) = rest.find('<') {
-            let text = &rest[..open];
-            assert!(!text.contains('>'), "stray '>' in {text:?}");
-            check_entities(text);
-            let close = rest[open..].find('>').expect("unclosed tag") + open;
-            let tag = &rest[open + 1..close];
-            assert!(!tag.contains('<'), "raw '<' in tag {tag:?}");
-            check_entities(tag);
-            if let Some(name) = tag.strip_prefix('/') {
-                assert_eq!(stack.pop().as_deref(), Some(name), "in {svg}");
-            } else if !tag.ends_with('/') {
-                let name = tag.split_whitespace().next().expect("tag name");
-                stack.push(name.to_string());
-            }
-            rest = &rest[close + 1..];
-        }
-        assert!(rest.trim().is_empty());
-        assert!(stack.is_empty(), "unclosed: {stack:?}");
-        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
-    }
-
-    fn check_entities(s: &str) {
-        for (i, _) in s.match_indices('&') {
-            let after = &s[i..];
-            assert!(
-                ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
-                    .iter()
-                    .any(|e| after.starts_with(e)),
-                "bare '&' in {s:?}"
-            );
-        }
-    }
+    use crate::frame::testing::assert_well_formed;
 
     fn bar_count(svg: &str) -> usize {
         svg.matches(r#"<rect class="bar""#).count()
@@ -923,19 +735,5 @@ mod tests {
             "{ticks:?}"
         );
         assert!(scale.base() > 0.0 && scale.base() < 1.0);
-    }
-
-    #[test]
-    fn value_formatting() {
-        assert_eq!(fmt_value(1.0), "1");
-        assert_eq!(fmt_value(0.01), "0.01");
-        assert_eq!(fmt_value(1.23456), "1.235");
-        assert_eq!(fmt_value(1234.6), "1235");
-        assert_eq!(fmt_value(-0.5), "-0.5");
-        assert_eq!(fmt_value(1e-7), "1.000e-7");
-        assert_eq!(fmt_value(f64::NAN), "n/a");
-        assert_eq!(decade_label(-3), "0.001");
-        assert_eq!(decade_label(3), "1000");
-        assert_eq!(decade_label(-12), "1e-12");
     }
 }

@@ -1,5 +1,6 @@
 //! Box plots rendered as standalone SVG, written by hand (no dependencies).
 
+use crate::frame::{self, linear_tick_label, CHAR_W_12, PLOT_H};
 use crate::html::escape;
 use crate::svg::{decimals_for, n, nice_ticks, truncate_label};
 use std::fmt::Write as _;
@@ -39,13 +40,9 @@ pub struct BoxPlot {
 }
 
 // ---- layout constants (pixels) ----
-const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
-const PLOT_H: f64 = 360.0;
+// The frame's own (font, plot height, glyph widths) are in `frame`.
 const MARGIN_TOP: f64 = 56.0;
-const MARGIN_RIGHT: f64 = 24.0;
 const MIN_PLOT_W: f64 = 360.0;
-/// Rough average glyph width of a 12px sans-serif font.
-const CHAR_W_12: f64 = 7.0;
 const MAX_LABEL_CHARS: usize = 40;
 const LABEL_ROTATION_DEG: f64 = 35.0;
 
@@ -178,26 +175,12 @@ impl BoxPlot {
         let (unit_factor, unit_name) = time_unit(tick_lo.abs().max(tick_hi.abs()));
         let step_u = step / unit_factor;
         let decimals = decimals_for(step_u);
-        // Scientific notation only for absurd ranges (garbage data), so that
-        // labels stay short.
-        let max_abs_u = tick_lo.abs().max(tick_hi.abs()) / unit_factor;
-        let scientific = max_abs_u >= 1e7 || decimals > 6;
+        let scientific = frame::scientific(tick_lo / unit_factor, tick_hi / unit_factor, decimals);
         let tick_count = ((tick_hi - tick_lo) / step).round().clamp(1.0, 50.0) as usize;
         let tick_labels: Vec<(f64, String)> = (0..=tick_count)
             .map(|i| {
                 let v = tick_lo + i as f64 * step;
-                if scientific {
-                    return (v, format!("{:.3e}", v / unit_factor));
-                }
-                let mut label = format!("{:.*}", decimals, v / unit_factor);
-                if label
-                    .trim_start_matches('-')
-                    .trim_matches(['0', '.'])
-                    .is_empty()
-                {
-                    label = format!("{:.*}", decimals, 0.0);
-                }
-                (v, label)
+                (v, linear_tick_label(v / unit_factor, decimals, scientific))
             })
             .collect();
 
@@ -217,15 +200,12 @@ impl BoxPlot {
             60.0
         };
         let rotate = max_label_chars as f64 * CHAR_W_12 > slot_w - 8.0;
-        let max_tick_chars = tick_labels
-            .iter()
-            .map(|(_, l)| l.chars().count())
-            .max()
-            .unwrap_or(1);
-        let margin_left = 52.0 + max_tick_chars as f64 * CHAR_W_12;
-        // Wide enough for the title (bold 16px) and the legend.
-        let title_w = self.title.chars().count() as f64 * 9.5 + 24.0;
-        let plot_w = (nseries as f64 * slot_w).max(MIN_PLOT_W).max(title_w);
+        let (max_tick_chars, margin_left) =
+            frame::tick_margin(tick_labels.iter().map(|(_, l)| l.as_str()));
+        // Wide enough for the title and the legend.
+        let plot_w = (nseries as f64 * slot_w)
+            .max(MIN_PLOT_W)
+            .max(frame::title_width(&self.title));
         let slot_w = plot_w / nseries as f64;
         let (sin, cos) = LABEL_ROTATION_DEG.to_radians().sin_cos();
         let label_extent = max_label_chars as f64 * CHAR_W_12;
@@ -240,7 +220,7 @@ impl BoxPlot {
         } else {
             margin_left
         };
-        let width = margin_left + plot_w + MARGIN_RIGHT;
+        let width = margin_left + plot_w + frame::MARGIN_RIGHT;
         let height = MARGIN_TOP + PLOT_H + margin_bottom;
         let x0 = margin_left;
         let y0 = MARGIN_TOP;
@@ -250,27 +230,8 @@ impl BoxPlot {
 
         let mut svg = String::new();
         // `write!` into a String cannot fail; results are ignored below.
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" font-size="12">"#,
-            w = n(width),
-            h = n(height),
-        );
-        let _ = writeln!(svg, "<title>{}</title>", escape(&self.title));
-        let _ = writeln!(
-            svg,
-            r##"<rect x="0" y="0" width="{}" height="{}" fill="#ffffff"/>"##,
-            n(width),
-            n(height)
-        );
-
-        // Title.
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="28" text-anchor="middle" font-size="16" font-weight="bold" fill="#222222">{}</text>"##,
-            n(x0 + plot_w / 2.0),
-            escape(&self.title)
-        );
+        frame::open(&mut svg, &self.title, width, height);
+        frame::background_and_heading(&mut svg, &self.title, width, height, x0 + plot_w / 2.0);
         // Legend (top right).
         let ly = 46.0;
         let lx = x0 + plot_w;
@@ -288,17 +249,7 @@ impl BoxPlot {
         // Grid and y tick labels.
         let _ = writeln!(svg, r#"<g class="grid">"#);
         for (v, label) in &tick_labels {
-            let y = y_of(*v);
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="#e6e6e6" stroke-width="1"/><text x="{}" y="{}" text-anchor="end" fill="#333333">{}</text>"##,
-                n(x0),
-                n(x0 + plot_w),
-                n(x0 - 8.0),
-                n(y + 4.0),
-                escape(label),
-                y = n(y),
-            );
+            frame::y_grid_line(&mut svg, x0, plot_w, y_of(*v), label);
         }
         let _ = writeln!(svg, "</g>");
 
@@ -307,15 +258,7 @@ impl BoxPlot {
             (true, u) => u.to_string(),
             (false, u) => format!("{} ({u})", self.y_label.trim()),
         };
-        let ylx = x0 - 18.0 - max_tick_chars as f64 * CHAR_W_12;
-        let yly = y0 + PLOT_H / 2.0;
-        let _ = writeln!(
-            svg,
-            r##"<text x="{x}" y="{y}" text-anchor="middle" font-size="13" fill="#222222" transform="rotate(-90 {x} {y})">{}</text>"##,
-            escape(&y_label),
-            x = n(ylx),
-            y = n(yly),
-        );
+        frame::y_axis_label(&mut svg, &y_label, x0, y0, max_tick_chars);
 
         // Boxes.
         for (i, (series, st)) in self.series.iter().zip(&stats).enumerate() {
@@ -431,14 +374,7 @@ impl BoxPlot {
         }
 
         // Axes on top of everything.
-        let _ = writeln!(
-            svg,
-            r##"<path d="M{x0} {y0}V{yb}H{xr}" fill="none" stroke="#444444" stroke-width="1"/>"##,
-            x0 = n(x0),
-            y0 = n(y0),
-            yb = n(y0 + PLOT_H),
-            xr = n(x0 + plot_w),
-        );
+        frame::axes(&mut svg, x0, y0, plot_w);
         svg.push_str("</svg>\n");
         svg
     }

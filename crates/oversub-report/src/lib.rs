@@ -13,6 +13,7 @@
 
 mod bars;
 mod boxplot;
+mod frame;
 mod html;
 mod lines;
 mod stats;

@@ -4,6 +4,9 @@
 //! markers, e.g. the CDF of LRU stack distances at several granularities
 //! with lines at the L1, L2 and GPU memory capacities.
 
+use crate::frame::{
+    self, fmt_value, linear_tick_label, log_minor_ticks, log_ticks, snapped_log10, PALETTE, PLOT_H,
+};
 use crate::html::escape;
 use crate::svg::{decimals_for, n, nice_ticks, truncate_label};
 use std::fmt::Write as _;
@@ -65,21 +68,11 @@ pub struct LineChart {
 }
 
 // ---- layout constants (pixels) ----
-const FONT: &str = "DejaVu Sans, Helvetica, Arial, sans-serif";
-const PLOT_H: f64 = 360.0;
+// The frame's own (font, plot height, legend, palette) are in `frame`.
 const PLOT_W: f64 = 600.0;
-const MARGIN_RIGHT: f64 = 24.0;
 /// Below the plot: tick labels and the x axis label.
 const MARGIN_BOTTOM: f64 = 58.0;
-/// Rough average glyph width of a 12px sans-serif font.
-const CHAR_W_12: f64 = 7.0;
-/// Rough average glyph width of an 11px sans-serif font.
-const CHAR_W_11: f64 = 6.4;
-const MAX_LEGEND_CHARS: usize = 40;
 const MAX_MARKER_CHARS: usize = 30;
-/// Top of the first legend row.
-const LEGEND_TOP: f64 = 44.0;
-const LEGEND_ROW_H: f64 = 18.0;
 /// Width of a legend swatch.
 const SWATCH_W: f64 = 22.0;
 /// Keeps the axis arithmetic finite for absurd magnitudes.
@@ -92,14 +85,6 @@ pub(crate) const MAX_POINTS: usize = 4 * DECIMATE_COLUMNS;
 /// Drawn coordinates stay within this many plot sizes of the plot, so that
 /// clipped lines keep their slope and the numbers stay small.
 const OVERDRAW: f64 = 100.0;
-
-/// Series colours (Tableau 20, the ten strong hues first, as in the bar
-/// charts); cycled beyond 20 series.
-const PALETTE: [&str; 20] = [
-    "#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
-    "#9c755f", "#bab0ac", "#a0cbe8", "#ffbe7d", "#8cd17d", "#b6992d", "#499894", "#d37295",
-    "#fabfd2", "#79706e", "#d4a6c8", "#d7b5a6",
-];
 
 /// One axis.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -187,42 +172,19 @@ impl Axis {
         match *self {
             Axis::Linear { lo, hi, step } => {
                 let decimals = decimals_for(step);
-                let max_abs = lo.abs().max(hi.abs());
-                // Scientific notation only for absurd ranges, so that labels
-                // stay short.
-                let scientific = max_abs >= 1e7 || decimals > 6;
+                let scientific = frame::scientific(lo, hi, decimals);
                 let first = (lo / step - 1e-9).ceil();
                 let last = (hi / step + 1e-9).floor();
                 let count = (last - first).clamp(0.0, 50.0) as usize;
                 (0..=count)
                     .map(|i| {
                         let v = (first + i as f64) * step;
-                        let label = if scientific {
-                            format!("{v:.3e}")
-                        } else {
-                            let label = format!("{v:.decimals$}");
-                            if label
-                                .trim_start_matches('-')
-                                .trim_matches(['0', '.'])
-                                .is_empty()
-                            {
-                                format!("{:.decimals$}", 0.0)
-                            } else {
-                                label
-                            }
-                        };
-                        (self.frac(v), label)
+                        (self.frac(v), linear_tick_label(v, decimals, scientific))
                     })
                     .filter(|(f, _)| (-1e-9..=1.0 + 1e-9).contains(f))
                     .collect()
             }
-            Axis::Log { lo, hi, every } => {
-                let span = f64::from(hi - lo);
-                (lo..=hi)
-                    .step_by(every.max(1) as usize)
-                    .map(|e| (f64::from(e - lo) / span, decade_label(e)))
-                    .collect()
-            }
+            Axis::Log { lo, hi, every } => log_ticks(lo, hi, every),
         }
     }
 
@@ -230,60 +192,9 @@ impl Axis {
     /// showing few decades).
     fn minor_ticks(&self) -> Vec<f64> {
         match *self {
-            Axis::Log { lo, hi, every } if every == 1 && hi - lo <= 12 => {
-                let span = f64::from(hi - lo);
-                (lo..hi)
-                    .flat_map(|e| {
-                        (2..10).map(move |m| (f64::from(e - lo) + f64::from(m).log10()) / span)
-                    })
-                    .collect()
-            }
-            _ => Vec::new(),
+            Axis::Log { lo, hi, every } => log_minor_ticks(lo, hi, every, 12),
+            Axis::Linear { .. } => Vec::new(),
         }
-    }
-}
-
-/// Label of the decade tick `10^e`: plain for 0.0001..1000000, else `1e{e}`.
-fn decade_label(e: i32) -> String {
-    if (-4..=6).contains(&e) {
-        fmt_value(10f64.powi(e))
-    } else {
-        format!("1e{e}")
-    }
-}
-
-/// A value for labels and tooltips: 4 significant digits, plain for
-/// magnitudes in 0.0001..10^7, scientific otherwise.
-fn fmt_value(v: f64) -> String {
-    if !v.is_finite() {
-        return "n/a".to_string();
-    }
-    if v == 0.0 {
-        return "0".to_string();
-    }
-    let a = v.abs();
-    if (1e-4..1e7).contains(&a) {
-        let mag = a.log10().floor() as i32;
-        let decimals = (3 - mag).clamp(0, 8) as usize;
-        let s = format!("{v:.decimals$}");
-        if s.contains('.') {
-            s.trim_end_matches('0').trim_end_matches('.').to_string()
-        } else {
-            s
-        }
-    } else {
-        format!("{v:.3e}")
-    }
-}
-
-/// `log10(v)` snapped to an integer when within rounding error of one, so
-/// that exact decades land on their tick.
-fn snapped_log10(v: f64) -> f64 {
-    let l = v.log10();
-    if (l - l.round()).abs() < 1e-9 {
-        l.round()
-    } else {
-        l
     }
 }
 
@@ -444,34 +355,20 @@ impl LineChart {
         let y_ticks = y_axis.ticks();
 
         // ---- layout ----
-        let max_tick_chars = y_ticks
-            .iter()
-            .map(|(_, l)| l.chars().count())
-            .max()
-            .unwrap_or(1);
-        let margin_left = 52.0 + max_tick_chars as f64 * CHAR_W_12;
-        // Wide enough for the title (bold 16px).
-        let title_w = self.title.chars().count() as f64 * 9.5 + 24.0;
-        let plot_w = PLOT_W.max(title_w);
+        let (max_tick_chars, margin_left) =
+            frame::tick_margin(y_ticks.iter().map(|(_, l)| l.as_str()));
+        let plot_w = PLOT_W.max(frame::title_width(&self.title));
         let x0 = margin_left;
 
         // Legend entries flow left to right, wrapping at the plot width.
-        let mut legend: Vec<(f64, f64, String)> = Vec::with_capacity(self.series.len());
-        let (mut lx, mut row) = (0.0f64, 0usize);
-        for s in &self.series {
-            let label = truncate_label(&s.name, MAX_LEGEND_CHARS);
-            let entry_w = SWATCH_W + 6.0 + label.chars().count() as f64 * CHAR_W_11 + 16.0;
-            if lx > 0.0 && lx + entry_w > plot_w {
-                lx = 0.0;
-                row += 1;
-            }
-            legend.push((x0 + lx, LEGEND_TOP + row as f64 * LEGEND_ROW_H, label));
-            lx += entry_w;
-        }
-        let legend_rows = if self.series.is_empty() { 0 } else { row + 1 };
-        let margin_top = LEGEND_TOP + legend_rows as f64 * LEGEND_ROW_H + 12.0;
+        let (legend, margin_top) = frame::legend_layout(
+            self.series.iter().map(|s| s.name.as_str()),
+            SWATCH_W + 6.0,
+            x0,
+            plot_w,
+        );
 
-        let width = x0 + plot_w + MARGIN_RIGHT;
+        let width = x0 + plot_w + frame::MARGIN_RIGHT;
         let height = margin_top + PLOT_H + MARGIN_BOTTOM;
         let y0 = margin_top;
         let x_of = |v: f64| x0 + plot_w * x_axis.frac(v);
@@ -480,13 +377,7 @@ impl LineChart {
 
         let mut svg = String::new();
         // `write!` into a String cannot fail; results are ignored below.
-        let _ = writeln!(
-            svg,
-            r#"<svg xmlns="http://www.w3.org/2000/svg" width="{w}" height="{h}" viewBox="0 0 {w} {h}" font-family="{FONT}" font-size="12">"#,
-            w = n(width),
-            h = n(height),
-        );
-        let _ = writeln!(svg, "<title>{}</title>", escape(&self.title));
+        frame::open(&mut svg, &self.title, width, height);
         let _ = writeln!(
             svg,
             r##"<defs><clipPath id="plot-area"><rect x="{}" y="{}" width="{}" height="{}"/></clipPath></defs>"##,
@@ -495,18 +386,7 @@ impl LineChart {
             n(plot_w),
             n(PLOT_H),
         );
-        let _ = writeln!(
-            svg,
-            r##"<rect x="0" y="0" width="{}" height="{}" fill="#ffffff"/>"##,
-            n(width),
-            n(height)
-        );
-        let _ = writeln!(
-            svg,
-            r##"<text x="{}" y="28" text-anchor="middle" font-size="16" font-weight="bold" fill="#222222">{}</text>"##,
-            n(x0 + plot_w / 2.0),
-            escape(&self.title)
-        );
+        frame::background_and_heading(&mut svg, &self.title, width, height, x0 + plot_w / 2.0);
 
         // Legend.
         if !legend.is_empty() {
@@ -535,17 +415,7 @@ impl LineChart {
         // Grid with tick labels: horizontal lines for y, vertical for x.
         let _ = writeln!(svg, r#"<g class="grid">"#);
         for (frac, label) in &y_ticks {
-            let y = y0 + PLOT_H * (1.0 - frac);
-            let _ = writeln!(
-                svg,
-                r##"<line x1="{}" y1="{y}" x2="{}" y2="{y}" stroke="#e6e6e6" stroke-width="1"/><text x="{}" y="{}" text-anchor="end" fill="#333333">{}</text>"##,
-                n(x0),
-                n(x0 + plot_w),
-                n(x0 - 8.0),
-                n(y + 4.0),
-                escape(label),
-                y = n(y),
-            );
+            frame::y_grid_line(&mut svg, x0, plot_w, y0 + PLOT_H * (1.0 - frac), label);
         }
         for (frac, label) in &x_ticks {
             let x = x0 + plot_w * frac;
@@ -576,15 +446,7 @@ impl LineChart {
 
         // Axis labels.
         if !self.y_label.trim().is_empty() {
-            let ylx = x0 - 18.0 - max_tick_chars as f64 * CHAR_W_12;
-            let yly = y0 + PLOT_H / 2.0;
-            let _ = writeln!(
-                svg,
-                r##"<text x="{x}" y="{y}" text-anchor="middle" font-size="13" fill="#222222" transform="rotate(-90 {x} {y})">{}</text>"##,
-                escape(self.y_label.trim()),
-                x = n(ylx),
-                y = n(yly),
-            );
+            frame::y_axis_label(&mut svg, self.y_label.trim(), x0, y0, max_tick_chars);
         }
         if !self.x_label.trim().is_empty() {
             let _ = writeln!(
@@ -637,12 +499,7 @@ impl LineChart {
         }
         let _ = writeln!(svg, "</g>");
         if !drawn_any {
-            let _ = writeln!(
-                svg,
-                r##"<text x="{}" y="{}" text-anchor="middle" font-size="11" font-style="italic" fill="#888888">(no data)</text>"##,
-                n(x0 + plot_w / 2.0),
-                n(y0 + PLOT_H / 2.0),
-            );
+            frame::no_data(&mut svg, x0, y0, plot_w);
         }
 
         // Vertical markers, their labels reading upwards from the top left
@@ -665,14 +522,7 @@ impl LineChart {
         }
 
         // Axes on top of everything.
-        let _ = writeln!(
-            svg,
-            r##"<path d="M{x0} {y0}V{yb}H{xr}" fill="none" stroke="#444444" stroke-width="1"/>"##,
-            x0 = n(x0),
-            y0 = n(y0),
-            yb = n(yb),
-            xr = n(x0 + plot_w),
-        );
+        frame::axes(&mut svg, x0, y0, plot_w);
         svg.push_str("</svg>\n");
         svg
     }
@@ -686,46 +536,7 @@ impl LineChart {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Checks that every tag is closed in order and that no text or
-    /// attribute holds a raw `<`, `>` or a bare `&`.
-    fn assert_well_formed(svg: &str) {
-        assert!(svg.starts_with("<svg "), "{svg}");
-        assert!(svg.ends_with("</svg>\n"), "{svg}");
-        let mut stack: Vec<String> = Vec::new();
-        let mut rest = svg;
-        while let Some(open) = rest.find('<') {
-            let text = &rest[..open];
-            assert!(!text.contains('>'), "stray '>' in {text:?}");
-            check_entities(text);
-            let close = rest[open..].find('>').expect("unclosed tag") + open;
-            let tag = &rest[open + 1..close];
-            assert!(!tag.contains('<'), "raw '<' in tag {tag:?}");
-            check_entities(tag);
-            if let Some(name) = tag.strip_prefix('/') {
-                assert_eq!(stack.pop().as_deref(), Some(name), "in {svg}");
-            } else if !tag.ends_with('/') {
-                let name = tag.split_whitespace().next().expect("tag name");
-                stack.push(name.to_string());
-            }
-            rest = &rest[close + 1..];
-        }
-        assert!(rest.trim().is_empty());
-        assert!(stack.is_empty(), "unclosed: {stack:?}");
-        assert!(!svg.contains("NaN") && !svg.contains("inf"), "{svg}");
-    }
-
-    fn check_entities(s: &str) {
-        for (i, _) in s.match_indices('&') {
-            let after = &s[i..];
-            assert!(
-                ["&amp;", "&lt;", "&gt;", "&quot;", "&#39;"]
-                    .iter()
-                    .any(|e| after.starts_with(e)),
-                "bare '&' in {s:?}"
-            );
-        }
-    }
+    use crate::frame::testing::assert_well_formed;
 
     /// The `d` attribute of every series path.
     fn paths(svg: &str) -> Vec<&str> {

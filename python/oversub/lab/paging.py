@@ -36,7 +36,6 @@ import json
 import mmap
 import os
 import platform
-import re
 import resource
 import statistics
 import sys
@@ -46,20 +45,13 @@ import types
 from dataclasses import dataclass, field
 from typing import Any, Callable
 
+from .. import _oversub
+
 GIB = 1 << 30
 MIB = 1 << 20
-_UNITS = {"": 1, "b": 1, "k": 1 << 10, "kb": 1000, "kib": 1 << 10, "m": MIB, "mb": 10**6, "mib": MIB, "g": GIB,
-          "gb": 10**9, "gib": GIB, "t": 1 << 40, "tb": 10**12, "tib": 1 << 40}
-
-
-def parse_size(size: str | int) -> int:
-    """``"1GiB"``, ``"512 MiB"``, ``"4M"`` or an int → bytes."""
-    if isinstance(size, int):
-        return size
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([a-zA-Z]*)\s*", size)
-    if not m or m.group(2).lower() not in _UNITS:
-        raise ValueError(f"not a size: {size!r} (try '1GiB', '512MiB', '4096')")
-    return int(float(m.group(1)) * _UNITS[m.group(2).lower()])
+# The one size parser of every front (Rust's, as ``oversub.parse_size``): "2Gi", "512M", "1.5GiB" mean the same bytes
+# here as in ``Pool(capacity=...)`` and ``oversub bench paging --size``; "1.5" (a fraction of a byte) is refused.
+parse_size = _oversub.parse_size
 
 
 def _cpu_s() -> float:

@@ -10,6 +10,7 @@
 //!
 //! Calls can be made to fail ([`FakeDriver::fail_call`]) and device memory is limited, so error paths are tested too.
 
+use oversub_base::mem::{AlignedBuf, AllocError};
 use oversub_base::sync::lock;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Mutex, MutexGuard};
@@ -108,7 +109,8 @@ struct State {
     /// event -> stream it was last recorded on, while that record is pending
     pending_events: HashMap<u64, u64>,
     events: u64,
-    pinned: HashMap<usize, std::alloc::Layout>,
+    /// "Pinned" host memory by address: the house's aligned buffers, freed when removed (or with the fake).
+    pinned: HashMap<usize, AlignedBuf>,
     calls: Vec<Call>,
     violations: Vec<String>,
     /// call name -> (calls seen, fail at these counts)
@@ -341,16 +343,6 @@ impl FakeDriver {
     }
 }
 
-impl Drop for FakeDriver {
-    fn drop(&mut self) {
-        let st = self.state.get_mut().unwrap_or_else(|p| p.into_inner());
-        for (ptr, layout) in st.pinned.drain() {
-            // SAFETY: allocated by host_alloc_pinned with this layout and never freed (a leak the test may check).
-            unsafe { std::alloc::dealloc(ptr as *mut u8, layout) };
-        }
-    }
-}
-
 // SAFETY: the fake keeps the driver's contract: reserved ranges never overlap, copies complete no later than the
 // waits that cover them, and memory it hands out is valid until freed.
 unsafe impl CudaDriver for FakeDriver {
@@ -505,18 +497,16 @@ unsafe impl CudaDriver for FakeDriver {
     fn host_alloc_pinned(&self, len: usize) -> Result<*mut u8, DriverError> {
         let mut st = self.lock();
         Self::enter(&mut st, "cuMemHostAlloc")?;
-        let layout = std::alloc::Layout::from_size_align(len.max(1), 4096)
-            .map_err(|_| Self::invalid("cuMemHostAlloc"))?;
-        // SAFETY: the layout has a non-zero size.
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            return Err(DriverError {
+        let buf = AlignedBuf::new(len.max(1), 4096).map_err(|e| match e {
+            AllocError::OutOfMemory { .. } => DriverError {
                 call: "cuMemHostAlloc",
                 code: DriverError::OUT_OF_MEMORY,
                 name: "CUDA_ERROR_OUT_OF_MEMORY".into(),
-            });
-        }
-        st.pinned.insert(ptr as usize, layout);
+            },
+            _ => Self::invalid("cuMemHostAlloc"),
+        })?;
+        let ptr = buf.as_ptr();
+        st.pinned.insert(ptr as usize, buf);
         st.calls.push(Call::HostAlloc { len });
         Ok(ptr)
     }
@@ -524,18 +514,17 @@ unsafe impl CudaDriver for FakeDriver {
     unsafe fn host_free_pinned(&self, ptr: *mut u8) -> Result<(), DriverError> {
         let mut st = self.lock();
         Self::enter(&mut st, "cuMemFreeHost")?;
-        let Some(layout) = st.pinned.get(&(ptr as usize)).copied() else {
+        let Some(len) = st.pinned.get(&(ptr as usize)).map(AlignedBuf::len) else {
             return Err(Self::invalid("cuMemFreeHost"));
         };
-        if Self::host_busy(&st, ptr as usize, layout.size()) {
+        if Self::host_busy(&st, ptr as usize, len) {
             st.violations
                 .push("pinned host memory freed while a queued copy still uses it".into());
             // Keep it allocated: freeing would let the queued copy write freed memory.
             return Ok(());
         }
+        // Dropping the buffer frees it, once: it is no longer in the table.
         st.pinned.remove(&(ptr as usize));
-        // SAFETY: allocated by host_alloc_pinned with this layout; removed from the table so freed once.
-        unsafe { std::alloc::dealloc(ptr, layout) };
         st.calls.push(Call::HostFree);
         Ok(())
     }

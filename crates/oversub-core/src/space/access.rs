@@ -203,7 +203,8 @@ impl SpaceShared {
     pub(super) fn zero_slot(&self, slot: &Slot) -> Result<(), PagerError> {
         let store = &self.pool.store;
         let piece = DIRECT_PIECE_BYTES.min(slot.len() as usize);
-        let mut zeros = oversub_io::AlignedBuf::new(piece, store.alignment())?;
+        let mut zeros = oversub_io::AlignedBuf::new(piece, store.alignment())
+            .map_err(oversub_io::IoError::from)?;
         let mut offset = 0u64;
         while offset < slot.len() {
             let n = (slot.len() - offset).min(piece as u64);
@@ -292,7 +293,8 @@ impl SpaceShared {
                 });
         }
         let piece_cap = DIRECT_PIECE_BYTES.min((end - start) as usize);
-        let mut bounce = oversub_io::AlignedBuf::new(piece_cap, store.alignment())?;
+        let mut bounce = oversub_io::AlignedBuf::new(piece_cap, store.alignment())
+            .map_err(oversub_io::IoError::from)?;
         let mut one_piece = |piece_start: u64, piece_len: u64| -> Result<(), PagerError> {
             let view = slot.view(piece_start, piece_len)?;
             let mem = IoVec {

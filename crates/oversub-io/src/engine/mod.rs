@@ -1,6 +1,41 @@
 //! I/O engines: the [`IoEngine`] trait, its request types and the two implementations
 //! (io_uring and a psync thread pool).
 
+/// The [`IoEngine`] methods the two queueing engines answer alike, inside their `unsafe impl IoEngine` (each keeps
+/// its own SAFETY argument): `name`, `queue_depth` and `counters` from their fields of those names, `submit` and
+/// `submit_tagged` through their `enqueue(requests, on_done, tagged)`.
+macro_rules! queued_engine_methods {
+    ($name:literal) => {
+        fn name(&self) -> &'static str {
+            $name
+        }
+
+        fn queue_depth(&self) -> usize {
+            self.queue_depth
+        }
+
+        unsafe fn submit(
+            &self,
+            requests: Vec<IoRequest>,
+            on_done: IoCallback,
+        ) -> Result<(), IoError> {
+            self.enqueue(requests, on_done, false)
+        }
+
+        unsafe fn submit_tagged(
+            &self,
+            requests: Vec<IoRequest>,
+            on_done: IoCallback,
+        ) -> Result<(), IoError> {
+            self.enqueue(requests, on_done, true)
+        }
+
+        fn counters(&self) -> IoCountersSnapshot {
+            self.counters.snapshot()
+        }
+    };
+}
+
 mod priority;
 mod psync;
 mod uring;
@@ -33,22 +68,9 @@ pub enum Direction {
     Write,
 }
 
-/// One contiguous memory region of a request. A raw pointer because the memory
-/// (pinned host memory, mapped device memory) is owned elsewhere.
-#[derive(Debug, Clone, Copy)]
-pub struct IoVec {
-    /// Start of the region.
-    pub ptr: *mut u8,
-    /// Length in bytes.
-    pub len: usize,
-}
-
-// SAFETY: an IoVec is only an address and a length; it is dereferenced solely by the
-// kernel or engine threads under the contract of `IoEngine::submit`, whose caller
-// guarantees the memory stays valid and unaliased until the batch completes.
-unsafe impl Send for IoVec {}
-// SAFETY: shared references only copy the address/length; see the Send impl above.
-unsafe impl Sync for IoVec {}
+/// One contiguous memory region of a request (defined in base beside [`AlignedBuf`](crate::AlignedBuf), which
+/// hands one out).
+pub use oversub_base::mem::IoVec;
 
 /// A request: memory scattered over `iovecs`, contiguous in the file starting at `offset`.
 #[derive(Debug)]
@@ -379,6 +401,24 @@ impl Batch {
         self.finish_one();
     }
 
+    /// Request `req` ended after `latency_ns`: counted in `counters` (bytes, or an error), then [`complete`]d. Both
+    /// engines' completion bookkeeping, so that they count alike.
+    ///
+    /// [`complete`]: Batch::complete
+    pub(crate) fn finish(
+        &self,
+        req: &IoRequest,
+        result: Result<u64, IoError>,
+        counters: &IoCounters,
+        latency_ns: u64,
+    ) {
+        match &result {
+            Ok(bytes) => counters.record(req.direction, *bytes, latency_ns),
+            Err(_) => counters.record_error(latency_ns),
+        }
+        self.complete(req, result);
+    }
+
     /// One request was skipped without touching its memory.
     pub(crate) fn cancel_one(&self) {
         self.finish_one();
@@ -407,6 +447,34 @@ impl Batch {
                 tracing::error!("I/O completion callback panicked");
             }
         }
+    }
+}
+
+/// What a submission checks, in this order, before an engine queues anything (so that on `Err` no I/O started and
+/// `on_done` never runs): the process is the engine's creator, the requests are well formed, the engine is open
+/// (`sender`). Then the batch that counts the requests' completions, and the sender to queue it on.
+pub(crate) fn open_batch<'s, T>(
+    creator: oversub_base::process::Creator,
+    sender: Option<&'s crossbeam_channel::Sender<T>>,
+    requests: &[IoRequest],
+    on_done: IoCallback,
+    tagged: bool,
+) -> Result<(&'s crossbeam_channel::Sender<T>, Arc<Batch>), IoError> {
+    check_creator(creator)?;
+    validate_requests(requests)?;
+    let sender = sender.ok_or(IoError::Shutdown)?;
+    Ok((sender, Batch::new(requests.len(), on_done, tagged)))
+}
+
+/// The error of a transfer that moved no bytes: the end of the file for a read, `WriteZero` for a write (`op` is
+/// the system call's name).
+pub(crate) fn no_progress(direction: Direction, offset: u64, op: &'static str) -> IoError {
+    match direction {
+        Direction::Read => IoError::UnexpectedEof { offset },
+        Direction::Write => IoError::Io {
+            op,
+            source: std::io::ErrorKind::WriteZero.into(),
+        },
     }
 }
 

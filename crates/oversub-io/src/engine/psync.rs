@@ -9,8 +9,8 @@ use crossbeam_channel::{Receiver, Sender};
 use oversub_base::process::Creator;
 
 use super::{
-    check_creator, check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests,
-    Batch, Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
+    check_queue_depth, elapsed_ns, join_worker, no_progress, open_batch, remaining_iovecs, Batch,
+    Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
 };
 use crate::error::IoError;
 
@@ -73,29 +73,7 @@ impl PsyncEngine {
 
 // SAFETY: each request runs to its end on one worker before the batch counter reaches zero and the callback runs; submit only fails before anything is queued.
 unsafe impl IoEngine for PsyncEngine {
-    fn name(&self) -> &'static str {
-        "psync"
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.queue_depth
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, false)
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, true)
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.counters.snapshot()
-    }
+    queued_engine_methods!("psync");
 }
 
 impl PsyncEngine {
@@ -106,10 +84,13 @@ impl PsyncEngine {
         on_done: IoCallback,
         tagged: bool,
     ) -> Result<(), IoError> {
-        check_creator(self.creator)?;
-        validate_requests(&requests)?;
-        let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
-        let batch = Batch::new(requests.len(), on_done, tagged);
+        let (sender, batch) = open_batch(
+            self.creator,
+            self.sender.as_ref(),
+            &requests,
+            on_done,
+            tagged,
+        )?;
         if requests.is_empty() {
             return sender
                 .send(Task { req: None, batch })
@@ -159,11 +140,8 @@ fn worker(rx: Receiver<Task>, counters: Arc<IoCounters>) {
         }
         let start = Instant::now();
         let result = run_request(&req, &mut scratch);
-        match &result {
-            Ok(bytes) => counters.record(req.direction, *bytes, elapsed_ns(start)),
-            Err(_) => counters.record_error(elapsed_ns(start)),
-        }
-        task.batch.complete(&req, result);
+        task.batch
+            .finish(&req, result, &counters, elapsed_ns(start));
     }
 }
 
@@ -197,13 +175,7 @@ fn run_request(req: &IoRequest, scratch: &mut Vec<libc::iovec>) -> Result<u64, I
             return Err(IoError::Io { op, source: err });
         }
         if n == 0 {
-            return Err(match req.direction {
-                Direction::Read => IoError::UnexpectedEof { offset },
-                Direction::Write => IoError::Io {
-                    op,
-                    source: std::io::ErrorKind::WriteZero.into(),
-                },
-            });
+            return Err(no_progress(req.direction, offset, op));
         }
         done += n as u64;
     }

@@ -13,8 +13,8 @@ use io_uring::{opcode, squeue, types, IoUring};
 use oversub_base::process::Creator;
 
 use super::{
-    check_creator, check_queue_depth, elapsed_ns, join_worker, remaining_iovecs, validate_requests,
-    Batch, Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
+    check_queue_depth, elapsed_ns, join_worker, no_progress, open_batch, remaining_iovecs, Batch,
+    Direction, IoCallback, IoCounters, IoCountersSnapshot, IoEngine, IoRequest,
 };
 use crate::error::IoError;
 
@@ -201,29 +201,7 @@ fn defer_wake(fd: &Arc<OwnedFd>) -> bool {
 
 // SAFETY: the callback runs only when every request of the batch has completed or was never submitted to the ring; submit fails only before the batch is queued.
 unsafe impl IoEngine for UringEngine {
-    fn name(&self) -> &'static str {
-        "io_uring"
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.queue_depth
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, false)
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        self.enqueue(requests, on_done, true)
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.counters.snapshot()
-    }
+    queued_engine_methods!("io_uring");
 }
 
 impl UringEngine {
@@ -235,10 +213,13 @@ impl UringEngine {
         tagged: bool,
     ) -> Result<(), IoError> {
         // Before the wake: the eventfd is shared with the parent, whose worker it would wake.
-        check_creator(self.creator)?;
-        validate_requests(&requests)?;
-        let sender = self.sender.as_ref().ok_or(IoError::Shutdown)?;
-        let batch = Batch::new(requests.len(), on_done, tagged);
+        let (sender, batch) = open_batch(
+            self.creator,
+            self.sender.as_ref(),
+            &requests,
+            on_done,
+            tagged,
+        )?;
         sender
             .send(Job { requests, batch })
             .map_err(|_| IoError::Shutdown)?;
@@ -491,15 +472,11 @@ impl Worker {
                 Some(Err(IoError::from_errno(op_name, -res)))
             }
         } else if res == 0 {
-            Some(Err(match op.req.direction {
-                Direction::Read => IoError::UnexpectedEof {
-                    offset: op.req.offset + op.done,
-                },
-                Direction::Write => IoError::Io {
-                    op: op_name,
-                    source: std::io::ErrorKind::WriteZero.into(),
-                },
-            }))
+            Some(Err(no_progress(
+                op.req.direction,
+                op.req.offset + op.done,
+                op_name,
+            )))
         } else {
             op.done += res as u64;
             if op.done >= op.total {
@@ -510,11 +487,7 @@ impl Worker {
         };
         match outcome {
             Some(result) => {
-                match &result {
-                    Ok(bytes) => self.counters.record(op.req.direction, *bytes, latency),
-                    Err(_) => self.counters.record_error(latency),
-                }
-                op.batch.complete(&op.req, result);
+                op.batch.finish(&op.req, result, &self.counters, latency);
                 true
             }
             None => false,

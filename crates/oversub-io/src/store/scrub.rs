@@ -11,7 +11,7 @@ use oversub_base::sync::lock;
 use super::header::Header;
 use super::sys::{fstat, on_store, pwrite_all, write_header};
 use crate::error::IoError;
-use crate::mem::AlignedBuf;
+use oversub_base::mem::AlignedBuf;
 
 /// `_IO(0x12, 119)`; not exported by libc.
 const BLKDISCARD: libc::Ioctl = 0x1277;

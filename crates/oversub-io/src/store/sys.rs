@@ -9,7 +9,7 @@ use std::path::Path;
 use super::header::Header;
 use super::DEFAULT_ALIGNMENT;
 use crate::error::IoError;
-use crate::mem::AlignedBuf;
+use oversub_base::mem::AlignedBuf;
 
 /// `_IOR(0x12, 114, size_t)`; not exported by libc.
 const BLKGETSIZE64: libc::Ioctl = 0x8008_1272;

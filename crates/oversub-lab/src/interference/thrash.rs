@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use crate::harness::Steps;
 use oversub_accel::HostMemory;
+use oversub_base::rng::Rng;
 use oversub_base::sync::{lock, wait};
 use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolConfig};
 use oversub_io::SwapStore;
@@ -393,16 +394,17 @@ fn alloc_lines(lines: usize) -> Result<Vec<u64>, LabError> {
 }
 
 /// The random-dependent working set: a cyclic linked list through all `lines` lines in a random order, built with
-/// Sattolo's shuffle (which yields a single cycle) from a xorshift generator seeded with `seed`.
+/// Sattolo's shuffle (which yields a single cycle) from the house's deterministic generator seeded with `seed`.
 fn build_chain(lines: usize, seed: u64) -> Result<Vec<u64>, LabError> {
     let mut words = alloc_lines(lines)?;
     // Identity first (line i -> i), then Sattolo: swapping only with earlier positions gives one n-cycle.
     for (i, line) in words.chunks_exact_mut(WORDS_PER_LINE).enumerate() {
         line[0] = i as u64;
     }
-    let mut rng = XorShift::new(seed);
+    let mut rng = Rng::new(seed);
     for i in (1..lines).rev() {
-        let j = rng.below(i);
+        // `below(i) < i`, and `i` came from a usize, so the cast back is lossless.
+        let j = rng.below(i as u64) as usize;
         words.swap(i * WORDS_PER_LINE, j * WORDS_PER_LINE);
     }
     // Store word indices so the walk needs no multiply.
@@ -451,33 +453,6 @@ fn thrash(kind: ThrashKind, words: &[u64], stop: &AtomicBool) -> u64 {
         }
     }
     lines
-}
-
-/// xorshift64 (Marsaglia), enough for shuffling; never seeded with zero.
-struct XorShift(u64);
-
-impl XorShift {
-    fn new(seed: u64) -> Self {
-        XorShift(if seed == 0 {
-            0x2545_F491_4F6C_DD1D
-        } else {
-            seed
-        })
-    }
-
-    fn next(&mut self) -> u64 {
-        let mut x = self.0;
-        x ^= x << 13;
-        x ^= x >> 7;
-        x ^= x << 17;
-        self.0 = x;
-        x
-    }
-
-    /// A value in `0..n` (n > 0), by multiply-high.
-    fn below(&mut self, n: usize) -> usize {
-        ((u128::from(self.next()) * n as u128) >> 64) as usize
-    }
 }
 
 /// The paging loop's buffer: one buffer of the host backend in a pool with a temporary swap store.
