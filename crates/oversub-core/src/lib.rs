@@ -38,6 +38,7 @@ mod hasher;
 mod pool;
 mod preempt;
 mod space;
+mod spec;
 mod tenant;
 mod transfer;
 
@@ -51,6 +52,7 @@ pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use preempt::SpinPreemption;
 pub use space::{AddressSpace, Buffer, BufferFlags, BufferInfo, BufferState, OpKind, Ticket};
+pub use spec::{Demand, Device, DeviceParseError, IoPointChoice, IoPointReport, PoolSpec};
 pub use tenant::{TenantConfig, TenantQuota};
 pub use transfer::gated::{GateCosts, MmCost};
 pub use transfer::host_tier::HostTierConfig;
