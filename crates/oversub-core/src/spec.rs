@@ -139,6 +139,8 @@ pub struct IoPointReport {
     pub write: IoPoint,
     /// Seconds the calibration took (0 without one).
     pub calibration_s: f64,
+    /// Points the calibration measured (0 without one).
+    pub calibration_points: usize,
 }
 
 /// What a pool's buffers will hold, when the front knows: the store's default size holds all of it
@@ -184,6 +186,9 @@ pub struct PoolSpec {
     pub force: bool,
     /// Discard the store's data when it closes (on by default).
     pub scrub: bool,
+    /// Keep a store file this spec creates on disk instead of unlinking it at once ([`StoreBuilder::keep`]; off
+    /// by default), for a front that opens it by name beside the pager.
+    pub keep: bool,
     /// A device-memory backend the caller made (a configured [`HostMemory`], a CUDA context shared by two pools),
     /// used instead of making one for [`device`](Self::device).
     memory: Option<Arc<dyn DeviceMemory>>,
@@ -211,6 +216,7 @@ impl PoolSpec {
             stripe_bytes: None,
             force: false,
             scrub: true,
+            keep: false,
             memory: None,
             config: PoolConfig::new(capacity_bytes),
         }
@@ -295,6 +301,12 @@ impl PoolSpec {
         self
     }
 
+    /// The same spec, keeping a store file it creates or not.
+    pub fn keep(mut self, keep: bool) -> Self {
+        self.keep = keep;
+        self
+    }
+
     /// The same spec obeying the arbiter behind `gate` ([`PoolConfig::gate`]).
     pub fn gate(mut self, gate: Arc<Gate>) -> Self {
         self.config = self.config.gate(gate);
@@ -369,7 +381,8 @@ impl PoolSpec {
             } else {
                 Scrub::Keep
             })
-            .priority_io(self.priority_io);
+            .priority_io(self.priority_io)
+            .keep(self.keep);
         if let Some(bytes) = self.store_bytes() {
             b = b.capacity_bytes(bytes);
         }
@@ -400,6 +413,7 @@ impl PoolSpec {
                     read: done.read,
                     write: done.write,
                     calibration_s: done.seconds,
+                    calibration_points: done.grid.len(),
                 }
             }
             other => IoPointReport {
@@ -417,6 +431,7 @@ impl PoolSpec {
                     queue_depth: store.engine().queue_depth(),
                 },
                 calibration_s: 0.0,
+                calibration_points: 0,
             },
         };
         Ok((store, report))
@@ -544,6 +559,38 @@ mod tests {
         let mut back = [0u8; 4];
         space.read(b, 0, &mut back).unwrap();
         assert_eq!(&back, b"spec");
+    }
+
+    #[test]
+    fn a_block_device_is_the_store_and_is_used_whole() {
+        use oversub_testkit::{require, LoopDevice};
+        let attached = || -> Option<(tempfile::TempDir, LoopDevice)> {
+            oversub_testkit::loop_devices_usable().ok()?;
+            let dir = tempfile::tempdir_in("/var/tmp")
+                .or_else(|_| tempfile::tempdir())
+                .ok()?;
+            let image = dir.path().join("disk.img");
+            std::fs::File::create(&image).ok()?.set_len(32 << 20).ok()?;
+            let dev = LoopDevice::attach(&image)?;
+            Some((dir, dev))
+        };
+        let (_dir, dev) = require!(
+            attached(),
+            "no loop device can be attached here (needs root and losetup)"
+        );
+        let spec = PoolSpec::new(4 << 20).stores([dev.path()]);
+        assert_eq!(spec.default_store_bytes(), None);
+        let pool = spec.open().unwrap();
+        assert!(pool.store().is_block_device());
+        assert_eq!(pool.store().member_paths(), [dev.path()]);
+        assert_eq!(
+            pool.stats().store_capacity_bytes,
+            (32 << 20) - pool.store().data_offset()
+        );
+        // A size given is a size: part of the device.
+        drop(pool);
+        let pool = spec.store_capacity(8 << 20).open().unwrap();
+        assert_eq!(pool.stats().store_capacity_bytes, 8 << 20);
     }
 
     #[test]

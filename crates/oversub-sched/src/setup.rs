@@ -4,6 +4,7 @@
 //! `oversub plan`, `oversub run` and the Python bindings share these, so the plans they make assume the same speeds
 //! and the runs page through the same kind of pool.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -52,6 +53,16 @@ pub enum SetupError {
         /// The OS error of `stat`.
         #[source]
         source: std::io::Error,
+    },
+    /// Demand paging maps a store file of its own beside the store, and the store is a block device, which has
+    /// no folder to put it in (its parent would be `/dev`).
+    #[error(
+        "demand paging maps a file of its own, and the store {} is a block device: give a folder or file on a file system for demand mode",
+        path.display()
+    )]
+    DemandOnDevice {
+        /// The device.
+        path: PathBuf,
     },
     /// The swap store could not be created.
     #[error(transparent)]
@@ -112,7 +123,7 @@ pub fn bandwidths_from_profile(path: &Path) -> Result<Bandwidths, SetupError> {
 
 /// The folder demand paging's store file goes in (a [`DemandSpace`](oversub_core::DemandSpace) maps a file of its
 /// own): `store` itself when it is a folder, else the folder holding it (an existing file); none given, the
-/// system's temporary directory. The pager's store does not use this: it is the location itself
+/// system's temporary directory; a block device is [`SetupError::DemandOnDevice`]. The pager's store does not use this: it is the location itself
 /// ([`store_locations`]). A location that does not exist is [`SetupError::StoreMissing`], never its parent: a
 /// mistyped `/mnt/nvme/swp` must not put the store on the root file system.
 pub fn store_dir(store: Option<&Path>) -> Result<PathBuf, SetupError> {
@@ -121,6 +132,9 @@ pub fn store_dir(store: Option<&Path>) -> Result<PathBuf, SetupError> {
     };
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(p.to_path_buf()),
+        Ok(m) if m.file_type().is_block_device() => Err(SetupError::DemandOnDevice {
+            path: p.to_path_buf(),
+        }),
         Ok(_) => Ok(match p.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
             _ => PathBuf::from("."),

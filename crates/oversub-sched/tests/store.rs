@@ -117,3 +117,17 @@ fn a_schedule_runs_with_a_loop_device_as_its_store() {
     assert!(bw.read_bytes_per_s > 0.0 && bw.write_bytes_per_s > 0.0);
     run(sys);
 }
+
+#[test]
+fn demand_mode_refuses_a_block_device_store() {
+    let (_dir, dev) = require!(
+        loop_device(64 * MIB),
+        "no loop device can be attached here (needs root and losetup)"
+    );
+    match setup::store_dir(Some(dev.path())) {
+        Err(e @ setup::SetupError::DemandOnDevice { .. }) => {
+            assert!(e.to_string().contains("block device"), "{e}")
+        }
+        other => panic!("unexpected {other:?}"),
+    }
+}
