@@ -179,14 +179,17 @@ fn pager(e: PagerError) -> SetupError {
 }
 
 /// Measures the pager's page-in and page-out speed on the store ([`store_locations`], striped when there are
-/// several): the slowest of three round trips of `size` bytes, since plans need speeds the store keeps up under
-/// sustained load, not its best.
+/// several): the slowest of three round trips of `size` bytes (less on a block device that holds less), since plans
+/// need speeds the store keeps up under sustained load, not its best.
 pub fn measure_bandwidths(stores: &[PathBuf], size: u64) -> Result<Bandwidths, SetupError> {
-    let pool = PoolSpec::new(size)
-        .stores(store_locations(stores)?)
-        .store_capacity(size)
-        .open()
-        .map_err(pager)?;
+    let mut spec = PoolSpec::new(size).stores(store_locations(stores)?);
+    // Files hold exactly what is measured; block devices are used whole (the default rule), as the run will.
+    if spec.default_store_bytes().is_some() {
+        spec = spec.store_capacity(size);
+    }
+    let pool = spec.open().map_err(pager)?;
+    // A device smaller than `size` is measured over what it holds (whole 2 MiB chunks).
+    let size = size.min(pool.stats().store_capacity_bytes / (2 << 20) * (2 << 20));
     let space = pool.address_space();
     let b = space.alloc(size, BufferFlags::DEFAULT)?;
     let chunk = vec![0x5Au8; 4 << 20];

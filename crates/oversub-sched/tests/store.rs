@@ -68,7 +68,7 @@ fn a_schedules_store_file_is_the_store_not_its_folder() {
         // The one default rule: the demand, 2 MiB per buffer and 64 MiB of room.
         assert!(pool.stats().store_capacity_bytes >= 5 * MIB + 5 * 2 * MIB + 64 * MIB);
         // Nothing was created beside the file.
-        assert_eq!(names(dir.path()), [file.clone()]);
+        assert_eq!(names(dir.path()), std::slice::from_ref(&file));
     }
     run(sys);
     assert_eq!(names(dir.path()), [file]);
@@ -112,8 +112,9 @@ fn a_schedule_runs_with_a_loop_device_as_its_store() {
             128 * MIB - pool.store().data_offset()
         );
     }
-    // The bandwidths measured on the device, as `oversub run` does without a profile.
-    let bw = setup::measure_bandwidths(&sys.platform.stores, 8 * MIB).unwrap();
+    // The bandwidths measured on the device, as `oversub run` does without a profile (256 MiB, more than this
+    // device holds: measured over what it holds).
+    let bw = setup::measure_bandwidths(&sys.platform.stores, setup::MEASURE_BYTES).unwrap();
     assert!(bw.read_bytes_per_s > 0.0 && bw.write_bytes_per_s > 0.0);
     run(sys);
 }
