@@ -177,7 +177,8 @@ impl ToRaised for oversub_sched::SetupError {
             oversub_sched::SetupError::Pager(e) => e.to_raised(),
             oversub_sched::SetupError::Demand(_) => Raised::new("IoError", self.to_string()),
             oversub_sched::SetupError::StoreMissing { .. }
-            | oversub_sched::SetupError::StoreLocation { .. } => {
+            | oversub_sched::SetupError::StoreLocation { .. }
+            | oversub_sched::SetupError::DemandOnDevice { .. } => {
                 Raised::new("IoError", self.to_string())
             }
             _ => Raised::new("ProfileError", self.to_string()),

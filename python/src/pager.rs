@@ -13,12 +13,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use oversub_accel::cuda::{CudaMemory, CudaMemoryConfig};
-use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_core::{
-    BufferFlags, BufferInfo, BufferState, HostTierConfig, PagerError, PoolConfig, Ticket,
+    BufferFlags, BufferInfo, BufferState, HostTierConfig, IoPointChoice, PagerError, PoolSpec,
+    Ticket,
 };
-use oversub_io::{Scrub, SwapStore};
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyString};
@@ -72,78 +70,65 @@ struct SendPtr(*mut u8);
 // other thread can reach (`Buffer.read`) or the held buffer export of `Buffer.readinto`.
 unsafe impl Send for SendPtr {}
 
-/// Which memory a pool's buffers live in.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Device {
-    Host,
-    Cuda { ordinal: i32 },
-}
+/// Which memory a pool's buffers live in (the core's, which `PoolSpec` opens).
+pub(crate) use oversub_core::Device;
 
-impl Device {
-    fn name(self) -> &'static str {
-        match self {
-            Device::Host => "host",
-            Device::Cuda { .. } => "cuda",
+/// `device=` as PyTorch and CuPy users write it: "host"/"cpu", "cuda"/"gpu", "cuda:N", or any object with `.type`
+/// and `.index` (a `torch.device`, duck-typed so that torch is never imported). `device_index`, when given, must
+/// agree with an index in `device`.
+fn parse_device(device: &Bound<'_, PyAny>, device_index: Option<i32>) -> PyResult<Device> {
+    let (kind, index): (String, Option<i64>) = if let Ok(s) = device.cast::<PyString>() {
+        let text = s.to_str()?.trim().to_ascii_lowercase();
+        match text.split_once(':') {
+            Some((kind, index)) => {
+                let index = index.trim().parse::<i64>().map_err(|_| {
+                    PyValueError::new_err(format!(
+                        "device {text:?}: the index after ':' must be an int, as in \"cuda:1\""
+                    ))
+                })?;
+                (kind.to_string(), Some(index))
+            }
+            None => (text, None),
         }
-    }
-
-    /// `device=` as PyTorch and CuPy users write it: "host"/"cpu", "cuda"/"gpu", "cuda:N", or any object with `.type`
-    /// and `.index` (a `torch.device`, duck-typed so that torch is never imported). `device_index`, when given, must
-    /// agree with an index in `device`.
-    fn parse(device: &Bound<'_, PyAny>, device_index: Option<i32>) -> PyResult<Device> {
-        let (kind, index): (String, Option<i64>) = if let Ok(s) = device.cast::<PyString>() {
-            let text = s.to_str()?.trim().to_ascii_lowercase();
-            match text.split_once(':') {
-                Some((kind, index)) => {
-                    let index = index.trim().parse::<i64>().map_err(|_| {
-                        PyValueError::new_err(format!(
-                            "device {text:?}: the index after ':' must be an int, as in \"cuda:1\""
-                        ))
-                    })?;
-                    (kind.to_string(), Some(index))
+    } else if device.hasattr("type")? && device.hasattr("index")? {
+        let kind: String = device.getattr("type")?.extract().map_err(|_| {
+            PyTypeError::new_err("device.type must be a string (as torch.device's is)")
+        })?;
+        let index: Option<i64> = device.getattr("index")?.extract().map_err(|_| {
+            PyTypeError::new_err("device.index must be an int or None (as torch.device's is)")
+        })?;
+        (kind.to_ascii_lowercase(), index)
+    } else {
+        return Err(PyTypeError::new_err(format!(
+            "device must be a string (\"host\", \"cuda\", \"cuda:1\") or a torch.device, not {}",
+            device.get_type().name()?
+        )));
+    };
+    match kind.as_str() {
+        "host" | "cpu" => Ok(Device::Host),
+        "cuda" | "gpu" => {
+            let ordinal = match (index, device_index) {
+                (Some(i), Some(d)) if i != i64::from(d) => {
+                    return Err(PyValueError::new_err(format!(
+                        "device says CUDA device {i} but device_index says {d}; give one of them"
+                    )))
                 }
-                None => (text, None),
-            }
-        } else if device.hasattr("type")? && device.hasattr("index")? {
-            let kind: String = device.getattr("type")?.extract().map_err(|_| {
-                PyTypeError::new_err("device.type must be a string (as torch.device's is)")
-            })?;
-            let index: Option<i64> = device.getattr("index")?.extract().map_err(|_| {
-                PyTypeError::new_err("device.index must be an int or None (as torch.device's is)")
-            })?;
-            (kind.to_ascii_lowercase(), index)
-        } else {
-            return Err(PyTypeError::new_err(format!(
-                "device must be a string (\"host\", \"cuda\", \"cuda:1\") or a torch.device, not {}",
-                device.get_type().name()?
-            )));
-        };
-        match kind.as_str() {
-            "host" | "cpu" => Ok(Device::Host),
-            "cuda" | "gpu" => {
-                let ordinal = match (index, device_index) {
-                    (Some(i), Some(d)) if i != i64::from(d) => {
-                        return Err(PyValueError::new_err(format!(
-                            "device says CUDA device {i} but device_index says {d}; give one of them"
-                        )))
-                    }
-                    (Some(i), _) => i32::try_from(i).ok().filter(|&i| i >= 0).ok_or_else(|| {
-                        PyValueError::new_err(format!("CUDA device index must be >= 0, got {i}"))
-                    })?,
-                    (None, Some(d)) if d < 0 => {
-                        return Err(PyValueError::new_err(format!(
-                            "device_index must be >= 0, got {d}"
-                        )))
-                    }
-                    (None, Some(d)) => d,
-                    (None, None) => 0,
-                };
-                Ok(Device::Cuda { ordinal })
-            }
-            other => Err(PyValueError::new_err(format!(
-                "device must be \"host\" or \"cuda\" (or \"cuda:N\", a torch.device), not {other:?}"
-            ))),
+                (Some(i), _) => i32::try_from(i).ok().filter(|&i| i >= 0).ok_or_else(|| {
+                    PyValueError::new_err(format!("CUDA device index must be >= 0, got {i}"))
+                })?,
+                (None, Some(d)) if d < 0 => {
+                    return Err(PyValueError::new_err(format!(
+                        "device_index must be >= 0, got {d}"
+                    )))
+                }
+                (None, Some(d)) => d,
+                (None, None) => 0,
+            };
+            Ok(Device::Cuda { ordinal })
         }
+        other => Err(PyValueError::new_err(format!(
+            "device must be \"host\" or \"cuda\" (or \"cuda:N\", a torch.device), not {other:?}"
+        ))),
     }
 }
 
@@ -180,8 +165,8 @@ fn state_name(state: BufferState) -> &'static str {
 ///         views) or "cuda" (also "gpu"; CUDA device memory through the driver's virtual memory API;
 ///         `__cuda_array_interface__` and DLPack). "cuda:N" names the device, as does a ``torch.device`` (any
 ///         object with ``.type`` and ``.index``; torch is never imported).
-///     store_capacity: size of the swap store (default 4 x capacity, at least 64 MiB); a store file is
-///         preallocated to it. Striped over several locations, the total, split evenly among them.
+///     store_capacity: size of the swap store (default 4 x capacity, at least 64 MiB; a block device whole:
+///         the one rule of oversub_core::PoolSpec); a store file is preallocated to it. Striped over several locations, the total, split evenly among them.
 ///     host_tier: host memory that holds paged-out buffers before the store (default none).
 ///     pinned_host_tier: page-lock the host tier (faster device copies; default False).
 ///     verify_checksums: checksum each buffer at page-out and verify it at page-in, so a store that corrupts
@@ -260,10 +245,9 @@ impl Pool {
         if capacity_bytes == 0 {
             return Err(PyValueError::new_err("capacity must be more than 0 bytes"));
         }
-        let store_bytes = match store_capacity {
-            Some(s) => size_arg(s, "store_capacity")?,
-            None => capacity_bytes.saturating_mul(4).max(64 << 20),
-        };
+        let store_bytes = store_capacity
+            .map(|s| size_arg(s, "store_capacity"))
+            .transpose()?;
         let tier_bytes = host_tier.map(|t| size_arg(t, "host_tier")).transpose()?;
         let locations: Vec<PathBuf> = match store {
             None => vec![std::env::temp_dir()],
@@ -283,63 +267,46 @@ impl Pool {
             ));
         }
         let device = match device {
-            Some(d) if !d.is_none() => Device::parse(d, device_index)?,
+            Some(d) if !d.is_none() => parse_device(d, device_index)?,
             // None (the default) is "host"; device_index alone never selected CUDA.
             _ => Device::Host,
         };
-        py.detach(move || {
-            let memory: Arc<dyn DeviceMemory> = match device {
-                Device::Host => Arc::new(HostMemory::default()),
-                Device::Cuda { ordinal } => Arc::new(
-                    CudaMemory::new(CudaMemoryConfig {
-                        ordinal,
-                        ..CudaMemoryConfig::default()
-                    })
-                    .py()?,
-                ),
-            };
-            let builder = SwapStore::builder()
-                .capacity_bytes(store_bytes)
-                .force(force_store)
-                .scrub(if scrub_store {
-                    Scrub::OnClose
-                } else {
-                    Scrub::Keep
-                });
-            // A directory gets a temporary file, an existing file or device is opened, anything else created;
-            // several locations make one store striped over them.
-            let mut store = builder.build(&locations).py()?;
-            let io_point = if calibrate {
-                let done = store
-                    .calibrate(&oversub_io::tuning::Calibration::default())
-                    .py()?;
-                IoPointInfo {
-                    source: "auto",
-                    read: (done.read.block_bytes, done.read.queue_depth),
-                    write: (done.write.block_bytes, done.write.queue_depth),
-                    seconds: done.seconds,
-                }
+        // The one entrance: the store is what `store` names (a folder, a file or a device), of the default size
+        // unless store_capacity says (PoolSpec::default_store_bytes).
+        let mut spec = PoolSpec::new(capacity_bytes)
+            .stores(locations)
+            .device(device)
+            .checksums(verify_checksums)
+            .force(force_store)
+            .scrub(scrub_store)
+            .io_point(if calibrate {
+                IoPointChoice::Calibrate
             } else {
-                IoPointInfo {
-                    source: "default",
-                    read: (store.max_io_bytes(), store.engine().queue_depth()),
-                    write: (store.max_write_io_bytes(), store.engine().queue_depth()),
-                    seconds: 0.0,
-                }
+                IoPointChoice::Default
+            });
+        if let Some(bytes) = store_bytes {
+            spec = spec.store_capacity(bytes);
+        }
+        if let Some(bytes) = tier_bytes.filter(|&b| b > 0) {
+            spec = spec.host_tier(HostTierConfig {
+                capacity_bytes: bytes,
+                pinned: pinned_host_tier,
+            });
+        }
+        py.detach(move || {
+            let (inner, io) = spec.open_reporting().py()?;
+            let io_point = IoPointInfo {
+                source: io.source,
+                read: (io.read.block_bytes, io.read.queue_depth),
+                write: (io.write.block_bytes, io.write.queue_depth),
+                seconds: io.calibration_s,
             };
-            let store_paths: Vec<PathBuf> = store
+            let store_paths: Vec<PathBuf> = inner
+                .store()
                 .member_paths()
                 .into_iter()
                 .map(std::path::Path::to_path_buf)
                 .collect();
-            let mut config = PoolConfig::new(capacity_bytes).verify_checksums(verify_checksums);
-            if let Some(bytes) = tier_bytes.filter(|&b| b > 0) {
-                config = config.host_tier(HostTierConfig {
-                    capacity_bytes: bytes,
-                    pinned: pinned_host_tier,
-                });
-            }
-            let inner = oversub_core::Pool::new(config, memory, Arc::new(store)).py()?;
             Ok(Pool {
                 inner,
                 device,
@@ -519,10 +486,7 @@ impl Pool {
             "oversub.Pool(capacity={}, used={}, device={:?}, store={:?}{})",
             oversub_report::format_bytes(s.capacity_bytes),
             oversub_report::format_bytes(s.used_bytes),
-            match self.device {
-                Device::Host => "host".to_string(),
-                Device::Cuda { ordinal } => format!("cuda:{ordinal}"),
-            },
+            self.device.to_string(),
             self.store_paths
                 .iter()
                 .map(|p| p.display().to_string())

@@ -1,6 +1,6 @@
 //! The pager: accelerator buffers paged whole between device memory and a swap store.
 //!
-//! A [`Pool`] of fixed capacity hands out buffers to [`AddressSpace`]s. Any buffer, or all buffers of a space, can be
+//! A [`Pool`] (made from a [`PoolSpec`], the one entrance) of fixed capacity hands out buffers to [`AddressSpace`]s. Any buffer, or all buffers of a space, can be
 //! paged out to the pool's [`SwapStore`](oversub_io::SwapStore) and back in, synchronously or asynchronously
 //! (start, then [`Ticket::finish`]). A buffer keeps its device address across a page-out/page-in cycle, and its
 //! memory is really given back while it is out. Read-only buffers are written to the store once. Each address space
@@ -8,13 +8,10 @@
 //!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! use std::sync::Arc;
-//! use oversub_accel::HostMemory;
-//! use oversub_core::{BufferFlags, BufferState, Pool, PoolConfig};
-//! use oversub_io::SwapStore;
+//! use oversub_core::{BufferFlags, BufferState, PoolSpec};
 //!
-//! let store = Arc::new(SwapStore::builder().capacity_bytes(64 << 20).create_temp(&std::env::temp_dir())?);
-//! let pool = Pool::new(PoolConfig::new(16 << 20), Arc::new(HostMemory::default()), store)?;
+//! // The one entrance (see `PoolSpec`): a store in the temporary directory, of the default size (64 MiB here).
+//! let pool = PoolSpec::new(16 << 20).open()?;
 //! let space = pool.address_space();
 //! let weights = space.alloc(8 << 20, BufferFlags::READ_ONLY)?; // written to the store once
 //! space.write(weights, 0, b"layer 0")?;
@@ -38,6 +35,7 @@ mod hasher;
 mod pool;
 mod preempt;
 mod space;
+mod spec;
 mod tenant;
 mod transfer;
 
@@ -51,6 +49,7 @@ pub use oversub_tenants::swap::AlphaRule;
 pub use pool::{Pool, PoolConfig, PoolStats};
 pub use preempt::SpinPreemption;
 pub use space::{AddressSpace, Buffer, BufferFlags, BufferInfo, BufferState, OpKind, Ticket};
+pub use spec::{Demand, Device, DeviceParseError, IoPointChoice, IoPointReport, PoolSpec};
 pub use tenant::{TenantConfig, TenantQuota};
 pub use transfer::gated::{GateCosts, MmCost};
 pub use transfer::host_tier::HostTierConfig;

@@ -26,14 +26,13 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
-use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_base::format_bytes;
 use oversub_base::stats::{median_or_nan, median_u64};
 use oversub_base::sync::lock;
 use oversub_core::{
-    AddressSpace, AlphaRule, Buffer, BufferFlags, PagerError, Pool, PoolConfig, TenantConfig,
+    AddressSpace, AlphaRule, Buffer, BufferFlags, PagerError, Pool, PoolSpec, TenantConfig,
 };
-use oversub_io::{EngineChoice, SwapStore};
+use oversub_io::EngineChoice;
 use oversub_tenants::priority;
 use serde::Serialize;
 
@@ -525,21 +524,21 @@ impl Env {
     /// A pool whose store serves by priority with this window (0: the engine's depth) when `priority_window` is
     /// given, FIFO otherwise.
     fn pool_with(&self, priority_window: Option<usize>) -> Result<Pool, LabError> {
-        let mut builder = SwapStore::builder().priority_io(priority_window.is_some());
-        if let Some(w) = priority_window.filter(|&w| w > 0) {
-            builder = builder.priority_window(w);
+        let mut spec = PoolSpec::new(self.capacity)
+            .stores([&self.store_dir])
+            .store_capacity(self.store_bytes)
+            .engine(self.engine)
+            .swap_rule(self.rule);
+        if let Some(w) = priority_window {
+            spec = spec.priority(Some(w).filter(|&w| w > 0));
         }
-        let store = builder
-            .capacity_bytes(self.store_bytes)
-            .engine_choice(self.engine)
-            .create_temp(&self.store_dir)
-            .map_err(|e| format!("creating a swap file in {}: {e}", self.store_dir.display()))?;
-        let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-        Ok(Pool::new(
-            PoolConfig::new(self.capacity).swap_rule(self.rule),
-            device,
-            Arc::new(store),
-        )?)
+        spec.open().map_err(|e| match e {
+            PagerError::Store(e) => LabError::from(format!(
+                "creating a swap file in {}: {e}",
+                self.store_dir.display()
+            )),
+            other => other.into(),
+        })
     }
 }
 

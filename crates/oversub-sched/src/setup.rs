@@ -4,13 +4,12 @@
 //! `oversub plan`, `oversub run` and the Python bindings share these, so the plans they make assume the same speeds
 //! and the runs page through the same kind of pool.
 
+use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::time::Instant;
 
-use oversub_accel::{DeviceMemory, HostMemory};
-use oversub_core::{BufferFlags, PagerError, Pool, PoolConfig};
-use oversub_io::{IoError, SwapStore};
+use oversub_core::{BufferFlags, PagerError, Pool, PoolSpec};
+use oversub_io::IoError;
 use oversub_profile::{Profile, ProfileError};
 use serde::Serialize;
 
@@ -54,6 +53,16 @@ pub enum SetupError {
         /// The OS error of `stat`.
         #[source]
         source: std::io::Error,
+    },
+    /// Demand paging maps a store file of its own beside the store, and the store is a block device, which has
+    /// no folder to put it in (its parent would be `/dev`).
+    #[error(
+        "demand paging maps a file of its own, and the store {} is a block device: give a folder or file on a file system for demand mode",
+        path.display()
+    )]
+    DemandOnDevice {
+        /// The device.
+        path: PathBuf,
     },
     /// The swap store could not be created.
     #[error(transparent)]
@@ -112,50 +121,75 @@ pub fn bandwidths_from_profile(path: &Path) -> Result<Bandwidths, SetupError> {
     ))
 }
 
-/// The folder a swap store goes in: `store` itself when it is a folder, else the folder holding it (an existing
-/// file or device); none given, the system's temporary directory. A location that does not exist is
-/// [`SetupError::StoreMissing`], never its parent: a mistyped `/mnt/nvme/swp` must not put the store on the root
-/// file system.
+/// The folder demand paging's store file goes in (a [`DemandSpace`](oversub_core::DemandSpace) maps a file of its
+/// own): `store` itself when it is a folder, else the folder holding it (an existing file); none given, the
+/// system's temporary directory; a block device is [`SetupError::DemandOnDevice`]. The pager's store does not use this: it is the location itself
+/// ([`store_locations`]). A location that does not exist is [`SetupError::StoreMissing`], never its parent: a
+/// mistyped `/mnt/nvme/swp` must not put the store on the root file system.
 pub fn store_dir(store: Option<&Path>) -> Result<PathBuf, SetupError> {
     let Some(p) = store else {
         return Ok(std::env::temp_dir());
     };
     match std::fs::metadata(p) {
         Ok(m) if m.is_dir() => Ok(p.to_path_buf()),
+        Ok(m) if m.file_type().is_block_device() => Err(SetupError::DemandOnDevice {
+            path: p.to_path_buf(),
+        }),
         Ok(_) => Ok(match p.parent() {
             Some(parent) if !parent.as_os_str().is_empty() => parent.to_path_buf(),
             _ => PathBuf::from("."),
         }),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Err(SetupError::StoreMissing {
-            path: p.to_path_buf(),
-        }),
-        Err(source) => Err(SetupError::StoreLocation {
-            path: p.to_path_buf(),
-            source,
-        }),
+        Err(e) => Err(missing(p, e)),
     }
 }
 
-/// The folders swap stores go in for the platform's `stores` ([`store_dir`] of each; none given, the system's
-/// temporary directory). Several stripe the store over them.
-pub fn store_dirs(stores: &[PathBuf]) -> Result<Vec<PathBuf>, SetupError> {
+fn missing(p: &Path, e: std::io::Error) -> SetupError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        SetupError::StoreMissing {
+            path: p.to_path_buf(),
+        }
+    } else {
+        SetupError::StoreLocation {
+            path: p.to_path_buf(),
+            source: e,
+        }
+    }
+}
+
+/// The platform's `stores` as the pager's store locations, each what it names: a folder (a new temporary file in
+/// it), an existing file or a block device, as everywhere else ([`oversub_io::StoreBuilder::build`]); none given,
+/// the system's temporary directory. Several stripe the store over them. A location must exist
+/// ([`SetupError::StoreMissing`]; see [`store_dir`]).
+pub fn store_locations(stores: &[PathBuf]) -> Result<Vec<PathBuf>, SetupError> {
     if stores.is_empty() {
         return Ok(vec![std::env::temp_dir()]);
     }
-    stores.iter().map(|s| store_dir(Some(s))).collect()
+    for s in stores {
+        std::fs::metadata(s).map_err(|e| missing(s, e))?;
+    }
+    Ok(stores.to_vec())
 }
 
-/// Measures the pager's page-in and page-out speed on the store (a temporary file in each of [`store_dirs`],
-/// striped when there are several): the slowest of three round trips of `size` bytes, since plans need speeds
-/// the store keeps up under sustained load, not its best.
+/// A pager error, with the store's own errors kept as [`SetupError::Io`].
+fn pager(e: PagerError) -> SetupError {
+    match e {
+        PagerError::Store(io) => SetupError::Io(io),
+        other => SetupError::Pager(other),
+    }
+}
+
+/// Measures the pager's page-in and page-out speed on the store ([`store_locations`], striped when there are
+/// several): the slowest of three round trips of `size` bytes (less on a block device that holds less), since plans
+/// need speeds the store keeps up under sustained load, not its best.
 pub fn measure_bandwidths(stores: &[PathBuf], size: u64) -> Result<Bandwidths, SetupError> {
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(size)
-            .build(&store_dirs(stores)?)?,
-    );
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    let pool = Pool::new(PoolConfig::new(size), device, store)?;
+    let mut spec = PoolSpec::new(size).stores(store_locations(stores)?);
+    // Files hold exactly what is measured; block devices are used whole (the default rule), as the run will.
+    if spec.default_store_bytes().is_some() {
+        spec = spec.store_capacity(size);
+    }
+    let pool = spec.open().map_err(pager)?;
+    // A device smaller than `size` is measured over what it holds (whole 2 MiB chunks).
+    let size = size.min(pool.stats().store_capacity_bytes / (2 << 20) * (2 << 20));
     let space = pool.address_space();
     let b = space.alloc(size, BufferFlags::DEFAULT)?;
     let chunk = vec![0x5Au8; 4 << 20];
@@ -216,25 +250,19 @@ pub fn store_speed(
     Ok(StoreSpeed { bw, source })
 }
 
-/// A pool (host memory as device memory) and a temporary swap store sized for `system`: the platform's capacity
-/// plus a page of slack per buffer (reservations are whole pages, so the planned capacity stays exact in bytes),
-/// and a store that holds every buffer with room to spare, in [`store_dirs`] of the platform's stores (striped
-/// over them when there are several).
+/// A pool (host memory as device memory) and a swap store for `system`: the platform's capacity plus a page of
+/// slack per buffer (reservations are whole pages, so the planned capacity stays exact in bytes), and a store at
+/// the platform's stores ([`store_locations`]; striped over them when there are several) of the default size
+/// for the configuration's demand ([`PoolSpec::default_store_bytes`]: every buffer with room to spare; a block
+/// device whole).
 pub fn pool_for(system: &System) -> Result<Pool, SetupError> {
     let n = system.buffers().len() as u64;
     let slack = n * 4096;
-    let store_bytes = system.demand_bytes() + n * (2 << 20) + (64 << 20);
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(store_bytes)
-            .build(&store_dirs(&system.platform.stores)?)?,
-    );
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    Ok(Pool::new(
-        PoolConfig::new(system.platform.capacity_bytes + slack),
-        device,
-        store,
-    )?)
+    PoolSpec::new(system.platform.capacity_bytes + slack)
+        .stores(store_locations(&system.platform.stores)?)
+        .demand(system.demand_bytes(), n)
+        .open()
+        .map_err(pager)
 }
 
 #[cfg(test)]
@@ -270,7 +298,7 @@ mod tests {
             matches!(err, SetupError::StoreMissing { ref path } if *path == missing),
             "{err:?}"
         );
-        assert!(store_dirs(&[dir.path().to_path_buf(), missing]).is_err());
+        assert!(store_locations(&[dir.path().to_path_buf(), missing]).is_err());
         assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
     }
 
@@ -297,6 +325,6 @@ mod tests {
         )
         .unwrap();
         assert!(striped.read_bytes_per_s > 0.0 && striped.write_bytes_per_s > 0.0);
-        assert_eq!(store_dirs(&[]).unwrap(), [std::env::temp_dir()]);
+        assert_eq!(store_locations(&[]).unwrap(), [std::env::temp_dir()]);
     }
 }

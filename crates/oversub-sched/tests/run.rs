@@ -4,12 +4,8 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use oversub_accel::{DeviceMemory, HostMemory};
-use oversub_core::{Pool, PoolConfig};
-use oversub_io::SwapStore;
+use oversub_core::{Pool, PoolSpec};
 use oversub_sched::{plan, run, Bandwidths, Mode, RunOptions, System};
 
 const MIB: u64 = 1 << 20;
@@ -34,18 +30,11 @@ fn tiny_paper() -> System {
 }
 
 fn pool_for(sys: &System) -> Pool {
-    let store = SwapStore::builder()
-        .capacity_bytes(64 * MIB)
-        .create_temp(&std::env::temp_dir())
-        .unwrap();
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
     // Page-granular slack over the planned capacity, as the CLI gives.
-    Pool::new(
-        PoolConfig::new(sys.platform.capacity_bytes + 64 * 4096).verify_checksums(true),
-        device,
-        Arc::new(store),
-    )
-    .unwrap()
+    PoolSpec::new(sys.platform.capacity_bytes + 64 * 4096)
+        .store_capacity(64 * MIB)
+        .open()
+        .unwrap()
 }
 
 #[test]

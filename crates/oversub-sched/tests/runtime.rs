@@ -5,12 +5,10 @@
 mod common;
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::Mutex;
 
 use common::*;
-use oversub_accel::{DeviceMemory, HostMemory};
-use oversub_core::{Pool, PoolConfig};
-use oversub_io::SwapStore;
+use oversub_core::{Pool, PoolSpec};
 use oversub_sched::{Bandwidths, Mode, Readahead, RunError, Runtime, System, Work};
 
 const MIB: u64 = 1 << 20;
@@ -40,17 +38,11 @@ fn bw() -> Bandwidths {
 }
 
 fn pool_for(sys: &System) -> Pool {
-    let store = SwapStore::builder()
-        .capacity_bytes(64 * MIB)
-        .create_temp(&std::env::temp_dir())
-        .unwrap();
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    Pool::new(
-        PoolConfig::new(sys.platform.capacity_bytes + 64 * 4096),
-        device,
-        Arc::new(store),
-    )
-    .unwrap()
+    // Page-granular slack over the planned capacity, as the CLI gives.
+    PoolSpec::new(sys.platform.capacity_bytes + 64 * 4096)
+        .store_capacity(64 * MIB)
+        .open()
+        .unwrap()
 }
 
 /// Each slot checks that the whole buffer holds the pattern its previous slot wrote, then writes the next one.

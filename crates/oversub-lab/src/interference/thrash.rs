@@ -23,15 +23,13 @@
 use std::hint::black_box;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use crate::harness::Steps;
-use oversub_accel::HostMemory;
 use oversub_base::rng::Rng;
 use oversub_base::sync::{lock, wait};
-use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolConfig};
-use oversub_io::SwapStore;
+use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolSpec};
 use serde::Serialize;
 
 use crate::harness::cpu;
@@ -465,8 +463,10 @@ struct Pager {
 impl Pager {
     fn new(bytes: u64, store_dirs: &[PathBuf]) -> Result<Pager, LabError> {
         let cap = bytes.next_multiple_of(2 * MIB) + 2 * MIB;
-        let store = Arc::new(SwapStore::builder().capacity_bytes(cap).build(store_dirs)?);
-        let pool = Pool::new(PoolConfig::new(cap), Arc::new(HostMemory::default()), store)?;
+        let pool = PoolSpec::new(cap)
+            .stores(store_dirs.iter())
+            .store_capacity(cap)
+            .open()?;
         let space = pool.address_space();
         let buffer = space.alloc(bytes, BufferFlags::DEFAULT)?;
         let mut piece = vec![0u8; usize::try_from(bytes.min(MIB))?];

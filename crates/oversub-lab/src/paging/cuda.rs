@@ -41,8 +41,9 @@ use oversub_accel::cuda::{
 use oversub_accel::{DeviceMemory, DevicePtr};
 use oversub_base::format_bytes;
 use oversub_core::{
-    AddressSpace, Buffer, BufferFlags, HostTierConfig, Pool, PoolConfig, StagingConfig,
+    AddressSpace, Buffer, BufferFlags, HostTierConfig, IoPointChoice, PoolSpec, StagingConfig,
 };
+use oversub_io::tuning::IoPoint;
 use oversub_io::{Direction, SwapStore};
 use oversub_report::Summary;
 use serde::Serialize;
@@ -239,7 +240,7 @@ pub fn run(
     let (path, created) = resolve_store(location, opts.force_store)?;
     let _cleanup = RemoveOnDrop(created.then(|| path.clone()).into_iter().collect());
     let capacity = opts.size.next_multiple_of(2 * MIB);
-    let store = Arc::new(open_store(opts, &path, created, capacity, max_io)?);
+    let store = Arc::new(open_store(opts, &path, capacity, max_io)?);
     let direct = store.is_direct();
     let engine_name = store.engine().name();
     let align = store.alignment();
@@ -259,27 +260,21 @@ pub fn run(
         pinned: !opts.pageable_staging,
         direct_storage: true,
     };
-    let pool = Pool::new(
-        PoolConfig::new(pool_capacity)
-            .verify_checksums(!opts.no_checksums)
-            .staging(staging),
-        Arc::clone(&device),
-        Arc::clone(&store),
-    )?;
-    let tier_pool = Pool::new(
-        PoolConfig::new(pool_capacity)
-            .staging(StagingConfig {
-                chunks: 1,
-                direct_storage: false,
-                ..staging
-            })
-            .host_tier(HostTierConfig {
-                capacity_bytes: pool_capacity,
-                pinned: true,
-            }),
-        Arc::clone(&device),
-        Arc::clone(&store),
-    )?;
+    let pool = PoolSpec::new(pool_capacity)
+        .checksums(!opts.no_checksums)
+        .staging(staging)
+        .open_on(Arc::clone(&device), Arc::clone(&store))?;
+    let tier_pool = PoolSpec::new(pool_capacity)
+        .staging(StagingConfig {
+            chunks: 1,
+            direct_storage: false,
+            ..staging
+        })
+        .host_tier(HostTierConfig {
+            capacity_bytes: pool_capacity,
+            pinned: true,
+        })
+        .open_on(Arc::clone(&device), Arc::clone(&store))?;
     let transfer_path = pool.transfer_path();
 
     note!(progress,
@@ -575,25 +570,30 @@ fn bindings_failed(msg: String) -> String {
 fn open_store(
     opts: &PagingOptions,
     path: &Path,
-    created: bool,
     capacity: u64,
     max_io: usize,
 ) -> Result<SwapStore, LabError> {
-    let builder = SwapStore::builder()
-        .max_io_bytes(max_io)
-        .queue_depth(opts.queue_depth)
-        .engine_choice(opts.engine)
+    let point = IoPoint {
+        block_bytes: max_io,
+        queue_depth: opts.queue_depth,
+    };
+    // A new path is created, an existing file opened (both sized to `capacity`), a block device used whole.
+    let spec = PoolSpec::new(capacity)
+        .stores([path])
+        .io_point(IoPointChoice::Given {
+            read: point,
+            write: point,
+        })
+        .engine(opts.engine)
         .keep(true)
         // --force-store already said the benchmark may overwrite an existing store's contents.
         .force(opts.force_store);
-    let is_block_device = is_block_device(path);
-    let store = if created {
-        builder.capacity_bytes(capacity).create(path)?
-    } else if is_block_device {
-        builder.open(path)?
+    let spec = if is_block_device(path) {
+        spec
     } else {
-        builder.capacity_bytes(capacity).open(path)?
+        spec.store_capacity(capacity)
     };
+    let store = spec.build_store()?.0;
     if store.capacity_bytes() < opts.size {
         return Err(LabError::Unfit(format!(
             "store {} holds {} but the benchmark needs {}",

@@ -13,8 +13,8 @@ use std::time::{Duration, Instant};
 
 use oversub_accel::{DeviceMemory, HostMemory, HostMemoryConfig};
 use oversub_base::format_bytes;
-use oversub_core::{AddressSpace, Buffer, BufferFlags, Pool, PoolConfig};
-use oversub_io::tuning::{best_points, GridPoint};
+use oversub_core::{AddressSpace, Buffer, BufferFlags, IoPointChoice, PoolSpec};
+use oversub_io::tuning::{best_points, GridPoint, IoPoint};
 use oversub_io::{Direction, IoEngine, SwapStore, UringEngine};
 use oversub_report::Summary;
 use serde::Serialize;
@@ -200,9 +200,14 @@ pub fn run(
         .collect::<Vec<_>>()
         .join(",");
     let capacity = opts.size.next_multiple_of(2 * MIB);
-    let mut builder = SwapStore::builder()
-        .max_io_bytes(max_io)
-        .queue_depth(opts.queue_depth);
+    let defaults = IoPoint {
+        block_bytes: max_io,
+        queue_depth: opts.queue_depth,
+    };
+    let mut io_point = IoPointChoice::Given {
+        read: defaults,
+        write: defaults,
+    };
     let mut io_source = "defaults (--max-io, --queue-depth)".to_string();
     if let Some(profile) = &opts.io_profile {
         let p = oversub_profile::Profile::load(profile)?;
@@ -224,7 +229,7 @@ pub fn run(
         let (read, write) = best_points(&grid).map_err(|e| {
             LabError::InvalidOption(format!("{}: [storage] points: {e}", profile.display()))
         })?;
-        builder = builder.io_points(read, write);
+        io_point = IoPointChoice::Profile { read, write };
         io_source = format!(
             "{}: reads {} x {}, writes {} x {}",
             profile.display(),
@@ -234,15 +239,22 @@ pub fn run(
             write.queue_depth
         );
     }
-    let mut builder = builder
-        .engine_choice(opts.engine)
+    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(HostMemoryConfig {
+        release: opts.release,
+        ..HostMemoryConfig::default()
+    }));
+    let mut spec = PoolSpec::new(capacity.next_multiple_of(2 * MIB))
+        .io_point(io_point)
+        .engine(opts.engine)
         .keep(true)
         // --force-store already said the benchmark may overwrite an existing store's contents.
-        .force(opts.force_store);
+        .force(opts.force_store)
+        .checksums(!opts.no_checksums)
+        .memory(Arc::clone(&device));
     if let Some(stripe) = opts.stripe_bytes {
-        builder = builder.stripe_bytes(stripe);
+        spec = spec.stripe_bytes(stripe);
     }
-    let mut store = open_striped(&builder, &paths, capacity)?;
+    let mut store = open_striped(&spec, &paths, capacity)?;
     if opts.io_auto {
         if opts.io_profile.is_some() {
             return Err(LabError::InvalidOption(
@@ -276,15 +288,7 @@ pub fn run(
     let align = store.alignment();
     let io_len = size.next_multiple_of(align);
 
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(HostMemoryConfig {
-        release: opts.release,
-        ..HostMemoryConfig::default()
-    }));
-    let pool = Pool::new(
-        PoolConfig::new(capacity.next_multiple_of(2 * MIB)).verify_checksums(!opts.no_checksums),
-        Arc::clone(&device),
-        Arc::clone(&store),
-    )?;
+    let pool = spec.open_on(Arc::clone(&device), Arc::clone(&store))?;
     let space = pool.address_space();
     let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
     {
@@ -298,11 +302,10 @@ pub fn run(
     let unchecked = if opts.no_checksums {
         None
     } else {
-        let pool = Pool::new(
-            PoolConfig::new(capacity.next_multiple_of(2 * MIB)).verify_checksums(false),
-            device,
-            Arc::clone(&store),
-        )?;
+        let pool = spec
+            .clone()
+            .checksums(false)
+            .open_on(device, Arc::clone(&store))?;
         let space = pool.address_space();
         let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
         let ptr = space.host_ptr(buffer)?;
@@ -590,7 +593,7 @@ pub fn run(
     drop(pool);
     drop(store);
     let stripe_sweep = if members > 1 {
-        stripe_sweep(opts, progress, &builder, &paths, capacity, cache)?
+        stripe_sweep(opts, progress, &spec, &paths, capacity, cache)?
     } else {
         Vec::new()
     };
@@ -630,20 +633,17 @@ pub fn run(
     })
 }
 
-/// The store over `paths` (see `StoreBuilder::build`): block devices whole, files and new files sized to hold
-/// `capacity` in all.
-fn open_striped(
-    builder: &oversub_io::StoreBuilder,
-    paths: &[PathBuf],
-    capacity: u64,
-) -> Result<SwapStore, LabError> {
-    let builder = if paths.iter().all(|p| is_block_device(p)) {
-        // Use the whole devices; the size check says when they are too small.
-        builder.clone()
+/// The store of `spec` over `paths` (see `StoreBuilder::build`): block devices whole, files and new files sized to
+/// hold `capacity` in all.
+fn open_striped(spec: &PoolSpec, paths: &[PathBuf], capacity: u64) -> Result<SwapStore, LabError> {
+    let spec = spec.clone().stores(paths.iter());
+    let spec = if paths.iter().all(|p| is_block_device(p)) {
+        // Use the whole devices (the default rule for devices); the size check says when they are too small.
+        spec
     } else {
-        builder.clone().capacity_bytes(capacity)
+        spec.store_capacity(capacity)
     };
-    Ok(builder.build(paths)?)
+    Ok(spec.build_store()?.0)
 }
 
 /// Page-out and page-in over the first 1, 2, ..., N members (each its own store and pool), median of
@@ -651,7 +651,7 @@ fn open_striped(
 fn stripe_sweep(
     opts: &PagingOptions,
     progress: PagingProgress<'_>,
-    builder: &oversub_io::StoreBuilder,
+    spec: &PoolSpec,
     paths: &[PathBuf],
     capacity: u64,
     cache: CacheDrop,
@@ -669,7 +669,7 @@ fn stripe_sweep(
         )));
         // The members are this run's own files (or ones --force-store allowed), and the baselines wrote over the
         // first one's header: open them whatever they hold.
-        let store = open_striped(&builder.clone().force(true), &paths[..k], capacity)?;
+        let store = open_striped(&spec.clone().force(true), &paths[..k], capacity)?;
         if store.capacity_bytes() < opts.size {
             note!(
                 progress,
@@ -686,12 +686,7 @@ fn stripe_sweep(
             release: opts.release,
             ..HostMemoryConfig::default()
         }));
-        let pool = Pool::new(
-            PoolConfig::new(capacity.next_multiple_of(2 * MIB))
-                .verify_checksums(!opts.no_checksums),
-            device,
-            Arc::new(store),
-        )?;
+        let pool = spec.open_on(device, Arc::new(store))?;
         let space = pool.address_space();
         let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
         {

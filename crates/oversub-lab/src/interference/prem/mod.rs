@@ -30,8 +30,7 @@ use oversub_arbiter::{
     measure_copy_time, Arbiter, ArbiterConfig, Gate, GateEvent, GateEventKind, MonotonicClock,
     Task, WorkKind,
 };
-use oversub_core::{BufferFlags, Pool, PoolConfig};
-use oversub_io::SwapStore;
+use oversub_core::{BufferFlags, PoolSpec};
 use serde::Serialize;
 
 use crate::harness::cpu;
@@ -517,16 +516,14 @@ fn run_interferer(
         InterfererKind::Paging | InterfererKind::PagingDontneed => {
             let size = opts.paging_buffer_bytes;
             let cap = (2 * size).next_multiple_of(2 << 20) + (8 << 20);
-            let store = Arc::new(
-                SwapStore::builder()
-                    .capacity_bytes(cap)
-                    .build(&opts.store_dirs)?,
-            );
             // Without checksums: hashing reads every buffer on the pool's checksum thread, which the gate does not
             // admit (yet), so it would be memory traffic outside the grants (docs/arbiter.md, "Not done here").
-            let mut config = PoolConfig::new(cap).verify_checksums(false);
+            let mut spec = PoolSpec::new(cap)
+                .stores(opts.store_dirs.iter())
+                .store_capacity(cap)
+                .checksums(false);
             if let Some(g) = &gate {
-                config = config.gate(Arc::clone(g));
+                spec = spec.gate(Arc::clone(g));
             }
             // Created on the pinned thread, so the pool's I/O threads share the interferer's CPU.
             let release = if kind == InterfererKind::Paging {
@@ -538,7 +535,7 @@ fn run_interferer(
                 release,
                 ..HostMemoryConfig::default()
             });
-            let pool = Pool::new(config, Arc::new(device), store)?;
+            let pool = spec.memory(Arc::new(device)).open()?;
             if let Some(costs) = pool.gate_costs() {
                 op_memory_map_s = 2.0
                     * (costs.commit_time(size).as_secs_f64()
