@@ -260,7 +260,16 @@ def test_run_schedule_returns_the_run_record(async_run: dict) -> None:
     assert r["prime"]["rounds"] >= 1 and all(b > 0 for b in r["prime"]["read_bytes_per_s"])
     assert r["warmup_asked"] == 1
     assert [rep["hyperperiod"] for rep in r["misses"]["repetitions"]] == [0, 1, 2]
-    assert r["misses"]["origin"]["kind"] in {"none", "start_caught_up", "start_still_draining", "steady_state"}
+    # Any of the profile's kinds: on a busy machine (CI beside two CPU hogs) one repetition can hiccup ("isolated")
+    # or a work run past its window; which one is the machine's, not the record's shape.
+    assert r["misses"]["origin"]["kind"] in {
+        "none",
+        "start_caught_up",
+        "start_still_draining",
+        "work_overran",
+        "isolated",
+        "steady_state",
+    }
     for s in r["slots"]:
         assert set(s) == {
             "component",
