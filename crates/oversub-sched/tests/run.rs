@@ -13,14 +13,8 @@ const MIB: u64 = 1 << 20;
 fn tiny_paper() -> System {
     // The paper's example at 1/20 of its time scale with 1 MiB units (one read-only) and 4 units of capacity.
     let mut sys = paper(MIB, 4);
-    sys.table.hyperperiod_s *= 0.05;
-    for s in &mut sys.table.slots {
-        s.start_s *= 0.05;
-        s.length_s *= 0.05;
-    }
+    scale_time(&mut sys, 0.05);
     for c in &mut sys.components {
-        c.budget_s *= 0.05;
-        c.period_s *= 0.05;
         c.work = oversub_sched::Work::Sleep {
             compute_s: c.budget_s * 0.2,
         };

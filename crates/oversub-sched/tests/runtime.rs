@@ -17,14 +17,8 @@ const MIB: u64 = 1 << 20;
 /// caller's code.
 fn tiny_user() -> System {
     let mut sys = paper(MIB, 4);
-    sys.table.hyperperiod_s *= 0.05;
-    for s in &mut sys.table.slots {
-        s.start_s *= 0.05;
-        s.length_s *= 0.05;
-    }
+    scale_time(&mut sys, 0.05);
     for c in &mut sys.components {
-        c.budget_s *= 0.05;
-        c.period_s *= 0.05;
         c.work = Work::User {
             wcet_s: c.budget_s * 0.3,
         };

@@ -15,18 +15,7 @@ const MIB: u64 = 1 << 20;
 /// The paper's example at 1/20 of its time scale, 1 MiB units, capacity for 4, its store at `store`.
 fn tiny(store: &Path) -> System {
     let mut sys = paper(MIB, 4);
-    sys.table.hyperperiod_s *= 0.05;
-    for s in &mut sys.table.slots {
-        s.start_s *= 0.05;
-        s.length_s *= 0.05;
-    }
-    for c in &mut sys.components {
-        c.budget_s *= 0.05;
-        c.period_s *= 0.05;
-        if let oversub_sched::Work::Spin { compute_s } = &mut c.work {
-            *compute_s *= 0.05;
-        }
-    }
+    scale_time(&mut sys, 0.05);
     sys.platform.stores = vec![store.to_path_buf()];
     sys
 }

@@ -106,7 +106,8 @@ impl Backing {
         let data_end = self.data_offset + self.capacity;
         let step = (self.capacity / 8).next_multiple_of(self.alignment as u64);
         let raised = Header {
-            scrub_end: end.max(header.scrub_end + step).min(data_end).max(end),
+            // `end` never passes the data area's end, so the mark covers it.
+            scrub_end: (header.scrub_end + step).max(end).min(data_end),
             ..*header
         };
         write_header(self.fd.as_raw_fd(), self.alignment, &raised).map_err(on_store(&self.path))?;

@@ -60,3 +60,20 @@ pub fn paper(unit: u64, capacity_units: u64) -> System {
         },
     }
 }
+
+/// Scales every time in `sys` by `factor`: the table, the components' budgets and periods, and the compute of a
+/// spinning component (other work is the caller's to set, usually from the scaled budget).
+pub fn scale_time(sys: &mut System, factor: f64) {
+    sys.table.hyperperiod_s *= factor;
+    for s in &mut sys.table.slots {
+        s.start_s *= factor;
+        s.length_s *= factor;
+    }
+    for c in &mut sys.components {
+        c.budget_s *= factor;
+        c.period_s *= factor;
+        if let Work::Spin { compute_s } = &mut c.work {
+            *compute_s *= factor;
+        }
+    }
+}
