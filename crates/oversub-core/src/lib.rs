@@ -31,13 +31,13 @@
 
 pub mod demand;
 mod error;
-mod hasher;
 mod pool;
 mod preempt;
 mod space;
 mod spec;
 mod tenant;
 mod transfer;
+mod workers;
 
 pub use demand::{
     measure_demand_bandwidths, measure_demand_bandwidths_with, thread_faults, DemandAccess,

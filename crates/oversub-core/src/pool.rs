@@ -1,5 +1,5 @@
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use oversub_tenants::swap::AlphaRule;
 
@@ -8,7 +8,6 @@ use oversub_arbiter::{Gate, WorkKind};
 use oversub_base::process::Creator;
 use oversub_io::{Slot, SwapStore};
 
-use crate::hasher::Hasher;
 use crate::space::AddressSpace;
 use crate::tenant::{TenantConfig, TenantQuota, Tenants};
 use crate::transfer::direct::{Direct, PiecePath};
@@ -16,6 +15,7 @@ use crate::transfer::gated::{GateCosts, Gated, GatedIo, MmCost, MmLane};
 use crate::transfer::host_tier::{HostTier, HostTierConfig, HostTierPath};
 use crate::transfer::staged::{Staging, StagingConfig};
 use crate::transfer::TransferPath;
+use crate::workers::Workers;
 use crate::PagerError;
 
 /// Options of a [`Pool`].
@@ -141,6 +141,9 @@ pub(crate) struct PoolShared {
     pub(crate) checksummed: Option<Checksummed>,
     /// The host-memory tier and its path, when configured.
     pub(crate) host_tier: Option<Arc<HostTierPath>>,
+    /// The thread that starts large page-ins (commit, then queue the read) off the caller's thread; made at the
+    /// first such page-in.
+    starter: OnceLock<Workers>,
     capacity_bytes: u64,
     used_bytes: AtomicU64,
     /// The process that made the pool: a forked child has its memory but not its I/O threads, and shares its
@@ -165,6 +168,7 @@ impl Drop for PoolShared {
         std::mem::forget(self.gated.take());
         std::mem::forget(self.checksummed.take());
         std::mem::forget(self.host_tier.take());
+        std::mem::forget(self.starter.take());
     }
 }
 
@@ -254,7 +258,12 @@ impl Pool {
                 pieces,
                 // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the
                 // caller and the engine on small machines.
-                hasher: Arc::new(Hasher::start(1)?),
+                hasher: Arc::new(Workers::start(
+                    "oversub-hash",
+                    "spawning a checksum thread",
+                    1,
+                    false,
+                )?),
             }),
             None => None,
         };
@@ -266,6 +275,7 @@ impl Pool {
                 store_path,
                 checksummed,
                 host_tier,
+                starter: OnceLock::new(),
                 capacity_bytes: config.capacity_bytes,
                 used_bytes: AtomicU64::new(0),
                 creator: Creator::current(),
@@ -367,7 +377,7 @@ pub(crate) struct Checksummed {
     /// The pool's direct path (gated or not), taking a transfer in pieces.
     pub(crate) pieces: Arc<dyn PiecePath>,
     /// The checksum thread.
-    pub(crate) hasher: Arc<Hasher>,
+    pub(crate) hasher: Arc<Workers>,
 }
 
 impl PoolShared {
@@ -383,6 +393,27 @@ impl PoolShared {
         match replanned {
             Ok(over) => drop(over),
             Err(e) => tracing::warn!("replanning after tenant as{id} left: {e}"),
+        }
+    }
+
+    /// The starter thread, made now if it is not yet; `None` when it cannot be spawned (the caller then does the
+    /// work itself).
+    pub(crate) fn starter(&self) -> Option<&Workers> {
+        if let Some(starter) = self.starter.get() {
+            return Some(starter);
+        }
+        match Workers::start(
+            "oversub-start",
+            "spawning the page-in starter thread",
+            1,
+            true,
+        ) {
+            // Another thread may have set it meanwhile: then this one is dropped (and its thread stops).
+            Ok(made) => Some(self.starter.get_or_init(|| made)),
+            Err(e) => {
+                tracing::warn!("page-ins commit on the caller's thread: {e}");
+                None
+            }
         }
     }
 

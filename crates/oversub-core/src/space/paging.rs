@@ -42,6 +42,150 @@ pub(super) unsafe fn release_then(
     }
 }
 
+/// From this size up, a page-in without an arbiter commits its memory on the pool's starter thread rather than the
+/// caller's. Handing the work over costs a thread wake-up (tens of microseconds on a busy machine), which a commit
+/// costs from about 64 MiB up: moving a 512 MiB range's pages back from the host backend's recycling pool took
+/// 0.15-0.20 ms (strace of a 1 GiB page-in, docs/benchmarks.md#submit-cost), about 20 µs per 64 MiB. Smaller
+/// page-ins (most of a real-time schedule's) keep the shorter path.
+pub(super) const DEFERRED_COMMIT_BYTES: u64 = 64 << 20;
+
+/// The end of a page-in, run once: with the transfer's outcome, or with the failure that kept it from starting.
+/// On failure the memory is given back (under an arbiter, as a gated memory operation) before the ticket learns
+/// it; a settle dropped without running completes its operation as lost.
+pub(super) struct Settle(Mutex<Option<SettleFn>>);
+
+type SettleFn = Box<dyn FnOnce(Result<(), OpFailure>) + Send>;
+
+impl Settle {
+    fn new(
+        device: Arc<dyn DeviceMemory>,
+        done: Completion,
+        reservation: Reservation,
+        mm: Option<MmLane>,
+        prelude: Option<Arc<Prelude>>,
+    ) -> Arc<Settle> {
+        let run = move |outcome: Result<(), OpFailure>| {
+            // A failed commit is the cause, whatever its transfer reported (it did not run).
+            let outcome = match prelude.as_ref().and_then(|p| p.take_failure()) {
+                Some(Some(err)) => Err(OpFailure::Commit(err)),
+                Some(None) => Err(OpFailure::Lost(
+                    "the commit before the page-in never ran (a panic in a device backend or worker)",
+                )),
+                None => outcome,
+            };
+            match outcome {
+                Ok(()) => done.complete(Ok(())),
+                Err(cause) => {
+                    // Give the memory back now (under an arbiter, as a gated memory operation); finish only has to
+                    // settle the state.
+                    // SAFETY: the read is over (or never ran) and the buffer is PagingIn, so nothing uses its
+                    // memory.
+                    unsafe {
+                        release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                            let released = match r {
+                                Ok(()) => true,
+                                Err(err) => {
+                                    tracing::warn!("decommit after a failed page-in: {err}");
+                                    false
+                                }
+                            };
+                            done.complete(Err(Failed {
+                                cause,
+                                memory_released: released,
+                            }));
+                        })
+                    }
+                }
+            }
+        };
+        Arc::new(Settle(Mutex::new(Some(Box::new(run)))))
+    }
+
+    /// Settles with `outcome`; only the first call does anything.
+    pub(super) fn run(&self, outcome: Result<(), OpFailure>) {
+        let run = lock(&self.0).take();
+        if let Some(run) = run {
+            run(outcome);
+        }
+    }
+}
+
+/// A page-in's read from its store slot, owning what it needs so that it can be queued from another thread.
+struct StoreRead {
+    slot: Arc<Slot>,
+    /// The copy's checksum, when one was taken.
+    expected: Option<Checksums>,
+    reservation: Reservation,
+    io_bytes: u64,
+    size_bytes: u64,
+}
+
+impl StoreRead {
+    /// Queues the read: checksummed where the pool hashes and the host can address the memory, else on the store
+    /// path; `settle` runs with its outcome. `Err` means nothing was queued (then `settle` is not run).
+    ///
+    /// # Safety
+    /// As [`TransferPath::submit`](crate::transfer::TransferPath::submit): the range is committed (with `after`:
+    /// once that commit succeeded) and nothing else uses it, and the slot stays allocated, until `settle` has run.
+    unsafe fn submit(
+        &self,
+        pool: &PoolShared,
+        after: Option<Arc<Prelude>>,
+        op: &Arc<OpState>,
+        settle: &Arc<Settle>,
+    ) -> Result<(), PagerError> {
+        let hashed = pool.checksummed.as_ref().and_then(|sums| {
+            pool.device
+                .host_ptr(&self.reservation)
+                .map(|ptr| (sums, SendPtr(ptr)))
+        });
+        let settle = Arc::clone(settle);
+        match hashed {
+            Some((sums, ptr)) => {
+                // A copy without a checksum (an external file's range, a slot born zeroed) gets one from its first
+                // read, kept with the copy: a later page-in of a file rewritten behind the pool's back (even with
+                // its modification time put back) is then a mismatch.
+                let first_read = self.expected.is_none().then(|| Arc::clone(op));
+                let finish: PiecesDone = Box::new(move |r| {
+                    if let (Some(op), Ok(sums)) = (&first_read, &r) {
+                        *lock(&op.checksum) = Some(Arc::clone(sums));
+                    }
+                    settle.run(r.map(|_| ()))
+                });
+                // SAFETY: forwarded from our caller.
+                unsafe {
+                    submit_hashed(
+                        sums,
+                        Direction::Read,
+                        &self.slot,
+                        ptr,
+                        self.io_bytes,
+                        self.size_bytes,
+                        self.expected.clone(),
+                        after,
+                        finish,
+                    )
+                }
+            }
+            None => {
+                let on_done: TransferCallback =
+                    Box::new(move |r| settle.run(r.map_err(OpFailure::from)));
+                // SAFETY: forwarded from our caller.
+                unsafe {
+                    pool.store_path.submit(Transfer {
+                        direction: Direction::Read,
+                        range: &self.reservation,
+                        copy: &*self.slot,
+                        io_bytes: self.io_bytes,
+                        after,
+                        on_done,
+                    })
+                }
+            }
+        }
+    }
+}
+
 impl AddressSpace {
     /// Pages a buffer out and waits: write to the store, then release its memory.
     pub fn page_out(&self, buffer: Buffer) -> Result<(), PagerError> {
@@ -209,9 +353,11 @@ impl AddressSpace {
         })
     }
 
-    /// Starts a page-in: memory is committed at the buffer's address and the read submitted when this returns;
-    /// [`Ticket::finish`] waits for the read (and the checksum, if on, verified piece by piece on the I/O side)
-    /// and marks the buffer resident.
+    /// Starts a page-in: the buffer's memory is committed at its address and the read queued, here or, for a large
+    /// buffer, on the pool's starter thread (the commit of a 1 GiB range moves its pages in, a few tenths of a
+    /// millisecond the caller need not wait for; under an arbiter the gated worker commits). [`Ticket::finish`]
+    /// waits for the read (and the checksum, if on, verified piece by piece on the I/O side) and marks the buffer
+    /// resident; a commit or submission that fails off this thread is its error.
     pub fn page_in_async(&self, buffer: Buffer) -> Result<Ticket, PagerError> {
         let shared = &self.shared;
         let pool = &shared.pool;
@@ -248,6 +394,15 @@ impl AddressSpace {
         // never waits for a grant, and a transfer that cannot be queued leaves no commit to undo.
         let mm = pool.mm_lane();
         let prelude = mm.as_ref().map(|_| Arc::new(Prelude::default()));
+        // Without one, a large page-in from the store is started on the starter thread: commit, then queue the read.
+        let starter = match copy {
+            StoredCopy::Store { .. }
+                if prelude.is_none() && charge_bytes >= DEFERRED_COMMIT_BYTES =>
+            {
+                pool.starter()
+            }
+            _ => None,
+        };
         let undo = |err: PagerError| {
             match &prelude {
                 // Nothing was committed.
@@ -265,58 +420,27 @@ impl AddressSpace {
             }
             err
         };
-        if prelude.is_none() {
+        if prelude.is_none() && starter.is_none() {
             pool.device
                 .commit(&e.reservation)
                 .map_err(|x| undo(x.into()))?;
         }
         let op = Arc::new(OpState::default());
-        let settle = {
-            let device = Arc::clone(&pool.device);
-            let done = Completion::new(&op);
-            let reservation = e.reservation;
-            let mm = mm.clone();
-            let prelude = prelude.clone();
-            move |outcome: Result<(), OpFailure>| {
-                // A failed commit is the cause, whatever its transfer reported (it did not run).
-                let outcome = match prelude.as_ref().and_then(|p| p.take_failure()) {
-                    Some(Some(err)) => Err(OpFailure::Commit(err)),
-                    Some(None) => Err(OpFailure::Lost(
-                        "the commit before the page-in never ran (a panic in a device backend or worker)",
-                    )),
-                    None => outcome,
-                };
-                match outcome {
-                    Ok(()) => done.complete(Ok(())),
-                    Err(cause) => {
-                        // Give the memory back now (under an arbiter, as a gated memory operation); finish only has
-                        // to settle the state.
-                        // SAFETY: the read is over (or never ran) and the buffer is PagingIn, so nothing uses its
-                        // memory.
-                        unsafe {
-                            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
-                                let released = match r {
-                                    Ok(()) => true,
-                                    Err(err) => {
-                                        tracing::warn!("decommit after a failed page-in: {err}");
-                                        false
-                                    }
-                                };
-                                done.complete(Err(Failed {
-                                    cause,
-                                    memory_released: released,
-                                }));
-                            })
-                        }
-                    }
-                }
-            }
-        };
-        match copy {
-            StoredCopy::Host(copy) => {
+        let settle = Settle::new(
+            Arc::clone(&pool.device),
+            Completion::new(&op),
+            e.reservation,
+            mm.clone(),
+            prelude.clone(),
+        );
+        match (copy, starter) {
+            (StoredCopy::Host(copy), _) => {
+                let settle = Arc::clone(&settle);
                 let on_done: TransferCallback =
-                    Box::new(move |r| settle(r.map_err(OpFailure::from)));
-                // SAFETY: as below.
+                    Box::new(move |r| settle.run(r.map_err(OpFailure::from)));
+                // SAFETY: the buffer is PagingIn (set below under this lock) until its ticket's finish has waited for
+                // the completion, and nothing else touches the memory meanwhile; under an arbiter the copy waits for
+                // the commit.
                 unsafe {
                     copy.submit(
                         Direction::Read,
@@ -328,60 +452,43 @@ impl AddressSpace {
                 }
                 .map_err(undo)?;
             }
-            StoredCopy::Store { slot, checksum } => {
-                let hashed = pool.checksummed.as_ref().and_then(|sums| {
-                    pool.device
-                        .host_ptr(&e.reservation)
-                        .map(|ptr| (sums, SendPtr(ptr)))
-                });
-                match hashed {
-                    Some((sums, ptr)) => {
-                        // A copy without a checksum (an external file's range, a slot born zeroed) gets one from its
-                        // first read, kept with the copy: a later page-in of a file rewritten behind the pool's back
-                        // (even with its modification time put back) is then a mismatch.
-                        let expected = checksum.clone();
-                        let first_read = expected.is_none().then(|| Arc::clone(&op));
-                        let finish: PiecesDone = Box::new(move |r| {
-                            if let (Some(op), Ok(sums)) = (&first_read, &r) {
-                                *lock(&op.checksum) = Some(Arc::clone(sums));
-                            }
-                            settle(r.map(|_| ()))
+            (StoredCopy::Store { slot, checksum }, Some(starter)) => {
+                let read = StoreRead {
+                    slot: Arc::clone(slot),
+                    expected: checksum.clone(),
+                    reservation: e.reservation,
+                    io_bytes: e.io_bytes,
+                    size_bytes: e.size_bytes,
+                };
+                let pool = Arc::clone(pool);
+                let op = Arc::clone(&op);
+                starter.run(Box::new(move || {
+                    let started = pool
+                        .device
+                        .commit(&read.reservation)
+                        .map_err(OpFailure::Commit)
+                        .and_then(|()| {
+                            // SAFETY: the range is committed now; as below, the buffer is PagingIn until its
+                            // ticket's finish has waited for the completion, which only `settle` gives.
+                            unsafe { read.submit(&pool, None, &op, &settle) }
+                                .map_err(OpFailure::Start)
                         });
-                        // SAFETY: as in page_out_async: the buffer is PagingIn (set below under this lock) until
-                        // its ticket's finish has waited for the completion, and nothing else touches the memory
-                        // meanwhile; under an arbiter the pieces wait for the commit.
-                        unsafe {
-                            submit_hashed(
-                                sums,
-                                Direction::Read,
-                                slot,
-                                ptr,
-                                e.io_bytes,
-                                e.size_bytes,
-                                expected,
-                                prelude.clone(),
-                                finish,
-                            )
-                        }
-                        .map_err(undo)?;
+                    if let Err(cause) = started {
+                        settle.run(Err(cause));
                     }
-                    None => {
-                        let on_done: TransferCallback =
-                            Box::new(move |r| settle(r.map_err(OpFailure::from)));
-                        // SAFETY: as above.
-                        unsafe {
-                            pool.store_path.submit(Transfer {
-                                direction: Direction::Read,
-                                range: &e.reservation,
-                                copy: slot,
-                                io_bytes: e.io_bytes,
-                                after: prelude.clone(),
-                                on_done,
-                            })
-                        }
-                        .map_err(undo)?;
-                    }
-                }
+                }));
+            }
+            (StoredCopy::Store { slot, checksum }, None) => {
+                let read = StoreRead {
+                    slot: Arc::clone(slot),
+                    expected: checksum.clone(),
+                    reservation: e.reservation,
+                    io_bytes: e.io_bytes,
+                    size_bytes: e.size_bytes,
+                };
+                // SAFETY: as above: the buffer is PagingIn until its ticket's finish has waited for the completion,
+                // and nothing else touches the memory meanwhile; under an arbiter the read waits for the commit.
+                unsafe { read.submit(pool, prelude.clone(), &op, &settle) }.map_err(undo)?;
             }
         }
         if let (Some(mm), Some(prelude)) = (&mm, &prelude) {

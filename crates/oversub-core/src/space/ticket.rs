@@ -82,6 +82,8 @@ pub(super) enum OpFailure {
     Release(AccelError),
     /// The commit before a page-in failed (under an arbiter, where it runs on the gated worker).
     Commit(AccelError),
+    /// The transfer could not be queued (a page-in started off the caller's thread, which learns it at finish).
+    Start(PagerError),
     /// The completion never ran to its end (a backend or engine thread panicked, or a worker dropped it).
     Lost(&'static str),
 }
@@ -235,5 +237,6 @@ pub(super) fn failure_to_error(buffer: Buffer, failure: OpFailure) -> PagerError
         OpFailure::Release(err) | OpFailure::Commit(err) => err.into(),
         OpFailure::Copy(err) => err.into(),
         OpFailure::Lost(reason) => PagerError::CompletionLost { buffer, reason },
+        OpFailure::Start(err) => err,
     }
 }

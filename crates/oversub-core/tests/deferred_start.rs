@@ -1,0 +1,211 @@
+//! A large page-in is started off the caller's thread: its memory is committed and its read queued on the pool's
+//! starter thread, so `page_in_async` returns without waiting for the commit. What that must keep: the bytes, the
+//! order of events (no read before its commit), and the failure paths — a commit or a read that fails there is the
+//! ticket's error at finish, the stored copy survives, and nothing stays charged.
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod common;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+
+use common::{engines, pattern, store_with, MIB};
+use oversub_accel::{AccelError, DeviceMemory, DevicePtr, HostMemory, Reservation};
+use oversub_core::{BufferFlags, BufferState, PagerError, Pool, PoolConfig};
+use oversub_io::testing::FailingEngine;
+use oversub_io::IoEngine;
+
+/// The host backend, recording which thread committed each range, whose next commit fails once when armed.
+#[derive(Debug, Default)]
+struct WatchedHost {
+    inner: HostMemory,
+    fail_next_commit: AtomicBool,
+    commit_threads: Mutex<Vec<String>>,
+}
+
+impl WatchedHost {
+    fn last_commit_thread(&self) -> String {
+        self.commit_threads.lock().unwrap().last().cloned().unwrap()
+    }
+}
+
+// SAFETY: forwards every call to the host backend; the injected failure happens before anything is done.
+unsafe impl DeviceMemory for WatchedHost {
+    fn name(&self) -> &'static str {
+        self.inner.name()
+    }
+    fn granularity(&self) -> usize {
+        self.inner.granularity()
+    }
+    fn host_accessible(&self) -> bool {
+        self.inner.host_accessible()
+    }
+    fn reserve(&self, len: usize) -> Result<Reservation, AccelError> {
+        self.inner.reserve(len)
+    }
+    fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
+        let thread = std::thread::current().name().unwrap_or("?").to_string();
+        self.commit_threads.lock().unwrap().push(thread);
+        if self.fail_next_commit.swap(false, Ordering::AcqRel) {
+            return Err(AccelError::OutOfMemory(format!(
+                "injected: committing {} bytes",
+                range.len
+            )));
+        }
+        self.inner.commit(range)
+    }
+    unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.decommit(range) }
+    }
+    unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.unreserve(range) }
+    }
+    fn synchronize(&self) -> Result<(), AccelError> {
+        self.inner.synchronize()
+    }
+    fn host_ptr(&self, range: &Reservation) -> Option<*mut u8> {
+        self.inner.host_ptr(range)
+    }
+    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.copy_to_host(src, dst) }
+    }
+    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError> {
+        // SAFETY: forwarded from our caller.
+        unsafe { self.inner.copy_from_host(dst, src) }
+    }
+    fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError> {
+        self.inner.resident_bytes(range)
+    }
+}
+
+/// A size the pool starts off the caller's thread (the threshold is 64 MiB), not a multiple of the store's unit.
+const LARGE: u64 = 64 * MIB + 4096 + 3;
+
+fn pool_on(engine: Arc<dyn IoEngine>, device: Arc<WatchedHost>, checksums: bool) -> Pool {
+    Pool::new(
+        PoolConfig::new(160 * MIB).verify_checksums(checksums),
+        device,
+        store_with(engine, 256 * MIB, 1 << 20),
+    )
+    .unwrap()
+}
+
+fn assert_nothing_held(pool: &Pool) {
+    let stats = pool.stats();
+    assert_eq!(stats.used_bytes, 0);
+    assert_eq!(stats.store_free_bytes, stats.store_capacity_bytes);
+}
+
+#[test]
+fn a_large_page_in_commits_on_the_starter_and_a_small_one_here() {
+    for (name, engine) in engines() {
+        for checksums in [false, true] {
+            eprintln!("{name}, checksums {checksums}");
+            let device = Arc::new(WatchedHost::default());
+            let pool = pool_on(engine.clone(), device.clone(), checksums);
+            let space = pool.address_space();
+            let large = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
+            let small = space.alloc(3 * MIB + 1, BufferFlags::DEFAULT).unwrap();
+            let large_bytes = pattern(1, LARGE as usize);
+            let small_bytes = pattern(2, (3 * MIB + 1) as usize);
+            space.write(large, 0, &large_bytes).unwrap();
+            space.write(small, 0, &small_bytes).unwrap();
+            for round in 0..3 {
+                space.page_out(large).unwrap();
+                space.page_out(small).unwrap();
+                // Both in flight at once: the small one's commit runs here while the large one's may still run.
+                let t_large = space.page_in_async(large).unwrap();
+                let t_small = space.page_in_async(small).unwrap();
+                assert_eq!(
+                    space.info(large).unwrap().state,
+                    BufferState::PagingIn,
+                    "round {round}"
+                );
+                t_small.finish().unwrap();
+                t_large.finish().unwrap();
+                let threads = device.commit_threads.lock().unwrap().clone();
+                let here = std::thread::current().name().unwrap_or("?").to_string();
+                assert!(
+                    threads.iter().any(|t| t.starts_with("oversub-start")),
+                    "{threads:?}"
+                );
+                assert!(threads.contains(&here), "{threads:?}");
+                device.commit_threads.lock().unwrap().clear();
+                let mut back = vec![0u8; LARGE as usize];
+                space.read(large, 0, &mut back).unwrap();
+                assert!(back == large_bytes, "round {round}");
+                let mut back = vec![0u8; small_bytes.len()];
+                space.read(small, 0, &mut back).unwrap();
+                assert!(back == small_bytes, "round {round}");
+            }
+            space.free(large).unwrap();
+            space.free(small).unwrap();
+            assert_nothing_held(&pool);
+        }
+    }
+}
+
+#[test]
+fn a_commit_failing_on_the_starter_is_the_tickets_error_and_loses_nothing() {
+    for (name, engine) in engines() {
+        for checksums in [false, true] {
+            eprintln!("{name}, checksums {checksums}");
+            let device = Arc::new(WatchedHost::default());
+            let pool = pool_on(engine.clone(), device.clone(), checksums);
+            let space = pool.address_space();
+            let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
+            let bytes = pattern(3, LARGE as usize);
+            space.write(b, 0, &bytes).unwrap();
+            space.page_out(b).unwrap();
+            device.fail_next_commit.store(true, Ordering::Release);
+            // The call itself succeeds: the commit has not run yet when it returns.
+            let ticket = space.page_in_async(b).unwrap();
+            let err = ticket.finish().unwrap_err();
+            assert!(
+                matches!(err, PagerError::Device(AccelError::OutOfMemory(_))),
+                "{err:?}"
+            );
+            assert!(device.last_commit_thread().starts_with("oversub-start"));
+            assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
+            assert_eq!(pool.stats().used_bytes, 0);
+            // The stored copy is intact.
+            space.page_in(b).unwrap();
+            let mut back = vec![0u8; bytes.len()];
+            space.read(b, 0, &mut back).unwrap();
+            assert!(back == bytes);
+            space.free(b).unwrap();
+            assert_nothing_held(&pool);
+        }
+    }
+}
+
+#[test]
+fn a_read_failing_after_a_deferred_commit_gives_the_memory_back() {
+    for (name, engine) in engines() {
+        for checksums in [false, true] {
+            eprintln!("{name}, checksums {checksums}");
+            let device = Arc::new(WatchedHost::default());
+            // The page-out writes 65 requests of at most 1 MiB; the page-in's second read fails.
+            let failing: Arc<dyn IoEngine> = Arc::new(FailingEngine::new(engine.clone(), 67));
+            let pool = pool_on(failing, device.clone(), checksums);
+            let space = pool.address_space();
+            let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
+            let bytes = pattern(4, LARGE as usize);
+            space.write(b, 0, &bytes).unwrap();
+            space.page_out(b).unwrap();
+            let err = space.page_in(b).unwrap_err();
+            assert!(matches!(err, PagerError::Store(_)), "{err:?}");
+            assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
+            assert_eq!(pool.stats().used_bytes, 0);
+            space.page_in(b).unwrap();
+            let mut back = vec![0u8; bytes.len()];
+            space.read(b, 0, &mut back).unwrap();
+            assert!(back == bytes);
+            space.free(b).unwrap();
+            assert_nothing_held(&pool);
+        }
+    }
+}
