@@ -317,7 +317,7 @@ impl Pool {
         let space = AddressSpace::new(id, Arc::clone(&self.shared), true);
         let granularity = self.shared.device.granularity() as u64;
         let over_quota = {
-            let mut tenants = crate::space::lock(&self.shared.tenants);
+            let mut tenants = oversub_base::sync::lock(&self.shared.tenants);
             tenants.add(config, space.shared());
             tenants.replan(self.shared.capacity_bytes, granularity)?
         };
@@ -327,7 +327,7 @@ impl Pool {
 
     /// The tenant plan now: one entry per tenant, from the highest priority to the lowest.
     pub fn tenant_quotas(&self) -> Vec<TenantQuota> {
-        crate::space::lock(&self.shared.tenants).quotas()
+        oversub_base::sync::lock(&self.shared.tenants).quotas()
     }
 
     /// The pool's occupancy now.
@@ -385,7 +385,7 @@ impl PoolShared {
     pub(crate) fn tenant_left(&self, id: u32) {
         let granularity = self.device.granularity() as u64;
         let replanned = {
-            let mut tenants = crate::space::lock(&self.tenants);
+            let mut tenants = oversub_base::sync::lock(&self.tenants);
             tenants.remove(id);
             tenants.replan(self.capacity_bytes, granularity)
         };

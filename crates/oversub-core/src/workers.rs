@@ -58,7 +58,7 @@ impl Workers {
 
     /// Runs `job` on a worker thread, or here when they are gone (so a job is never lost).
     pub(crate) fn run(&self, job: Job) {
-        let sent = match &*crate::space::lock(&self.tx) {
+        let sent = match &*oversub_base::sync::lock(&self.tx) {
             Some(tx) => tx.send(job).map_err(|e| e.0),
             None => Err(job),
         };
@@ -90,7 +90,7 @@ impl Drop for Workers {
             return;
         }
         // Closing the channel lets the threads finish queued jobs and stop.
-        drop(crate::space::lock(&self.tx).take());
+        drop(oversub_base::sync::lock(&self.tx).take());
         let me = std::thread::current().id();
         for worker in self.workers.drain(..) {
             if worker.thread().id() != me {

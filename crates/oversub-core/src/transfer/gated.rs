@@ -25,8 +25,8 @@ use oversub_base::process::Creator;
 use oversub_io::{Direction, IoCallback, IoDone, IoError, IoVec, Slot, SlotView, SwapStore};
 
 use super::{PacedPath, Transfer, TransferPath};
-use crate::space::lock;
 use crate::PagerError;
+use oversub_base::sync::lock;
 
 /// Most chunks submitted together when the grant has room for them all (their worst case counted one after
 /// another): enough queue depth to keep a storage device busy, few enough to stop soon at a window's end.
