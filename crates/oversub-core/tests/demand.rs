@@ -146,7 +146,12 @@ fn every_page_touched_after_eviction_is_a_major_fault() {
     assert_eq!(write.sum, read.sum);
     let stats = space.evict(b).unwrap();
     if let Some(dirty) = stats.dirty_pages_before {
-        assert_eq!(dirty, pages, "a write walk dirties every page: {stats:?}");
+        // Every page was dirtied, but the kernel's flusher may have written some back before the eviction counted
+        // them (1,974 of 2,048 once, while another process wrote gigabytes to the same disk).
+        assert!(
+            dirty > 0 && dirty <= pages,
+            "a write walk dirties the pages: {stats:?}"
+        );
     }
     assert!(stats.fully_evicted());
     assert!(read_back(&space, b)

@@ -1,6 +1,10 @@
 //! Paging: starting page-outs and page-ins on the pool's transfer paths, and settling a buffer when its ticket
 //! finishes.
 
+use std::sync::atomic::AtomicI64;
+
+use crate::workers::Workers;
+
 use super::*;
 
 /// The completion of a page-out's copy away (to the store or the host tier): release the memory (under an arbiter,
@@ -39,6 +43,151 @@ pub(super) unsafe fn release_then(
         Some(mm) => unsafe { mm.decommit(reservation, then) },
         // SAFETY: forwarded from our caller.
         None => then(unsafe { device.decommit(&reservation) }),
+    }
+}
+
+/// A page-out's start, one way per place its copy can go: each queues the work and gives the copy the buffer's
+/// state keeps; the completion (`done`) releases the memory once the bytes are safe, then settles.
+struct PageOut<'a> {
+    pool: &'a PoolShared,
+    reservation: Reservation,
+    io_bytes: u64,
+    size_bytes: u64,
+    mm: Option<MmLane>,
+    done: Completion,
+}
+
+impl PageOut<'_> {
+    /// A read-only buffer's copy is current: only release the memory.
+    ///
+    /// # Safety
+    /// Nothing uses the buffer's memory, and nothing will until the completion has run.
+    unsafe fn release_only(self, copy: StoredCopy) -> StoredCopy {
+        let done = self.done;
+        // SAFETY: forwarded from our caller.
+        unsafe {
+            release_then(
+                self.mm.as_ref(),
+                self.pool.device.as_ref(),
+                self.reservation,
+                move |r| done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e)))),
+            )
+        };
+        copy
+    }
+
+    /// Copies the buffer into `room` in the host tier; on failure the room goes back.
+    ///
+    /// # Safety
+    /// The memory stays committed and unchanged until the completion has run.
+    unsafe fn into_host_tier(self, room: HostCopy) -> Result<StoredCopy, PagerError> {
+        let on_done = release_when_copied(
+            Arc::clone(&self.pool.device),
+            self.mm,
+            self.done,
+            self.reservation,
+        );
+        // SAFETY: forwarded from our caller; the tier's room is the entry's alone.
+        let submitted = unsafe {
+            room.submit(
+                Direction::Write,
+                &self.reservation,
+                self.io_bytes,
+                None,
+                on_done,
+            )
+        };
+        match submitted {
+            Ok(()) => Ok(StoredCopy::Host(room)),
+            Err(err) => {
+                room.release();
+                Err(err)
+            }
+        }
+    }
+
+    /// Writes the buffer to a new store slot: checksummed where the pool hashes and the host can address the
+    /// memory (the release then waits for the last piece's hash too), else on the store path. On failure the slot
+    /// goes back.
+    ///
+    /// # Safety
+    /// The memory stays committed and unchanged until the completion has run.
+    unsafe fn into_store(self, priority: &Arc<AtomicI64>) -> Result<StoredCopy, PagerError> {
+        let pool = self.pool;
+        let mut slot = pool.store.allocate(self.io_bytes)?;
+        slot.set_priority(Arc::clone(priority));
+        // Checksums are taken where the host can read the buffer (not through the staging path).
+        let hashed = pool.checksummed.as_ref().and_then(|sums| {
+            pool.device
+                .host_ptr(&self.reservation)
+                .map(|ptr| (sums, SendPtr(ptr)))
+        });
+        let submitted = match hashed {
+            Some((sums, ptr)) => {
+                let (device, mm, done, reservation) = (
+                    Arc::clone(&pool.device),
+                    self.mm,
+                    self.done,
+                    self.reservation,
+                );
+                // Runs where the last piece ends (the I/O side or a checksum thread); under an arbiter the decommit
+                // is queued to the gated worker from there.
+                let finish: PiecesDone = Box::new(move |hashed| match hashed {
+                    Ok(sums) => {
+                        *lock(&done.op.checksum) = Some(sums);
+                        // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
+                        unsafe {
+                            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
+                                done.complete(
+                                    r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
+                                )
+                            })
+                        }
+                    }
+                    Err(cause) => done.complete(Err(Failed::kept_memory(cause))),
+                });
+                // SAFETY: forwarded from our caller.
+                unsafe {
+                    submit_hashed(
+                        sums,
+                        Direction::Write,
+                        &slot,
+                        ptr,
+                        self.io_bytes,
+                        self.size_bytes,
+                        None,
+                        None,
+                        finish,
+                    )
+                }
+            }
+            None => {
+                let on_done = release_when_copied(
+                    Arc::clone(&pool.device),
+                    self.mm,
+                    self.done,
+                    self.reservation,
+                );
+                // SAFETY: forwarded from our caller.
+                unsafe {
+                    pool.store_path.submit(Transfer {
+                        direction: Direction::Write,
+                        range: &self.reservation,
+                        copy: &slot,
+                        io_bytes: self.io_bytes,
+                        after: None,
+                        on_done,
+                    })
+                }
+            }
+        };
+        match submitted {
+            Ok(()) => Ok(StoredCopy::store(slot)),
+            Err(err) => {
+                pool.store.release(slot);
+                Err(err)
+            }
+        }
     }
 }
 
@@ -121,6 +270,36 @@ struct StoreRead {
 }
 
 impl StoreRead {
+    /// Commits the buffer's memory, then queues the read, both on the pool's starter thread; a failure of either
+    /// settles the page-in (and its ticket reports it).
+    ///
+    /// # Safety
+    /// As [`submit`](Self::submit) once the commit succeeded: nothing else uses the range, and the slot stays
+    /// allocated, until `settle` has run.
+    unsafe fn start_on(
+        self,
+        starter: &Workers,
+        pool: &Arc<PoolShared>,
+        op: &Arc<OpState>,
+        settle: Arc<Settle>,
+    ) {
+        let pool = Arc::clone(pool);
+        let op = Arc::clone(op);
+        starter.run(Box::new(move || {
+            let started = pool
+                .device
+                .commit(&self.reservation)
+                .map_err(OpFailure::Commit)
+                .and_then(|()| {
+                    // SAFETY: the range is committed now; the rest is our caller's promise.
+                    unsafe { self.submit(&pool, None, &op, &settle) }.map_err(OpFailure::Start)
+                });
+            if let Err(cause) = started {
+                settle.run(Err(cause));
+            }
+        }));
+    }
+
     /// Queues the read: checksummed where the pool hashes and the host can address the memory, else on the store
     /// path; `settle` runs with its outcome. `Err` means nothing was queued (then `settle` is not run).
     ///
@@ -225,116 +404,33 @@ impl AddressSpace {
                 })
             }
         };
-        let op = Arc::new(OpState::default());
-        // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
-        let mm = pool.mm_lane();
         // A read-only buffer written once keeps its copy (a read-write buffer never keeps one while resident).
-        let reused = if e.flags.read_only {
-            resident_copy.take()
-        } else {
-            None
+        let reused = e.flags.read_only.then(|| resident_copy.take()).flatten();
+        let op = Arc::new(OpState::default());
+        let out = PageOut {
+            pool,
+            reservation: e.reservation,
+            io_bytes: e.io_bytes,
+            size_bytes: e.size_bytes,
+            // Under an arbiter the decommit that ends a page-out is a gated memory operation on the gated worker.
+            mm: pool.mm_lane(),
+            done: Completion::new(&op),
         };
-        let (copy, kept) = if let Some(copy) = reused {
+        // Each start below relies on this: the memory stays committed and unchanged until the completion has run:
+        // the buffer is marked PagingOut below (under the same lock), `free` defers while an operation is in
+        // flight, and the address space is kept alive by the ticket, whose finish waits for the completion. The
+        // buffer is resident with no operation or access in flight, under the space lock, so nothing of ours uses
+        // its memory (callers' own pointers are void once they page it out).
+        let (copy, kept) = match reused {
             // The store already holds these bytes: only the memory goes.
-            let done = Completion::new(&op);
-            // SAFETY: the buffer is resident with no operation or access in flight and the space lock is held, so
-            // nothing of ours uses its memory; callers' own pointers are void once they page the buffer out. It is
-            // PagingOut (below, under this lock) until the decommit has completed the operation.
-            unsafe {
-                release_then(mm.as_ref(), pool.device.as_ref(), e.reservation, move |r| {
-                    done.complete(r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))))
-                })
-            };
-            (copy, true)
-        } else if let Some(copy) = pool.host_tier.as_ref().and_then(|t| t.allocate(e.io_bytes)) {
-            let on_done = release_when_copied(
-                Arc::clone(&pool.device),
-                mm,
-                Completion::new(&op),
-                e.reservation,
-            );
-            // SAFETY: as for the store below: the buffer is PagingOut until on_done has run, and the tier slot is
-            // the entry's alone.
-            let submitted =
-                unsafe { copy.submit(Direction::Write, &e.reservation, e.io_bytes, None, on_done) };
-            if let Err(err) = submitted {
-                copy.release();
-                return Err(err);
-            }
-            (StoredCopy::Host(copy), false)
-        } else {
-            let mut slot = pool.store.allocate(e.io_bytes)?;
-            slot.set_priority(Arc::clone(&shared.usage.io_priority));
-            // Checksums are taken where the host can read the buffer (not through the staging path).
-            let hashed = pool.checksummed.as_ref().and_then(|sums| {
-                pool.device
-                    .host_ptr(&e.reservation)
-                    .map(|ptr| (sums, SendPtr(ptr)))
-            });
-            // Both submits below rely on this: the memory stays committed and unchanged until the completion has
-            // run: the buffer is marked PagingOut below (under the same lock), `free` defers while an operation is
-            // in flight, and the address space is kept alive by the ticket, whose finish waits for the completion.
-            let submitted = match hashed {
-                Some((sums, ptr)) => {
-                    let device = Arc::clone(&pool.device);
-                    let done = Completion::new(&op);
-                    let reservation = e.reservation;
-                    // Runs where the last piece ends (the I/O side or a checksum thread); under an arbiter the
-                    // decommit is queued to the gated worker from there.
-                    let finish: PiecesDone = Box::new(move |hashed| match hashed {
-                        Ok(sums) => {
-                            *lock(&done.op.checksum) = Some(sums);
-                            // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
-                            unsafe {
-                                release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
-                                    done.complete(
-                                        r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
-                                    )
-                                })
-                            }
-                        }
-                        Err(cause) => done.complete(Err(Failed::kept_memory(cause))),
-                    });
-                    // SAFETY: see above.
-                    unsafe {
-                        submit_hashed(
-                            sums,
-                            Direction::Write,
-                            &slot,
-                            ptr,
-                            e.io_bytes,
-                            e.size_bytes,
-                            None,
-                            None,
-                            finish,
-                        )
-                    }
-                }
-                None => {
-                    let on_done = release_when_copied(
-                        Arc::clone(&pool.device),
-                        mm,
-                        Completion::new(&op),
-                        e.reservation,
-                    );
-                    // SAFETY: see above.
-                    unsafe {
-                        pool.store_path.submit(Transfer {
-                            direction: Direction::Write,
-                            range: &e.reservation,
-                            copy: &slot,
-                            io_bytes: e.io_bytes,
-                            after: None,
-                            on_done,
-                        })
-                    }
-                }
-            };
-            if let Err(err) = submitted {
-                pool.store.release(slot);
-                return Err(err);
-            }
-            (StoredCopy::store(slot), false)
+            // SAFETY: see above.
+            Some(copy) => (unsafe { out.release_only(copy) }, true),
+            None => match pool.host_tier.as_ref().and_then(|t| t.allocate(e.io_bytes)) {
+                // SAFETY: see above.
+                Some(room) => (unsafe { out.into_host_tier(room) }?, false),
+                // SAFETY: see above.
+                None => (unsafe { out.into_store(&shared.usage.io_priority) }?, false),
+            },
         };
         e.state = State::Stored {
             copy,
@@ -433,14 +529,15 @@ impl AddressSpace {
             mm.clone(),
             prelude.clone(),
         );
+        // SAFETY (each start below): the buffer is PagingIn (set below under this lock) until its ticket's finish has
+        // waited for the completion, which only `settle` gives, and nothing else touches the memory meanwhile; the
+        // memory is committed here, or the transfer waits for its commit (`prelude`), or the starter commits first.
         match (copy, starter) {
             (StoredCopy::Host(copy), _) => {
                 let settle = Arc::clone(&settle);
                 let on_done: TransferCallback =
                     Box::new(move |r| settle.run(r.map_err(OpFailure::from)));
-                // SAFETY: the buffer is PagingIn (set below under this lock) until its ticket's finish has waited for
-                // the completion, and nothing else touches the memory meanwhile; under an arbiter the copy waits for
-                // the commit.
+                // SAFETY: see above.
                 unsafe {
                     copy.submit(
                         Direction::Read,
@@ -452,7 +549,7 @@ impl AddressSpace {
                 }
                 .map_err(undo)?;
             }
-            (StoredCopy::Store { slot, checksum }, Some(starter)) => {
+            (StoredCopy::Store { slot, checksum }, starter) => {
                 let read = StoreRead {
                     slot: Arc::clone(slot),
                     expected: checksum.clone(),
@@ -460,35 +557,14 @@ impl AddressSpace {
                     io_bytes: e.io_bytes,
                     size_bytes: e.size_bytes,
                 };
-                let pool = Arc::clone(pool);
-                let op = Arc::clone(&op);
-                starter.run(Box::new(move || {
-                    let started = pool
-                        .device
-                        .commit(&read.reservation)
-                        .map_err(OpFailure::Commit)
-                        .and_then(|()| {
-                            // SAFETY: the range is committed now; as below, the buffer is PagingIn until its
-                            // ticket's finish has waited for the completion, which only `settle` gives.
-                            unsafe { read.submit(&pool, None, &op, &settle) }
-                                .map_err(OpFailure::Start)
-                        });
-                    if let Err(cause) = started {
-                        settle.run(Err(cause));
+                match starter {
+                    // SAFETY: see above.
+                    Some(starter) => unsafe { read.start_on(starter, pool, &op, settle) },
+                    None => {
+                        // SAFETY: see above.
+                        unsafe { read.submit(pool, prelude.clone(), &op, &settle) }.map_err(undo)?
                     }
-                }));
-            }
-            (StoredCopy::Store { slot, checksum }, None) => {
-                let read = StoreRead {
-                    slot: Arc::clone(slot),
-                    expected: checksum.clone(),
-                    reservation: e.reservation,
-                    io_bytes: e.io_bytes,
-                    size_bytes: e.size_bytes,
-                };
-                // SAFETY: as above: the buffer is PagingIn until its ticket's finish has waited for the completion,
-                // and nothing else touches the memory meanwhile; under an arbiter the read waits for the commit.
-                unsafe { read.submit(pool, prelude.clone(), &op, &settle) }.map_err(undo)?;
+                }
             }
         }
         if let (Some(mm), Some(prelude)) = (&mm, &prelude) {
