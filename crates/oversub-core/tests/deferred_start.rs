@@ -9,82 +9,47 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
-use common::{engines, pattern, store_with, MIB};
-use oversub_accel::{AccelError, DeviceMemory, DevicePtr, HostMemory, Reservation};
+use common::{engines, pattern, store_with, Hooked, MIB};
+use oversub_accel::AccelError;
 use oversub_core::{BufferFlags, BufferState, PagerError, Pool, PoolConfig};
 use oversub_io::testing::FailingEngine;
 use oversub_io::IoEngine;
 
-/// The host backend, recording which thread committed each range, whose next commit fails once when armed.
+/// What the hooked backend saw: which thread committed each range; and whether to fail the next commit.
 #[derive(Debug, Default)]
-struct WatchedHost {
-    inner: HostMemory,
+struct Watch {
     fail_next_commit: AtomicBool,
     commit_threads: Mutex<Vec<String>>,
 }
 
-impl WatchedHost {
+impl Watch {
     fn last_commit_thread(&self) -> String {
         self.commit_threads.lock().unwrap().last().cloned().unwrap()
     }
 }
 
-// SAFETY: forwards every call to the host backend; the injected failure happens before anything is done.
-unsafe impl DeviceMemory for WatchedHost {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn granularity(&self) -> usize {
-        self.inner.granularity()
-    }
-    fn host_accessible(&self) -> bool {
-        self.inner.host_accessible()
-    }
-    fn reserve(&self, len: usize) -> Result<Reservation, AccelError> {
-        self.inner.reserve(len)
-    }
-    fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
+/// The host backend, recording which thread committed each range, whose next commit fails once when armed.
+fn watched_host() -> (Arc<Hooked>, Arc<Watch>) {
+    let watch = Arc::new(Watch::default());
+    let seen = Arc::clone(&watch);
+    let device = Hooked::default().on_commit(move |range, commit| {
         let thread = std::thread::current().name().unwrap_or("?").to_string();
-        self.commit_threads.lock().unwrap().push(thread);
-        if self.fail_next_commit.swap(false, Ordering::AcqRel) {
+        seen.commit_threads.lock().unwrap().push(thread);
+        if seen.fail_next_commit.swap(false, Ordering::AcqRel) {
             return Err(AccelError::OutOfMemory(format!(
                 "injected: committing {} bytes",
                 range.len
             )));
         }
-        self.inner.commit(range)
-    }
-    unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.decommit(range) }
-    }
-    unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.unreserve(range) }
-    }
-    fn synchronize(&self) -> Result<(), AccelError> {
-        self.inner.synchronize()
-    }
-    fn host_ptr(&self, range: &Reservation) -> Option<*mut u8> {
-        self.inner.host_ptr(range)
-    }
-    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_to_host(src, dst) }
-    }
-    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_from_host(dst, src) }
-    }
-    fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError> {
-        self.inner.resident_bytes(range)
-    }
+        commit()
+    });
+    (Arc::new(device), watch)
 }
 
 /// A size the pool starts off the caller's thread (the threshold is 64 MiB), not a multiple of the store's unit.
 const LARGE: u64 = 64 * MIB + 4096 + 3;
 
-fn pool_on(engine: Arc<dyn IoEngine>, device: Arc<WatchedHost>, checksums: bool) -> Pool {
+fn pool_on(engine: Arc<dyn IoEngine>, device: Arc<Hooked>, checksums: bool) -> Pool {
     Pool::new(
         PoolConfig::new(160 * MIB).verify_checksums(checksums),
         device,
@@ -104,8 +69,8 @@ fn a_large_page_in_commits_on_the_starter_and_a_small_one_here() {
     for (name, engine) in engines() {
         for checksums in [false, true] {
             eprintln!("{name}, checksums {checksums}");
-            let device = Arc::new(WatchedHost::default());
-            let pool = pool_on(engine.clone(), device.clone(), checksums);
+            let (device, watch) = watched_host();
+            let pool = pool_on(engine.clone(), device, checksums);
             let space = pool.address_space();
             let large = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
             let small = space.alloc(3 * MIB + 1, BufferFlags::DEFAULT).unwrap();
@@ -126,14 +91,14 @@ fn a_large_page_in_commits_on_the_starter_and_a_small_one_here() {
                 );
                 t_small.finish().unwrap();
                 t_large.finish().unwrap();
-                let threads = device.commit_threads.lock().unwrap().clone();
+                let threads = watch.commit_threads.lock().unwrap().clone();
                 let here = std::thread::current().name().unwrap_or("?").to_string();
                 assert!(
                     threads.iter().any(|t| t.starts_with("oversub-start")),
                     "{threads:?}"
                 );
                 assert!(threads.contains(&here), "{threads:?}");
-                device.commit_threads.lock().unwrap().clear();
+                watch.commit_threads.lock().unwrap().clear();
                 let mut back = vec![0u8; LARGE as usize];
                 space.read(large, 0, &mut back).unwrap();
                 assert!(back == large_bytes, "round {round}");
@@ -153,14 +118,14 @@ fn a_commit_failing_on_the_starter_is_the_tickets_error_and_loses_nothing() {
     for (name, engine) in engines() {
         for checksums in [false, true] {
             eprintln!("{name}, checksums {checksums}");
-            let device = Arc::new(WatchedHost::default());
-            let pool = pool_on(engine.clone(), device.clone(), checksums);
+            let (device, watch) = watched_host();
+            let pool = pool_on(engine.clone(), device, checksums);
             let space = pool.address_space();
             let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
             let bytes = pattern(3, LARGE as usize);
             space.write(b, 0, &bytes).unwrap();
             space.page_out(b).unwrap();
-            device.fail_next_commit.store(true, Ordering::Release);
+            watch.fail_next_commit.store(true, Ordering::Release);
             // The call itself succeeds: the commit has not run yet when it returns.
             let ticket = space.page_in_async(b).unwrap();
             let err = ticket.finish().unwrap_err();
@@ -168,7 +133,7 @@ fn a_commit_failing_on_the_starter_is_the_tickets_error_and_loses_nothing() {
                 matches!(err, PagerError::Device(AccelError::OutOfMemory(_))),
                 "{err:?}"
             );
-            assert!(device.last_commit_thread().starts_with("oversub-start"));
+            assert!(watch.last_commit_thread().starts_with("oversub-start"));
             assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
             assert_eq!(pool.stats().used_bytes, 0);
             // The stored copy is intact.
@@ -187,10 +152,10 @@ fn a_read_failing_after_a_deferred_commit_gives_the_memory_back() {
     for (name, engine) in engines() {
         for checksums in [false, true] {
             eprintln!("{name}, checksums {checksums}");
-            let device = Arc::new(WatchedHost::default());
+            let (device, _) = watched_host();
             // The page-out writes 65 requests of at most 1 MiB; the page-in's second read fails.
             let failing: Arc<dyn IoEngine> = Arc::new(FailingEngine::new(engine.clone(), 67));
-            let pool = pool_on(failing, device.clone(), checksums);
+            let pool = pool_on(failing, device, checksums);
             let space = pool.address_space();
             let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
             let bytes = pattern(4, LARGE as usize);
