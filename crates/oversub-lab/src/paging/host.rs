@@ -176,23 +176,8 @@ pub fn run(
     let max_io = to_usize(opts.max_io, "--max-io too large")?;
     let size = to_usize(opts.size, "--size too large for this machine")?;
 
-    // Resolve the store paths: the first also takes the baselines.
-    let resolved: Vec<(PathBuf, bool)> = if opts.store.is_empty() {
-        vec![resolve_store(None, opts.force_store)?]
-    } else {
-        opts.store
-            .iter()
-            .map(|p| resolve_store(Some(p), opts.force_store))
-            .collect::<Result<_, _>>()?
-    };
-    let _cleanup = RemoveOnDrop(
-        resolved
-            .iter()
-            .filter(|(_, created)| *created)
-            .map(|(p, _)| p.clone())
-            .collect(),
-    );
-    let paths: Vec<PathBuf> = resolved.iter().map(|(p, _)| p.clone()).collect();
+    // The store paths: the first also takes the baselines.
+    let (paths, _cleanup) = store_paths(opts)?;
     let path = paths[0].clone();
     let store_names = paths
         .iter()
@@ -204,41 +189,7 @@ pub fn run(
         block_bytes: max_io,
         queue_depth: opts.queue_depth,
     };
-    let mut io_point = IoPointChoice::Given {
-        read: defaults,
-        write: defaults,
-    };
-    let mut io_source = "defaults (--max-io, --queue-depth)".to_string();
-    if let Some(profile) = &opts.io_profile {
-        let p = oversub_profile::Profile::load(profile)?;
-        let grid: Vec<GridPoint> = p
-            .storage
-            .as_ref()
-            .map(|s| {
-                s.points
-                    .iter()
-                    .map(|q| GridPoint {
-                        block_bytes: q.block_bytes,
-                        queue_depth: q.queue_depth,
-                        read_bytes_per_s: q.read_bytes_per_s,
-                        write_bytes_per_s: q.write_bytes_per_s,
-                    })
-                    .collect()
-            })
-            .unwrap_or_default();
-        let (read, write) = best_points(&grid).map_err(|e| {
-            LabError::InvalidOption(format!("{}: [storage] points: {e}", profile.display()))
-        })?;
-        io_point = IoPointChoice::Profile { read, write };
-        io_source = format!(
-            "{}: reads {} x {}, writes {} x {}",
-            profile.display(),
-            format_bytes(read.block_bytes as u64),
-            read.queue_depth,
-            format_bytes(write.block_bytes as u64),
-            write.queue_depth
-        );
-    }
+    let (io_point, mut io_source) = io_point_of(opts, defaults)?;
     let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::new(HostMemoryConfig {
         release: opts.release,
         ..HostMemoryConfig::default()
@@ -288,33 +239,21 @@ pub fn run(
     let align = store.alignment();
     let io_len = size.next_multiple_of(align);
 
-    let pool = spec.open_on(Arc::clone(&device), Arc::clone(&store))?;
-    let space = pool.address_space();
-    let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
-    {
-        let ptr = space.host_ptr(buffer)?;
-        // SAFETY: the buffer is resident and `size` bytes long; nothing else accesses it now.
-        let bytes = unsafe { std::slice::from_raw_parts_mut(ptr, size) };
-        fill_random(bytes, 0x00DD_BA11);
-    }
+    let (pool, space, buffer) =
+        filled_buffer(&spec, Arc::clone(&device), &store, opts.size, 0x00DD_BA11)?;
     // The same pager with checksums off, over the same store (one buffer is out at a time, so the slot is shared),
     // to put a figure on what the checksums cost.
     let unchecked = if opts.no_checksums {
         None
     } else {
-        let pool = spec
-            .clone()
-            .checksums(false)
-            .open_on(device, Arc::clone(&store))?;
-        let space = pool.address_space();
-        let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
-        let ptr = space.host_ptr(buffer)?;
-        // SAFETY: as above.
-        fill_random(
-            unsafe { std::slice::from_raw_parts_mut(ptr, size) },
+        let unchecked = spec.clone().checksums(false);
+        Some(filled_buffer(
+            &unchecked,
+            device,
+            &store,
+            opts.size,
             0x0BAD_5EED,
-        );
-        Some((pool, space, buffer))
+        )?)
     };
 
     // Baseline resources: raw engine and its preallocated, prefaulted buffer (random bytes, also the write source).
@@ -325,31 +264,14 @@ pub fn run(
     if !direct {
         tracing::warn!("the store refuses O_DIRECT: the direct-I/O baselines run buffered too");
     }
-    let rw_fd = Fd::open(&path, libc::O_RDWR | direct_flag)?;
-    if members > 1 && is_block_device(&path) {
-        // The baselines use the first member alone, over the whole size.
-        // SAFETY: plain syscall on an open fd.
-        let end = unsafe { libc::lseek(rw_fd.0, 0, libc::SEEK_END) };
-        if end < 0 || (end as u64) < io_len as u64 {
-            return Err(LabError::Unfit(format!(
-                "the baselines run on the first --store location, {}, which holds less than --size {}",
-                path.display(),
-                format_bytes(opts.size)
-            )));
-        }
-    }
+    let rw_fd = baseline_fd(&path, direct_flag, members, io_len, opts.size)?;
     let cache = CacheDrop::choose(opts.cache_drop)?;
 
     note!(progress,
         "oversub bench paging: {} on {} ({}, {}), engine {engine_name}, max I/O {}, queue depth {}, cache drop {}",
         format_bytes(opts.size),
         store_names,
-        match (store.is_block_device(), members) {
-            (true, 1) => "block device".to_string(),
-            (false, 1) => "file".to_string(),
-            (true, n) => format!("{n} block devices, striped by {}", format_bytes(stripe_bytes)),
-            (false, n) => format!("{n} members, striped by {}", format_bytes(stripe_bytes)),
-        },
+        store_kind(store.is_block_device(), members, stripe_bytes),
         if direct { "O_DIRECT" } else { "buffered" },
         format_bytes(opts.max_io),
         opts.queue_depth,
@@ -368,220 +290,33 @@ pub fn run(
         name: "paging",
         steps,
     });
-    let mut samples: BTreeMap<&'static str, Vec<f64>> =
-        NAMES.iter().map(|n| (*n, Vec::new())).collect();
-    let mut push = |name: &'static str, d: Duration| {
-        if let Some(v) = samples.get_mut(name) {
-            v.push(d.as_secs_f64());
-        }
-    };
-    // CPU seconds of the whole process (I/O threads included) per synchronous page-out and page-in.
-    let mut cpu: BTreeMap<&'static str, Vec<f64>> = BTreeMap::new();
-    let store_fds = store.member_fds();
-
-    // The store's limit: the best block size and queue depth of a small grid, one pass each way per point (cache
-    // dropped), so "raw limit" is the best this store does rather than one fixed point.
-    progress(PagingEvent::Phase(
-        "raw limit: block size x queue depth grid",
-    ));
-    let mut grid: Vec<RawPoint> = Vec::new();
-    let mut engines: Vec<(usize, Arc<dyn IoEngine>)> = Vec::new();
-    for depth in RAW_GRID_DEPTHS {
-        let engine: Arc<dyn IoEngine> = match UringEngine::new(depth) {
-            Ok(e) => Arc::new(e),
-            Err(_) => Arc::new(oversub_io::PsyncEngine::new(depth)?),
-        };
-        for block in RAW_GRID_BLOCKS {
-            let mut point = RawPoint {
-                block_bytes: block as u64,
-                queue_depth: depth,
-                read_bytes_per_s: 0.0,
-                write_bytes_per_s: 0.0,
-            };
-            for direction in [Direction::Write, Direction::Read] {
-                cache.apply(rw_fd.0)?;
-                let t = Instant::now();
-                raw_transfer_blocks(engine.as_ref(), rw_fd.0, &mut raw_buf, direction, block)?;
-                let rate = io_len as f64 / t.elapsed().as_secs_f64().max(1e-9);
-                match direction {
-                    Direction::Read => point.read_bytes_per_s = rate,
-                    _ => point.write_bytes_per_s = rate,
-                }
-            }
-            grid.push(point);
-        }
-        engines.push((depth, engine));
-    }
-    let best = |key: fn(&RawPoint) -> f64| {
-        grid.iter()
-            .copied()
-            .max_by(|a, b| key(a).total_cmp(&key(b)))
-            .unwrap_or(RawPoint {
-                block_bytes: MIB,
-                queue_depth: 32,
-                read_bytes_per_s: 0.0,
-                write_bytes_per_s: 0.0,
-            })
-    };
-    let best_read = best(|p| p.read_bytes_per_s);
-    let best_write = best(|p| p.write_bytes_per_s);
-    let engine_for = |depth: usize| {
-        engines
-            .iter()
-            .find(|(d, _)| *d == depth)
-            .map(|(_, e)| Arc::clone(e))
-            .unwrap_or_else(|| Arc::clone(&raw_engine))
-    };
-    let (read_engine, write_engine) = (
-        engine_for(best_read.queue_depth),
-        engine_for(best_write.queue_depth),
-    );
-    note!(
+    let limit = RawLimit::measure(cache, &rw_fd, &mut raw_buf, io_len, &raw_engine, progress)?;
+    let sampler = Sampler {
         progress,
-        "raw limit: reads best at {} x {} in flight, writes at {} x {} (grid of {} points)",
-        format_bytes(best_read.block_bytes),
-        best_read.queue_depth,
-        format_bytes(best_write.block_bytes),
-        best_write.queue_depth,
-        grid.len()
-    );
-
+        cache,
+        samples: NAMES.iter().map(|n| (*n, Vec::new())).collect(),
+        cpu: BTreeMap::new(),
+    };
+    let mut bench = Bench {
+        opts,
+        sampler,
+        checked: (&space, buffer),
+        unchecked: unchecked
+            .as_ref()
+            .map(|(_, space, buffer)| (space, *buffer)),
+        store_fds: store.member_fds(),
+        path: &path,
+        direct_flag,
+        rw_fd: &rw_fd,
+        raw_buf: &mut raw_buf,
+        io_len,
+        size,
+        limit: &limit,
+    };
     for i in 0..opts.samples {
-        // The page cache is emptied before every timed operation, writes included, so no sample inherits another's.
-        // The pager with and without checksums take turns at going first: on this kind of machine the first
-        // round trip of a sample was measured up to 2x slower than the second with checksums off in both, so a
-        // fixed order would be charged to the checksums.
-        let mut pairs: Vec<(&AddressSpace, Buffer, [&'static str; 2])> =
-            vec![(&space, buffer, ["oversub_page_out", "oversub_page_in"])];
-        if let Some((_, space, buffer)) = &unchecked {
-            let pair = (space, *buffer, ["unchecked_page_out", "unchecked_page_in"]);
-            if i % 2 == 0 {
-                pairs.push(pair);
-            } else {
-                pairs.insert(0, pair);
-            }
-        }
-        for (space, buffer, [out_name, in_name]) in pairs {
-            progress(PagingEvent::Phase(&format!(
-                "sample {}/{}: {out_name}",
-                i + 1,
-                opts.samples
-            )));
-            cache.apply_all(&store_fds)?;
-            let c = process_cpu_s();
-            let t = Instant::now();
-            space.page_out(buffer)?;
-            push(out_name, t.elapsed());
-            cpu.entry(out_name).or_default().push(process_cpu_s() - c);
-            progress(PagingEvent::StepDone);
-            cache.apply_all(&store_fds)?;
-            let c = process_cpu_s();
-            let t = Instant::now();
-            space.page_in(buffer)?;
-            push(in_name, t.elapsed());
-            cpu.entry(in_name).or_default().push(process_cpu_s() - c);
-            progress(PagingEvent::StepDone);
-        }
-
-        progress(PagingEvent::Phase(&format!(
-            "sample {}/{}: oversub async",
-            i + 1,
-            opts.samples
-        )));
-        cache.apply_all(&store_fds)?;
-        let t = Instant::now();
-        let ticket = space.page_out_async(buffer)?;
-        push("async_page_out_start", t.elapsed());
-        wait_complete(|| ticket.is_complete());
-        let t = Instant::now();
-        ticket.finish()?;
-        push("async_page_out_finish", t.elapsed());
-        progress(PagingEvent::StepDone);
-        cache.apply_all(&store_fds)?;
-        let t = Instant::now();
-        let ticket = space.page_in_async(buffer)?;
-        push("async_page_in_start", t.elapsed());
-        wait_complete(|| ticket.is_complete());
-        let t = Instant::now();
-        ticket.finish()?;
-        push("async_page_in_finish", t.elapsed());
-        progress(PagingEvent::StepDone);
-
-        progress(PagingEvent::Phase(&format!(
-            "sample {}/{}: direct I/O",
-            i + 1,
-            opts.samples
-        )));
-        {
-            let fd = Fd::open(&path, libc::O_WRONLY | libc::O_SYNC | direct_flag)?;
-            cache.apply(fd.0)?;
-            let t = Instant::now();
-            // SAFETY: raw_buf is io_len bytes long and borrowed for the call.
-            unsafe { rw_all(fd.0, raw_buf.as_ptr(), io_len, true) }?;
-            push("direct_write", t.elapsed());
-        }
-        progress(PagingEvent::StepDone);
-        {
-            let fd = Fd::open(&path, libc::O_RDONLY | direct_flag)?;
-            cache.apply(fd.0)?;
-            let t = Instant::now();
-            let fresh = Mapping::anonymous(io_len)?;
-            // SAFETY: fresh is io_len bytes long and owned here.
-            unsafe { rw_all(fd.0, fresh.as_ptr(), io_len, false) }?;
-            push("direct_read", t.elapsed());
-            drop(fresh);
-        }
-        progress(PagingEvent::StepDone);
-
-        progress(PagingEvent::Phase(&format!(
-            "sample {}/{}: demand paging",
-            i + 1,
-            opts.samples
-        )));
-        {
-            let fd = Fd::open(&path, libc::O_RDONLY)?;
-            cache.apply(fd.0)?;
-            let t = Instant::now();
-            let map = Mapping::file(fd.0, size)?;
-            std::hint::black_box(map.walk_4k());
-            let faulting = t.elapsed();
-            drop(map);
-            // Footnote 12: subtract the same walk over memory that is already resident.
-            let t = Instant::now();
-            std::hint::black_box(raw_buf.walk_4k());
-            let walk = t.elapsed();
-            push("demand_paging_read", faulting.saturating_sub(walk));
-        }
-        progress(PagingEvent::StepDone);
-
-        progress(PagingEvent::Phase(&format!(
-            "sample {}/{}: raw limit",
-            i + 1,
-            opts.samples
-        )));
-        cache.apply(rw_fd.0)?;
-        let t = Instant::now();
-        raw_transfer_blocks(
-            write_engine.as_ref(),
-            rw_fd.0,
-            &mut raw_buf,
-            Direction::Write,
-            best_write.block_bytes as usize,
-        )?;
-        push("raw_limit_write", t.elapsed());
-        progress(PagingEvent::StepDone);
-        cache.apply(rw_fd.0)?;
-        let t = Instant::now();
-        raw_transfer_blocks(
-            read_engine.as_ref(),
-            rw_fd.0,
-            &mut raw_buf,
-            Direction::Read,
-            best_read.block_bytes as usize,
-        )?;
-        push("raw_limit_read", t.elapsed());
-        progress(PagingEvent::StepDone);
+        bench.sample(i)?;
     }
+    let Sampler { samples, cpu, .. } = bench.sampler;
     let pager_io = PagerIo::from(store.engine().counters());
     space.free(buffer)?;
     if let Some((_, space, buffer)) = &unchecked {
@@ -624,13 +359,395 @@ pub fn run(
         release: format!("{:?}", opts.release).to_lowercase(),
         io_point: io_source,
         cpu_s_per_gib,
-        raw_grid: grid,
-        raw_best_read: best_read,
-        raw_best_write: best_write,
+        raw_grid: limit.grid,
+        raw_best_read: limit.best_read,
+        raw_best_write: limit.best_write,
         members,
         stripe_bytes,
         stripe_sweep,
     })
+}
+
+/// The run's store locations (`--store`, else a file in the temporary directory), with the guard that removes those
+/// the run created.
+fn store_paths(opts: &PagingOptions) -> Result<(Vec<PathBuf>, RemoveOnDrop), LabError> {
+    let resolved: Vec<(PathBuf, bool)> = if opts.store.is_empty() {
+        vec![resolve_store(None, opts.force_store)?]
+    } else {
+        opts.store
+            .iter()
+            .map(|p| resolve_store(Some(p), opts.force_store))
+            .collect::<Result<_, _>>()?
+    };
+    let cleanup = RemoveOnDrop(
+        resolved
+            .iter()
+            .filter(|(_, created)| *created)
+            .map(|(p, _)| p.clone())
+            .collect(),
+    );
+    Ok((resolved.into_iter().map(|(p, _)| p).collect(), cleanup))
+}
+
+/// The baselines' file descriptor on the first store location; on a striped store of block devices the baselines
+/// use that first member alone, over the whole size, so it must hold it.
+fn baseline_fd(
+    path: &std::path::Path,
+    direct_flag: libc::c_int,
+    members: usize,
+    io_len: usize,
+    size: u64,
+) -> Result<Fd, LabError> {
+    let rw_fd = Fd::open(path, libc::O_RDWR | direct_flag)?;
+    if members > 1 && is_block_device(path) {
+        // SAFETY: plain syscall on an open fd.
+        let end = unsafe { libc::lseek(rw_fd.0, 0, libc::SEEK_END) };
+        if end < 0 || (end as u64) < io_len as u64 {
+            return Err(LabError::Unfit(format!(
+                "the baselines run on the first --store location, {}, which holds less than --size {}",
+                path.display(),
+                format_bytes(size)
+            )));
+        }
+    }
+    Ok(rw_fd)
+}
+
+/// A pool of `spec` over `store` and a buffer of `size` bytes in it, filled with random bytes from `seed`.
+fn filled_buffer(
+    spec: &PoolSpec,
+    device: Arc<dyn DeviceMemory>,
+    store: &Arc<SwapStore>,
+    size: u64,
+    seed: u64,
+) -> Result<(oversub_core::Pool, AddressSpace, Buffer), LabError> {
+    let pool = spec.open_on(device, Arc::clone(store))?;
+    let space = pool.address_space();
+    let buffer = space.alloc(size, BufferFlags::DEFAULT)?;
+    let len = to_usize(size, "--size too large for this machine")?;
+    let ptr = space.host_ptr(buffer)?;
+    // SAFETY: the buffer is resident and `len` bytes long; nothing else accesses it now.
+    fill_random(unsafe { std::slice::from_raw_parts_mut(ptr, len) }, seed);
+    Ok((pool, space, buffer))
+}
+
+/// What the store is, in words: "file", "block device", or how many members striped by how much.
+fn store_kind(block_device: bool, members: usize, stripe_bytes: u64) -> String {
+    match (block_device, members) {
+        (true, 1) => "block device".to_string(),
+        (false, 1) => "file".to_string(),
+        (true, n) => format!(
+            "{n} block devices, striped by {}",
+            format_bytes(stripe_bytes)
+        ),
+        (false, n) => format!("{n} members, striped by {}", format_bytes(stripe_bytes)),
+    }
+}
+
+/// The I/O point the pager runs at: `--io-profile`'s best points, else the defaults given; with the line that says
+/// where it came from.
+fn io_point_of(
+    opts: &PagingOptions,
+    defaults: IoPoint,
+) -> Result<(IoPointChoice, String), LabError> {
+    let Some(profile) = &opts.io_profile else {
+        let given = IoPointChoice::Given {
+            read: defaults,
+            write: defaults,
+        };
+        return Ok((given, "defaults (--max-io, --queue-depth)".to_string()));
+    };
+    let p = oversub_profile::Profile::load(profile)?;
+    let grid: Vec<GridPoint> = p
+        .storage
+        .as_ref()
+        .map(|s| {
+            s.points
+                .iter()
+                .map(|q| GridPoint {
+                    block_bytes: q.block_bytes,
+                    queue_depth: q.queue_depth,
+                    read_bytes_per_s: q.read_bytes_per_s,
+                    write_bytes_per_s: q.write_bytes_per_s,
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    let (read, write) = best_points(&grid).map_err(|e| {
+        LabError::InvalidOption(format!("{}: [storage] points: {e}", profile.display()))
+    })?;
+    let source = format!(
+        "{}: reads {} x {}, writes {} x {}",
+        profile.display(),
+        format_bytes(read.block_bytes as u64),
+        read.queue_depth,
+        format_bytes(write.block_bytes as u64),
+        write.queue_depth
+    );
+    Ok((IoPointChoice::Profile { read, write }, source))
+}
+
+/// The store's limit: the best block size and queue depth of a small grid, one pass each way per point (cache
+/// dropped), so "raw limit" is the best this store does rather than one fixed point; with the engines that reach
+/// the best read and write.
+struct RawLimit {
+    grid: Vec<RawPoint>,
+    best_read: RawPoint,
+    best_write: RawPoint,
+    read_engine: Arc<dyn IoEngine>,
+    write_engine: Arc<dyn IoEngine>,
+}
+
+impl RawLimit {
+    fn measure(
+        cache: CacheDrop,
+        rw_fd: &Fd,
+        raw_buf: &mut Mapping,
+        io_len: usize,
+        fallback: &Arc<dyn IoEngine>,
+        progress: PagingProgress<'_>,
+    ) -> Result<RawLimit, LabError> {
+        progress(PagingEvent::Phase(
+            "raw limit: block size x queue depth grid",
+        ));
+        let mut grid: Vec<RawPoint> = Vec::new();
+        let mut engines: Vec<(usize, Arc<dyn IoEngine>)> = Vec::new();
+        for depth in RAW_GRID_DEPTHS {
+            let engine: Arc<dyn IoEngine> = match UringEngine::new(depth) {
+                Ok(e) => Arc::new(e),
+                Err(_) => Arc::new(oversub_io::PsyncEngine::new(depth)?),
+            };
+            for block in RAW_GRID_BLOCKS {
+                let mut point = RawPoint {
+                    block_bytes: block as u64,
+                    queue_depth: depth,
+                    read_bytes_per_s: 0.0,
+                    write_bytes_per_s: 0.0,
+                };
+                for direction in [Direction::Write, Direction::Read] {
+                    cache.apply(rw_fd.0)?;
+                    let t = Instant::now();
+                    raw_transfer_blocks(engine.as_ref(), rw_fd.0, raw_buf, direction, block)?;
+                    let rate = io_len as f64 / t.elapsed().as_secs_f64().max(1e-9);
+                    match direction {
+                        Direction::Read => point.read_bytes_per_s = rate,
+                        _ => point.write_bytes_per_s = rate,
+                    }
+                }
+                grid.push(point);
+            }
+            engines.push((depth, engine));
+        }
+        let best = |key: fn(&RawPoint) -> f64| {
+            grid.iter()
+                .copied()
+                .max_by(|a, b| key(a).total_cmp(&key(b)))
+                .unwrap_or(RawPoint {
+                    block_bytes: MIB,
+                    queue_depth: 32,
+                    read_bytes_per_s: 0.0,
+                    write_bytes_per_s: 0.0,
+                })
+        };
+        let best_read = best(|p| p.read_bytes_per_s);
+        let best_write = best(|p| p.write_bytes_per_s);
+        let engine_for = |depth: usize| {
+            engines
+                .iter()
+                .find(|(d, _)| *d == depth)
+                .map(|(_, e)| Arc::clone(e))
+                .unwrap_or_else(|| Arc::clone(fallback))
+        };
+        note!(
+            progress,
+            "raw limit: reads best at {} x {} in flight, writes at {} x {} (grid of {} points)",
+            format_bytes(best_read.block_bytes),
+            best_read.queue_depth,
+            format_bytes(best_write.block_bytes),
+            best_write.queue_depth,
+            grid.len()
+        );
+        Ok(RawLimit {
+            read_engine: engine_for(best_read.queue_depth),
+            write_engine: engine_for(best_write.queue_depth),
+            grid,
+            best_read,
+            best_write,
+        })
+    }
+}
+
+/// The samples of a run, taken one measured step at a time.
+struct Sampler<'p> {
+    progress: PagingProgress<'p>,
+    cache: CacheDrop,
+    /// Seconds per sample, by name (see [`NAMES`]).
+    samples: BTreeMap<&'static str, Vec<f64>>,
+    /// CPU seconds of the whole process (I/O threads included) per synchronous page-out and page-in.
+    cpu: BTreeMap<&'static str, Vec<f64>>,
+}
+
+impl Sampler<'_> {
+    fn push(&mut self, name: &'static str, d: Duration) {
+        if let Some(v) = self.samples.get_mut(name) {
+            v.push(d.as_secs_f64());
+        }
+    }
+
+    /// One measured step: the page cache of `fds` dropped, then `op` timed (and, with `count_cpu`, the process's CPU
+    /// time over it) and kept under `name`.
+    fn measure(
+        &mut self,
+        name: &'static str,
+        fds: &[libc::c_int],
+        count_cpu: bool,
+        op: impl FnOnce() -> Result<(), LabError>,
+    ) -> Result<(), LabError> {
+        self.cache.apply_all(fds)?;
+        let c = process_cpu_s();
+        let t = Instant::now();
+        op()?;
+        self.push(name, t.elapsed());
+        if count_cpu {
+            self.cpu.entry(name).or_default().push(process_cpu_s() - c);
+        }
+        (self.progress)(PagingEvent::StepDone);
+        Ok(())
+    }
+
+    fn phase(&self, sample: usize, of: usize, what: &str) {
+        (self.progress)(PagingEvent::Phase(&format!(
+            "sample {}/{of}: {what}",
+            sample + 1
+        )));
+    }
+}
+
+/// Everything one sample of the run measures, and the sampler that keeps the times.
+struct Bench<'a, 'p> {
+    opts: &'a PagingOptions,
+    sampler: Sampler<'p>,
+    /// The pager with the run's checksums, and (when they are on) the same pager without them.
+    checked: (&'a AddressSpace, Buffer),
+    unchecked: Option<(&'a AddressSpace, Buffer)>,
+    store_fds: Vec<libc::c_int>,
+    path: &'a PathBuf,
+    direct_flag: libc::c_int,
+    rw_fd: &'a Fd,
+    /// The baselines' preallocated, prefaulted buffer (random bytes, also the write source).
+    raw_buf: &'a mut Mapping,
+    io_len: usize,
+    size: usize,
+    limit: &'a RawLimit,
+}
+
+impl Bench<'_, '_> {
+    /// Sample `i`: the pager (sync, both checksum settings; async), direct I/O, demand paging, the raw limit. The
+    /// page cache is emptied before every timed operation, writes included, so no sample inherits another's.
+    fn sample(&mut self, i: usize) -> Result<(), LabError> {
+        let of = self.opts.samples;
+        // The pager with and without checksums take turns at going first: on this kind of machine the first round
+        // trip of a sample was measured up to 2x slower than the second with checksums off in both, so a fixed
+        // order would be charged to the checksums.
+        let mut pairs = vec![(self.checked, ["oversub_page_out", "oversub_page_in"])];
+        if let Some(unchecked) = self.unchecked {
+            let pair = (unchecked, ["unchecked_page_out", "unchecked_page_in"]);
+            if i % 2 == 0 {
+                pairs.push(pair);
+            } else {
+                pairs.insert(0, pair);
+            }
+        }
+        let fds = self.store_fds.clone();
+        for ((space, buffer), [out_name, in_name]) in pairs {
+            self.sampler.phase(i, of, out_name);
+            self.sampler
+                .measure(out_name, &fds, true, || Ok(space.page_out(buffer)?))?;
+            self.sampler
+                .measure(in_name, &fds, true, || Ok(space.page_in(buffer)?))?;
+        }
+        self.sampler.phase(i, of, "oversub async");
+        self.async_round_trip(&fds)?;
+        self.sampler.phase(i, of, "direct I/O");
+        self.direct_io()?;
+        self.sampler.phase(i, of, "demand paging");
+        self.demand_paging()?;
+        self.sampler.phase(i, of, "raw limit");
+        let (fd, buf, limit) = (self.rw_fd.0, &mut *self.raw_buf, self.limit);
+        self.sampler.measure("raw_limit_write", &[fd], false, || {
+            let block = limit.best_write.block_bytes as usize;
+            raw_transfer_blocks(
+                limit.write_engine.as_ref(),
+                fd,
+                buf,
+                Direction::Write,
+                block,
+            )
+        })?;
+        self.sampler.measure("raw_limit_read", &[fd], false, || {
+            let block = limit.best_read.block_bytes as usize;
+            raw_transfer_blocks(limit.read_engine.as_ref(), fd, buf, Direction::Read, block)
+        })
+    }
+
+    /// The async calls: how long starting takes, then finishing once the work is complete.
+    fn async_round_trip(&mut self, fds: &[libc::c_int]) -> Result<(), LabError> {
+        let (space, buffer) = self.checked;
+        let sampler = &mut self.sampler;
+        sampler.cache.apply_all(fds)?;
+        let t = Instant::now();
+        let ticket = space.page_out_async(buffer)?;
+        sampler.push("async_page_out_start", t.elapsed());
+        wait_complete(|| ticket.is_complete());
+        let t = Instant::now();
+        ticket.finish()?;
+        sampler.push("async_page_out_finish", t.elapsed());
+        (sampler.progress)(PagingEvent::StepDone);
+        sampler.cache.apply_all(fds)?;
+        let t = Instant::now();
+        let ticket = space.page_in_async(buffer)?;
+        sampler.push("async_page_in_start", t.elapsed());
+        wait_complete(|| ticket.is_complete());
+        let t = Instant::now();
+        ticket.finish()?;
+        sampler.push("async_page_in_finish", t.elapsed());
+        (sampler.progress)(PagingEvent::StepDone);
+        Ok(())
+    }
+
+    /// One `O_SYNC` write and one read of the whole buffer with plain direct I/O.
+    fn direct_io(&mut self) -> Result<(), LabError> {
+        let (io_len, raw) = (self.io_len, self.raw_buf.as_ptr());
+        let fd = Fd::open(self.path, libc::O_WRONLY | libc::O_SYNC | self.direct_flag)?;
+        self.sampler.measure("direct_write", &[fd.0], false, || {
+            // SAFETY: raw_buf is io_len bytes long and borrowed for the call.
+            unsafe { rw_all(fd.0, raw, io_len, true) }
+        })?;
+        let fd = Fd::open(self.path, libc::O_RDONLY | self.direct_flag)?;
+        self.sampler.measure("direct_read", &[fd.0], false, || {
+            let fresh = Mapping::anonymous(io_len)?;
+            // SAFETY: fresh is io_len bytes long and owned here.
+            unsafe { rw_all(fd.0, fresh.as_ptr(), io_len, false) }
+        })
+    }
+
+    /// Faulting the file in through a mapping, less the same walk over memory already resident (footnote 12).
+    fn demand_paging(&mut self) -> Result<(), LabError> {
+        let fd = Fd::open(self.path, libc::O_RDONLY)?;
+        self.sampler.cache.apply(fd.0)?;
+        let t = Instant::now();
+        let map = Mapping::file(fd.0, self.size)?;
+        std::hint::black_box(map.walk_4k());
+        let faulting = t.elapsed();
+        drop(map);
+        let t = Instant::now();
+        std::hint::black_box(self.raw_buf.walk_4k());
+        let walk = t.elapsed();
+        self.sampler
+            .push("demand_paging_read", faulting.saturating_sub(walk));
+        (self.sampler.progress)(PagingEvent::StepDone);
+        Ok(())
+    }
 }
 
 /// The store of `spec` over `paths` (see `StoreBuilder::build`): block devices whole, files and new files sized to
