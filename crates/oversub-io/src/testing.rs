@@ -12,6 +12,49 @@ use crate::error::IoError;
 
 pub use oversub_base::mem::AlignedBuf;
 
+/// The `IoEngine` impl of each test double below: every batch goes through the double's own `forward` (`tagged`
+/// when the caller used `submit_tagged`), everything else straight to its inner engine.
+macro_rules! forwarding_engine {
+    ($($engine:ty),+ $(,)?) => {$(
+        // SAFETY: each double's `forward` hands the batch to its real inner engine under the caller's promise, or
+        // completes injected failures only after the inner batch finished (or without submitting anything).
+        unsafe impl IoEngine for $engine {
+            fn name(&self) -> &'static str {
+                self.inner.name()
+            }
+
+            fn queue_depth(&self) -> usize {
+                self.inner.queue_depth()
+            }
+
+            unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
+                // SAFETY: forwarded from our caller.
+                unsafe { self.forward(requests, on_done, false) }
+            }
+
+            unsafe fn submit_tagged(
+                &self,
+                requests: Vec<IoRequest>,
+                on_done: IoCallback,
+            ) -> Result<(), IoError> {
+                // SAFETY: forwarded from our caller.
+                unsafe { self.forward(requests, on_done, true) }
+            }
+
+            fn counters(&self) -> IoCountersSnapshot {
+                self.inner.counters()
+            }
+        }
+    )+};
+}
+
+forwarding_engine!(
+    FailingEngine,
+    FailingFdEngine,
+    CountingEngine,
+    RecordingEngine
+);
+
 /// Makes chosen requests fail with [`IoError::Injected`] without performing them.
 ///
 /// Requests are numbered from 1 across all submits. The batch containing a failing
@@ -65,35 +108,6 @@ impl FailingEngine {
         } else {
             nth == self.fail_from
         }
-    }
-}
-
-// SAFETY: forwards to a real engine and completes injected failures only after the inner batch finished, or without submitting anything.
-unsafe impl IoEngine for FailingEngine {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.inner.queue_depth()
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, false) }
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, true) }
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.inner.counters()
     }
 }
 
@@ -223,35 +237,6 @@ impl FailingFdEngine {
     }
 }
 
-// SAFETY: forwards to a real engine and completes injected failures only after the inner batch finished.
-unsafe impl IoEngine for FailingFdEngine {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.inner.queue_depth()
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, false) }
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, true) }
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.inner.counters()
-    }
-}
-
 /// Counts requests, batches and bytes submitted to the inner engine.
 #[derive(Debug)]
 pub struct CountingEngine {
@@ -306,35 +291,6 @@ impl CountingEngine {
     /// Bytes of submitted write requests.
     pub fn bytes_written(&self) -> u64 {
         self.bytes_written.load(Ordering::Relaxed)
-    }
-}
-
-// SAFETY: forwards every call unchanged to the inner engine.
-unsafe impl IoEngine for CountingEngine {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.inner.queue_depth()
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, false) }
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, true) }
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.inner.counters()
     }
 }
 
@@ -439,35 +395,6 @@ impl RecordingEngine {
     /// Every request so far, in submission order.
     pub fn requests(&self) -> Vec<RecordedRequest> {
         lock(&self.log).clone()
-    }
-}
-
-// SAFETY: forwards every call unchanged to the inner engine.
-unsafe impl IoEngine for RecordingEngine {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-
-    fn queue_depth(&self) -> usize {
-        self.inner.queue_depth()
-    }
-
-    unsafe fn submit(&self, requests: Vec<IoRequest>, on_done: IoCallback) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, false) }
-    }
-
-    unsafe fn submit_tagged(
-        &self,
-        requests: Vec<IoRequest>,
-        on_done: IoCallback,
-    ) -> Result<(), IoError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.forward(requests, on_done, true) }
-    }
-
-    fn counters(&self) -> IoCountersSnapshot {
-        self.inner.counters()
     }
 }
 
