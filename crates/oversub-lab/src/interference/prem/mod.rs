@@ -242,6 +242,25 @@ pub struct AnnouncedUs {
     pub unload: f64,
 }
 
+impl AnnouncedUs {
+    fn of(announce: &Announce) -> AnnouncedUs {
+        AnnouncedUs {
+            load: announce.load_ns as f64 * 1e-3,
+            compute: announce.compute_ns as f64 * 1e-3,
+            unload: announce.unload_ns as f64 * 1e-3,
+        }
+    }
+
+    /// The announcement these lengths make (whole nanoseconds).
+    fn announce(&self) -> Announce {
+        Announce {
+            load_ns: (self.load * 1e3) as u64,
+            compute_ns: (self.compute * 1e3) as u64,
+            unload_ns: (self.unload * 1e3) as u64,
+        }
+    }
+}
+
 /// Settings of the PREM task, as measured.
 #[derive(Debug, Clone, Serialize)]
 pub struct PremSettings {
@@ -332,7 +351,249 @@ enum Runner {
     },
 }
 
+/// Starts the PREM task's child process and calibrates its compute repetitions to the paper's compute/load
+/// proportion (Table I's TX1 times); returns the child, what it reported about itself, and the repetitions.
+fn start_calibrated_task(
+    opts: &PremOptions,
+    arbiter_path: &std::path::Path,
+) -> Result<(PremProcess, child::ChildInfo, usize), LabError> {
+    let mut child = PremProcess::spawn(
+        &opts.task_command,
+        opts.task_cpu,
+        opts.llc_bytes,
+        opts.data_bytes,
+        arbiter_path,
+    )?;
+    let info = child.info.clone();
+    if !info.realtime {
+        tracing::warn!("SCHED_FIFO not permitted; the PREM task runs at normal priority");
+    } else if info.rest_fraction > 0.0 {
+        tracing::info!(
+            "real-time throttling: the PREM task rests {:.0}% after each iteration",
+            info.rest_fraction * 100.0
+        );
+    }
+
+    // Calibrate compute repetitions to the paper's compute/load proportion, in the child.
+    let cal_iterations = info.iterations_per_pass.clamp(2, 6);
+    let cal = Condition::of(child.run(cal_iterations, None, Duration::ZERO, |_| {})?);
+    let target = PAPER_TX1_US.1 / PAPER_TX1_US.0;
+    let reps = ((target * cal.mem_load_us.mean / cal.compute_us.mean.max(1e-3)).round() as usize)
+        .clamp(1, 10_000);
+    child.set_compute_reps(reps)?;
+    tracing::info!(
+        load_us = cal.mem_load_us.mean,
+        compute_us = cal.compute_us.mean,
+        reps,
+        "PREM task calibrated to compute/load = {target:.1}"
+    );
+    Ok((child, info, reps))
+}
+
+/// The phases Eq. 2's bound takes, from what the task announced and how it ran alone; and its alone maxima (load,
+/// compute, unload, µs) for the attribution of late phases.
+fn bound_phases(
+    announce: &Announce,
+    alone: &Condition,
+    rest_fraction: f64,
+) -> (PremPhases, [f64; 3]) {
+    // The bound's phases: memory phases at their announced worst case (the unload followed by the rest the
+    // task takes, which transfers cannot count on), compute at its announced shortest and its longest alone.
+    let rest_worst_s = (alone.mem_load_us.max + alone.compute_us.max + alone.mem_unload_us.max)
+        * 1e-6
+        * rest_fraction;
+    let phases = PremPhases {
+        load_s: announce.load_ns as f64 * 1e-9,
+        compute_s: announce.compute_ns as f64 * 1e-9,
+        compute_worst_s: alone.compute_us.max * 1e-6,
+        unload_s: announce.unload_ns as f64 * 1e-9 + rest_worst_s,
+        load_worst_s: announce.load_ns as f64 * 1e-9,
+        unload_worst_s: announce.unload_ns as f64 * 1e-9 + rest_worst_s,
+    };
+    let alone_max = [
+        alone.mem_load_us.max,
+        alone.compute_us.max,
+        alone.mem_unload_us.max,
+    ];
+    (phases, alone_max)
+}
+
+/// One accumulator per interferer kind, each with its own recording gate on the arbiter.
+fn accumulators(opts: &PremOptions, arbiter: &Arbiter) -> Result<Vec<KindAccumulator>, LabError> {
+    opts.interferers
+        .iter()
+        .map(|&kind| -> Result<KindAccumulator, LabError> {
+            let gate = Arc::new(Gate::new(arbiter.clone()));
+            // The paging interferer's pool measures T(Q) on its store when it starts; the copy loop's is a
+            // memcpy's.
+            if matches!(kind, InterfererKind::Copy | InterfererKind::CopyNt) {
+                gate.set_chunk_time(arbiter.chunk_time())?;
+            }
+            gate.set_recording(true);
+            Ok(KindAccumulator::new(kind, gate))
+        })
+        .collect()
+}
+
+/// What a placement's interferer kinds share when each kind's runs are put together.
+struct KindSummary<'a, 's> {
+    opts: &'a PremOptions,
+    progress: &'a Steps<'s>,
+    label: &'a str,
+    pid: u32,
+    alone: &'a Condition,
+    alone_max: [f64; 3],
+    phases: &'a PremPhases,
+    epsilon: f64,
+    rounds: usize,
+}
+
+impl KindSummary<'_, '_> {
+    /// One interferer kind's results: its throughput alone (measured once per kind, kept in `interferer_alone`),
+    /// the task's conditions beside it, the attribution of late phases, and the paper's and the chunked bounds.
+    fn runs(
+        &self,
+        acc: KindAccumulator,
+        interferer_alone: &mut Vec<(InterfererKind, f64, f64)>,
+        trace: &mut Option<Trace>,
+    ) -> Result<InterfererRuns, LabError> {
+        let KindSummary {
+            opts,
+            progress,
+            label,
+            alone,
+            alone_max,
+            phases,
+            epsilon,
+            rounds,
+            ..
+        } = *self;
+        let kind = acc.kind;
+        // The interferer alone, for its throughput and operation time (once per kind).
+        let (alone_mean_op, alone_mbs) = match interferer_alone.iter().find(|x| x.0 == kind) {
+            Some(&(_, op, mbs)) => (op, mbs),
+            None => {
+                progress.set_message(format!("{} interferer alone", kind.name()));
+                let stop = AtomicBool::new(false);
+                let ready = Barrier::new(2);
+                let secs = (opts.iterations as f64
+                    * (alone.mem_load_us.mean + alone.compute_us.mean + alone.mem_unload_us.mean)
+                    * 1e-6
+                    / rounds as f64)
+                    .clamp(0.5, 10.0);
+                let i = std::thread::scope(|s| {
+                    let h = s.spawn(|| run_interferer(kind, opts, None, &stop, &ready));
+                    ready.wait();
+                    std::thread::sleep(Duration::from_secs_f64(secs));
+                    stop.store(true, Ordering::Relaxed);
+                    h.join()
+                        .map_err(|_| LabError::from("the interferer thread panicked"))?
+                })?;
+                interferer_alone.push((kind, i.mean_op(), i.mbs()));
+                (i.mean_op(), i.mbs())
+            }
+        };
+        progress.inc(1);
+        let interfered = Condition::of(acc.interfered);
+        let arbitrated = Condition::of(acc.arbitrated);
+        let events = acc.gate.take_events();
+        let attribution = attribution::attribute(&arbitrated.records, alone_max, &events);
+        if let Some(t) = trace {
+            t.add_condition(
+                &format!("{label}: interfered ({})", kind.name()),
+                self.pid,
+                &interfered.records,
+                &[],
+                None,
+            );
+            t.add_condition(
+                &format!("{label}: arbitrated ({})", kind.name()),
+                self.pid,
+                &arbitrated.records,
+                &events,
+                Some(&attribution),
+            );
+        }
+        let chunk_s = acc.chunk_time_s.max(1e-9);
+        // Eq. 2 as printed takes the operation's length alone; the chunked form takes its worst case as chunks,
+        // each of at most T(Q), plus its gated memory-map operations.
+        let op_bytes = match kind {
+            InterfererKind::Paging | InterfererKind::PagingDontneed => 4 * opts.paging_buffer_bytes,
+            InterfererKind::Copy | InterfererKind::CopyNt => opts.copy_bytes,
+        };
+        let op_chunks = op_bytes.div_ceil(acc.gate.chunk_bytes().max(1));
+        let paper = transfer_bound(alone_mean_op.max(1e-9), phases, epsilon, chunk_s)?;
+        let chunked = transfer_bound(
+            op_chunks as f64 * chunk_s + acc.arb.op_memory_map_s,
+            phases,
+            epsilon,
+            chunk_s,
+        )?;
+        let stats = acc.gate.stats();
+        tracing::info!(
+            kind = kind.name(),
+            placement = label,
+            alone_mbs,
+            interfered_mbs = acc.inter.mbs(),
+            arbitrated_mbs = acc.arb.mbs(),
+            ops = acc.arb.ops,
+            outliers = attribution.outliers,
+            "interferer done"
+        );
+        Ok(InterfererRuns {
+            kind,
+            interfered,
+            arbitrated,
+            interferer_mbs: InterfererMbs {
+                alone: alone_mbs,
+                interfered: acc.inter.mbs(),
+                arbitrated: acc.arb.mbs(),
+            },
+            op_arbitrated_max_s: acc.arb.max_op(),
+            op_arbitrated_mean_s: acc.arb.mean_op(),
+            op_alone_mean_s: alone_mean_op,
+            bound_paper_s: paper.paper_s,
+            bound_chunked_s: chunked.chunked_s,
+            op_chunks,
+            chunk_time_s: chunk_s,
+            op_memory_map_s: acc.arb.op_memory_map_s,
+            gate_waits: stats.waits,
+            gate_preemptions: stats.preemptions,
+            overrun_guard_us: acc.gate.overrun_guard().as_secs_f64() * 1e6,
+            attribution,
+        })
+    }
+}
+
 impl Runner {
+    /// The runner of `placement`: the PREM child (lent from `child`, given back after the placement) or a task
+    /// thread in this process, calibrated alike.
+    fn for_placement(
+        placement: Placement,
+        child: &mut Option<PremProcess>,
+        opts: &PremOptions,
+        reps: usize,
+        info: &child::ChildInfo,
+        arbiter: &Arbiter,
+    ) -> Result<Runner, LabError> {
+        Ok(match placement {
+            Placement::Separate => {
+                Runner::Child(child.take().ok_or("the PREM child was already used")?)
+            }
+            Placement::OneProcess => {
+                let mut prem = PremTask::new(opts.llc_bytes, opts.data_bytes, opts.task_cpu);
+                prem.compute_reps = reps;
+                prem.rest_fraction = info.rest_fraction;
+                Runner::Thread {
+                    prem: Box::new(prem),
+                    task: arbiter.register_task()?,
+                    cpu: opts.task_cpu,
+                    realtime: info.realtime,
+                }
+            }
+        })
+    }
+
     fn run(
         &mut self,
         iterations: usize,
@@ -772,38 +1033,9 @@ pub fn run(
     let mut trace = opts.trace.as_ref().map(|_| Trace::default());
 
     // The PREM child first: it measures whether SCHED_FIFO is allowed and the rest it needs.
-    let mut child = PremProcess::spawn(
-        &opts.task_command,
-        opts.task_cpu,
-        opts.llc_bytes,
-        opts.data_bytes,
-        &arbiter_path,
-    )?;
-    let info = child.info.clone();
-    if !info.realtime {
-        tracing::warn!("SCHED_FIFO not permitted; the PREM task runs at normal priority");
-    } else if info.rest_fraction > 0.0 {
-        tracing::info!(
-            "real-time throttling: the PREM task rests {:.0}% after each iteration",
-            info.rest_fraction * 100.0
-        );
-    }
-
-    // Calibrate compute repetitions to the paper's compute/load proportion, in the child.
-    let cal_iterations = info.iterations_per_pass.clamp(2, 6);
-    let cal = Condition::of(child.run(cal_iterations, None, Duration::ZERO, |_| {})?);
-    let target = PAPER_TX1_US.1 / PAPER_TX1_US.0;
-    let reps = ((target * cal.mem_load_us.mean / cal.compute_us.mean.max(1e-3)).round() as usize)
-        .clamp(1, 10_000);
-    child.set_compute_reps(reps)?;
+    let (child, info, reps) = start_calibrated_task(opts, &arbiter_path)?;
     // Lent to the separate-process placement's runner and given back after it.
     let mut child = Some(child);
-    tracing::info!(
-        load_us = cal.mem_load_us.mean,
-        compute_us = cal.compute_us.mean,
-        reps,
-        "PREM task calibrated to compute/load = {target:.1}"
-    );
     progress.inc(1);
     let epsilon = server_round_trip(&arbiter);
     // Covers the longest batch a gate admits while memory is unrestricted (32 chunks of the slowest T(Q) seen
@@ -816,22 +1048,7 @@ pub fn run(
     let mut interferer_alone: Vec<(InterfererKind, f64, f64)> = Vec::new();
     let rounds = opts.rounds.clamp(1, opts.iterations);
     for &placement in &opts.placements {
-        let mut runner = match placement {
-            Placement::Separate => {
-                Runner::Child(child.take().ok_or("the PREM child was already used")?)
-            }
-            Placement::OneProcess => {
-                let mut prem = PremTask::new(opts.llc_bytes, opts.data_bytes, opts.task_cpu);
-                prem.compute_reps = reps;
-                prem.rest_fraction = info.rest_fraction;
-                Runner::Thread {
-                    prem: Box::new(prem),
-                    task: arbiter.register_task()?,
-                    cpu: opts.task_cpu,
-                    realtime: info.realtime,
-                }
-            }
-        };
+        let mut runner = Runner::for_placement(placement, &mut child, opts, reps, &info, &arbiter)?;
         let label = placement.label();
         // The announced lengths come from a first alone run of one round's length (not counted): memory phases at
         // their longest, compute at its shortest.
@@ -859,20 +1076,7 @@ pub fn run(
         // The conditions in interleaved rounds, so that slow drifts of the machine (a VM's neighbours) fall on all
         // of them alike.
         let mut alone_records = Vec::new();
-        let mut per_kind: Vec<KindAccumulator> = opts
-            .interferers
-            .iter()
-            .map(|&kind| -> Result<KindAccumulator, LabError> {
-                let gate = Arc::new(Gate::new(arbiter.clone()));
-                // The paging interferer's pool measures T(Q) on its store when it starts; the copy loop's is a
-                // memcpy's.
-                if matches!(kind, InterfererKind::Copy | InterfererKind::CopyNt) {
-                    gate.set_chunk_time(arbiter.chunk_time())?;
-                }
-                gate.set_recording(true);
-                Ok(KindAccumulator::new(kind, gate))
-            })
-            .collect::<Result<_, _>>()?;
+        let mut per_kind = accumulators(opts, &arbiter)?;
         for round in 0..rounds {
             let n = opts.iterations / rounds + usize::from(round < opts.iterations % rounds);
             progress.set_message(format!(
@@ -933,136 +1137,29 @@ pub fn run(
                 None,
             );
         }
-        // The bound's phases: memory phases at their announced worst case (the unload followed by the rest the
-        // task takes, which transfers cannot count on), compute at its announced shortest and its longest alone.
-        let rest_worst_s = (alone.mem_load_us.max + alone.compute_us.max + alone.mem_unload_us.max)
-            * 1e-6
-            * info.rest_fraction;
-        let phases = PremPhases {
-            load_s: announce.load_ns as f64 * 1e-9,
-            compute_s: announce.compute_ns as f64 * 1e-9,
-            compute_worst_s: alone.compute_us.max * 1e-6,
-            unload_s: announce.unload_ns as f64 * 1e-9 + rest_worst_s,
-            load_worst_s: announce.load_ns as f64 * 1e-9,
-            unload_worst_s: announce.unload_ns as f64 * 1e-9 + rest_worst_s,
-        };
-        let alone_max = [
-            alone.mem_load_us.max,
-            alone.compute_us.max,
-            alone.mem_unload_us.max,
-        ];
+        let (phases, alone_max) = bound_phases(&announce, &alone, info.rest_fraction);
 
+        let summary = KindSummary {
+            opts,
+            progress,
+            label,
+            pid: runner.pid(),
+            alone: &alone,
+            alone_max,
+            phases: &phases,
+            epsilon,
+            rounds,
+        };
         let mut runs = Vec::new();
         for acc in per_kind {
-            let kind = acc.kind;
-            // The interferer alone, for its throughput and operation time (once per kind).
-            let (alone_mean_op, alone_mbs) = match interferer_alone.iter().find(|x| x.0 == kind) {
-                Some(&(_, op, mbs)) => (op, mbs),
-                None => {
-                    progress.set_message(format!("{} interferer alone", kind.name()));
-                    let stop = AtomicBool::new(false);
-                    let ready = Barrier::new(2);
-                    let secs = (opts.iterations as f64
-                        * (alone.mem_load_us.mean
-                            + alone.compute_us.mean
-                            + alone.mem_unload_us.mean)
-                        * 1e-6
-                        / rounds as f64)
-                        .clamp(0.5, 10.0);
-                    let i = std::thread::scope(|s| {
-                        let h = s.spawn(|| run_interferer(kind, opts, None, &stop, &ready));
-                        ready.wait();
-                        std::thread::sleep(Duration::from_secs_f64(secs));
-                        stop.store(true, Ordering::Relaxed);
-                        h.join()
-                            .map_err(|_| LabError::from("the interferer thread panicked"))?
-                    })?;
-                    interferer_alone.push((kind, i.mean_op(), i.mbs()));
-                    (i.mean_op(), i.mbs())
-                }
-            };
-            progress.inc(1);
-            let interfered = Condition::of(acc.interfered);
-            let arbitrated = Condition::of(acc.arbitrated);
-            let events = acc.gate.take_events();
-            let attribution = attribution::attribute(&arbitrated.records, alone_max, &events);
-            if let Some(t) = &mut trace {
-                t.add_condition(
-                    &format!("{label}: interfered ({})", kind.name()),
-                    runner.pid(),
-                    &interfered.records,
-                    &[],
-                    None,
-                );
-                t.add_condition(
-                    &format!("{label}: arbitrated ({})", kind.name()),
-                    runner.pid(),
-                    &arbitrated.records,
-                    &events,
-                    Some(&attribution),
-                );
-            }
-            let chunk_s = acc.chunk_time_s.max(1e-9);
-            // Eq. 2 as printed takes the operation's length alone; the chunked form takes its worst case as chunks,
-            // each of at most T(Q), plus its gated memory-map operations.
-            let op_bytes = match kind {
-                InterfererKind::Paging | InterfererKind::PagingDontneed => {
-                    4 * opts.paging_buffer_bytes
-                }
-                InterfererKind::Copy | InterfererKind::CopyNt => opts.copy_bytes,
-            };
-            let op_chunks = op_bytes.div_ceil(acc.gate.chunk_bytes().max(1));
-            let paper = transfer_bound(alone_mean_op.max(1e-9), &phases, epsilon, chunk_s)?;
-            let chunked = transfer_bound(
-                op_chunks as f64 * chunk_s + acc.arb.op_memory_map_s,
-                &phases,
-                epsilon,
-                chunk_s,
-            )?;
-            let stats = acc.gate.stats();
-            tracing::info!(
-                kind = kind.name(),
-                placement = label,
-                alone_mbs,
-                interfered_mbs = acc.inter.mbs(),
-                arbitrated_mbs = acc.arb.mbs(),
-                ops = acc.arb.ops,
-                outliers = attribution.outliers,
-                "interferer done"
-            );
-            runs.push(InterfererRuns {
-                kind,
-                interfered,
-                arbitrated,
-                interferer_mbs: InterfererMbs {
-                    alone: alone_mbs,
-                    interfered: acc.inter.mbs(),
-                    arbitrated: acc.arb.mbs(),
-                },
-                op_arbitrated_max_s: acc.arb.max_op(),
-                op_arbitrated_mean_s: acc.arb.mean_op(),
-                op_alone_mean_s: alone_mean_op,
-                bound_paper_s: paper.paper_s,
-                bound_chunked_s: chunked.chunked_s,
-                op_chunks,
-                chunk_time_s: chunk_s,
-                op_memory_map_s: acc.arb.op_memory_map_s,
-                gate_waits: stats.waits,
-                gate_preemptions: stats.preemptions,
-                overrun_guard_us: acc.gate.overrun_guard().as_secs_f64() * 1e6,
-                attribution,
-            });
+            runs.push(summary.runs(acc, &mut interferer_alone, &mut trace)?);
         }
         if let Runner::Child(p) = runner {
             child = Some(p);
         }
         placements.push(PlacementRuns {
             placement,
-            announced: AnnouncedUs {
-                load: announce.load_ns as f64 * 1e-3,
-                compute: announce.compute_ns as f64 * 1e-3,
-                unload: announce.unload_ns as f64 * 1e-3,
-            },
+            announced: AnnouncedUs::of(&announce),
             alone,
             interferers: runs,
         });
@@ -1074,15 +1171,8 @@ pub fn run(
         let mut prem = PremTask::new(opts.llc_bytes, opts.data_bytes, opts.task_cpu);
         prem.compute_reps = reps;
         prem.rest_fraction = info.rest_fraction;
-        let alone = placements
-            .first()
-            .map(|p| p.announced)
-            .ok_or("no placement was run")?;
-        let announce = Announce {
-            load_ns: (alone.load * 1e3) as u64,
-            compute_ns: (alone.compute * 1e3) as u64,
-            unload_ns: (alone.unload * 1e3) as u64,
-        };
+        let first = placements.first().ok_or("no placement was run")?;
+        let announce = first.announced.announce();
         starvation(&mut prem, opts, &arbiter, announce, info.realtime, progress)?
     };
 
