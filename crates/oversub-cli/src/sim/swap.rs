@@ -370,7 +370,9 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
     }
     if options.check {
         let runs: usize = studies.iter().map(|s| s.runs.len() + s.tasks.len()).sum();
-        println!("conservation checks passed on {runs} simulations");
+        println!(
+            "conservation checks passed on {runs} runs (a run of several tasks: every arrival order)"
+        );
     }
     if let Some(path) = &args.json {
         let doc = SwapDoc::new(&studies, seed, profile);
@@ -445,7 +447,9 @@ fn run_seeds(
             .iter()
             .map(|s| s.per_seed.len() * (s.policies.len() + s.positions.len()))
             .sum();
-        println!("conservation checks passed on {runs} simulations");
+        println!(
+            "conservation checks passed on {runs} runs (a run of several tasks: every arrival order)"
+        );
     }
     if let Some(path) = &args.json {
         let doc = oversub_sim::swap::seeds::SeedsDoc::new(

@@ -21,6 +21,7 @@
 
 mod error;
 pub mod model;
+pub mod orders;
 pub mod policy;
 pub mod report;
 pub mod scenarios;

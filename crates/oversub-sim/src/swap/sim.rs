@@ -1,7 +1,8 @@
 //! The discrete-event engine: tasks issue their subtasks one after another (allocate, read, execute, write back),
 //! all tasks at once, through one memory controller, one SSD and the GPU's SMs, while a swap manager keeps the
 //! working sets of running tasks in memory. Everything happens at integer nanoseconds and ties are broken by task
-//! index, so a run is exactly reproducible. The [`Outcome`] carries what its conservation checks need.
+//! index, so a run is exactly reproducible ([`super::orders`] runs every order of the tasks, so that the index is not
+//! what decides). The [`Outcome`] carries what its conservation checks need.
 
 use std::collections::VecDeque;
 

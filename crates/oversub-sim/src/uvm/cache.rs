@@ -6,6 +6,22 @@
 
 use super::SimError;
 
+/// Makes `line` the most recently used of `set`, which held it at `at` (a hit) or is full and loses its last
+/// way (a miss, `at` = N − 1): ways 0..at shift down by one.
+#[inline]
+fn promote<const N: usize>(set: &mut [u32; N], at: usize, line: u32) {
+    let old = *set;
+    for (k, way) in set.iter_mut().enumerate() {
+        *way = if k == 0 {
+            line
+        } else if k <= at {
+            old[k - 1]
+        } else {
+            old[k]
+        };
+    }
+}
+
 /// Set-associative LRU cache of line numbers.
 #[derive(Debug, Clone)]
 pub struct L2Cache {
@@ -65,7 +81,15 @@ impl L2Cache {
         if set.first() == Some(&line) {
             return true;
         }
-        match set.iter().position(|&t| t == line) {
+        let found = set.iter().position(|&t| t == line);
+        if let Ok(ways) = <&mut [u32; 16]>::try_from(&mut *set) {
+            // The paper's 16 ways: the same reordering as below, element by element, which the compiler turns into
+            // a few vector moves where a rotation of a runtime-length slice was a call to memmove (a tenth of the
+            // simulator's time).
+            promote(ways, found.unwrap_or(15), line);
+            return found.is_some();
+        }
+        match found {
             Some(i) => {
                 set[..=i].rotate_right(1);
                 true
@@ -103,6 +127,34 @@ mod tests {
         assert!(c.contains(0) && c.contains(4) && !c.contains(2));
         assert!(!c.access(1)); // other set untouched
         assert!(c.contains(0));
+    }
+
+    #[test]
+    fn sixteen_ways_keep_true_lru() {
+        // The 16-way fast path against a list kept by hand: most recently used first, the last one evicted.
+        let sets = 3u32;
+        let mut c = L2Cache::new(u64::from(sets) * 16 * 128, 128, 16).unwrap();
+        let mut lists: Vec<Vec<u32>> = vec![Vec::new(); sets as usize];
+        let mut x = 12345u64;
+        for _ in 0..200_000 {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let line = ((x >> 33) % 80) as u32;
+            let list = &mut lists[(line % sets) as usize];
+            let want = match list.iter().position(|&t| t == line) {
+                Some(i) => {
+                    list.remove(i);
+                    true
+                }
+                None => {
+                    list.truncate(15);
+                    false
+                }
+            };
+            list.insert(0, line);
+            assert_eq!(c.access(line), want, "line {line}");
+        }
     }
 
     #[test]

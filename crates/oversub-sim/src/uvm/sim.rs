@@ -11,6 +11,7 @@
 //! DynaMap's fault rate, which Sec. 5.3 defines per unit of time (docs/sim-uvm.md argues the reading).
 
 use std::collections::{BinaryHeap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
 use std::time::Instant;
 
 use serde::{Deserialize, Serialize};
@@ -23,6 +24,9 @@ use super::{Access, SimError, Trace, BLOCK_BYTES, GROUP_BYTES};
 const WRITE_BIT: u32 = 1 << 31;
 const LINE_MASK: u32 = WRITE_BIT - 1;
 const NONE: u32 = u32::MAX;
+/// How far ahead, and in batches of how many accesses, [`Engine::run`] loads the per-page records: the first size
+/// tried, which halved the CPU time of the quick study (docs/sim-uvm.md, Speed); outcomes do not depend on it.
+const LOOKAHEAD: usize = 16;
 /// `hist` value of a page never evicted.
 const NO_HISTORY: u8 = u8::MAX;
 
@@ -92,6 +96,30 @@ impl PreparedTrace {
     }
 }
 
+/// A multiplicative hash for block numbers: the map is consulted whenever the trace moves to another 2 MiB block,
+/// and SipHash, built to resist chosen keys, was a tenth of preparing a trace. The numbering of blocks is by first
+/// touch, so the hash changes no outcome.
+#[derive(Debug, Default, Clone, Copy)]
+struct BlockHasher(u64);
+
+impl Hasher for BlockHasher {
+    fn finish(&self) -> u64 {
+        // Fold the well-mixed high bits into the low ones, which pick the bucket.
+        self.0 ^ (self.0 >> 32)
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+
+    fn write_u64(&mut self, v: u64) {
+        // Fibonacci hashing: the high bits mix every bit of `v`.
+        self.0 = (self.0 ^ v).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 /// Builds a [`PreparedTrace`] one access at a time, so a generator's stream need not be held as a whole.
 ///
 /// Blocks are numbered in order of first touch: every structure that groups pages (64 KiB groups, the prefetch
@@ -99,7 +127,7 @@ impl PreparedTrace {
 #[derive(Debug)]
 pub struct PreparedTraceBuilder {
     trace: PreparedTrace,
-    blocks: HashMap<u64, u64>,
+    blocks: HashMap<u64, u64, BuildHasherDefault<BlockHasher>>,
     last_block: u64,
     last_index: u64,
     pages_per_block: u64,
@@ -122,7 +150,7 @@ impl PreparedTraceBuilder {
                 page_bytes: cost.page_bytes,
                 line_bytes: cost.line_bytes,
             },
-            blocks: HashMap::new(),
+            blocks: HashMap::default(),
             last_block: u64::MAX,
             last_index: 0,
             pages_per_block: BLOCK_BYTES / cost.page_bytes,
@@ -735,6 +763,17 @@ pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, 
     })
 }
 
+/// Per page, what every access updates.
+#[derive(Debug, Clone, Copy, Default)]
+#[repr(C, align(16))]
+struct PageHot {
+    /// Lines used since the page last arrived on the GPU or left it (the truth, for the figures).
+    used: u64,
+    /// Accesses to the page in the same period, and how many of them the L2 served (Fig. 3b).
+    requests: u32,
+    hits: u32,
+}
+
 /// Per-page state of the thrashing detection.
 #[derive(Debug, Clone, Copy, Default)]
 struct PageThrash {
@@ -765,11 +804,9 @@ struct Engine<'t> {
     block_pages: usize,
 
     loc: Vec<u8>,
-    /// Lines used since the page last arrived on the GPU or left it (the truth, for the figures).
-    used: Vec<u64>,
-    /// Accesses to the page in the same period, and how many of them the L2 served (Fig. 3b).
-    period_requests: Vec<u32>,
-    period_hits: Vec<u32>,
+    /// What every access updates, per page, side by side: three arrays cost three cache misses per access on a
+    /// large footprint, one array of 16-byte records one.
+    hot: Vec<PageHot>,
     /// Lines the page statistics table knows of the page's last tracked period, or [`NO_HISTORY`].
     hist: Vec<u8>,
     /// Lines used in the page's previous residency, or [`NO_HISTORY`] (Fig. 4).
@@ -899,9 +936,7 @@ impl<'t> Engine<'t> {
             big_page_pages: (geometry.big_page_bytes / cost.page_bytes).max(1) as usize,
             block_pages: block_pages as usize,
             loc: vec![initial; pages],
-            used: vec![0; pages],
-            period_requests: vec![0; pages],
-            period_hits: vec![0; pages],
+            hot: vec![PageHot::default(); pages],
             hist,
             last_util: vec![NO_HISTORY; pages],
             instrumented: matches!(policy, Policy::DynaMap | Policy::StaticMap { .. }),
@@ -961,14 +996,31 @@ impl<'t> Engine<'t> {
         let epoch = self.epoch_accesses;
         // A countdown rather than `i % epoch`: a division per access is a tenth of the simulator's time.
         let mut until_epoch = epoch;
+        let mut until_ahead = 0;
         for (i, &entry) in trace.lines.iter().enumerate() {
+            // Every LOOKAHEAD accesses, load the per-page records of the next LOOKAHEAD accesses but one batch: a
+            // footprint of a million pages misses the CPU's caches on nearly every access, and independent loads
+            // issued together wait for memory once instead of once each. The values only feed `black_box`, which
+            // keeps the loads.
+            if until_ahead == 0 {
+                until_ahead = LOOKAHEAD;
+                let ahead = trace.lines.get(i + LOOKAHEAD..).unwrap_or(&[]);
+                let mut sink = 0u64;
+                for &a in ahead.iter().take(LOOKAHEAD) {
+                    let p = ((a & LINE_MASK) >> self.lpp_shift) as usize;
+                    sink ^= self.hot.get(p).map_or(0, |h| h.used);
+                    sink ^= u64::from(self.loc.get(p).copied().unwrap_or(0));
+                }
+                std::hint::black_box(sink);
+            }
+            until_ahead -= 1;
             self.now = i as u64;
             let line = entry & LINE_MASK;
             let write = entry & WRITE_BIT != 0;
             let page = (line >> self.lpp_shift) as usize;
             let bit = 1u64 << (line & self.lpp_mask);
-            if let Some(u) = self.used.get_mut(page) {
-                *u |= bit;
+            if let Some(h) = self.hot.get_mut(page) {
+                h.used |= bit;
             }
             if self.instrumented {
                 let tracked = !self.early_stop
@@ -1003,12 +1055,9 @@ impl<'t> Engine<'t> {
             } else {
                 self.l2.access(line)
             };
-            if let (Some(r), Some(h)) = (
-                self.period_requests.get_mut(page),
-                self.period_hits.get_mut(page),
-            ) {
-                *r = r.saturating_add(1);
-                *h = h.saturating_add(u32::from(hit));
+            if let Some(h) = self.hot.get_mut(page) {
+                h.requests = h.requests.saturating_add(1);
+                h.hits = h.hits.saturating_add(u32::from(hit));
             }
             if hit {
                 self.counters.cache_hits += 1;
@@ -1032,7 +1081,7 @@ impl<'t> Engine<'t> {
             }
         }
         self.counters.accesses = trace.lines.len() as u64;
-        for page in 0..self.used.len() {
+        for page in 0..self.hot.len() {
             self.end_period(page);
         }
         if self.counters.accesses % epoch != 0 {
@@ -1232,7 +1281,7 @@ impl<'t> Engine<'t> {
             // Tracking stopped at the first eviction: the table holds that period's utilisation.
             u32::from(hist)
         } else {
-            let current = self.used.get(page).map_or(0, |u| u.count_ones());
+            let current = self.hot.get(page).map_or(0, |h| h.used.count_ones());
             u32::from(hist).max(current)
         };
         match self.policy {
@@ -1479,9 +1528,9 @@ impl<'t> Engine<'t> {
         }
         self.last_out = page as u32;
         self.end_period(page);
-        let lines = self.used.get(page).map_or(0, |u| u.count_ones()) as u8;
-        if let Some(u) = self.used.get_mut(page) {
-            *u = 0;
+        let lines = self.hot.get(page).map_or(0, |h| h.used.count_ones()) as u8;
+        if let Some(h) = self.hot.get_mut(page) {
+            h.used = 0;
         }
         if let Some(h) = self.hist.get_mut(page) {
             // The table records the period that just ended, unless tracking stopped (early stop) or never ran.
@@ -1528,9 +1577,13 @@ impl<'t> Engine<'t> {
     /// Closes `page`'s period (an eviction, or the end of the run): its requests count as low-utilisation ones
     /// when it used few lines.
     fn end_period(&mut self, page: usize) {
-        let lines = self.used.get(page).map_or(0, |u| u.count_ones());
-        let requests = self.period_requests.get_mut(page).map_or(0, std::mem::take);
-        let hits = self.period_hits.get_mut(page).map_or(0, std::mem::take);
+        let (lines, requests, hits) = self.hot.get_mut(page).map_or((0, 0, 0), |h| {
+            (
+                h.used.count_ones(),
+                std::mem::take(&mut h.requests),
+                std::mem::take(&mut h.hits),
+            )
+        });
         if lines <= LOW_UTIL_LINES {
             self.counters.low_util_requests += u64::from(requests);
             self.counters.low_util_l2_hits += u64::from(hits);
