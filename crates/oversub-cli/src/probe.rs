@@ -13,8 +13,8 @@ use oversub_report::{
     format_bytes, format_seconds, text_table, text_table_left, BarChart, BarSeries,
 };
 
-use crate::bench::paging::EngineArg;
 use crate::error::BoxError;
+use oversub_io::EngineChoice;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
@@ -71,8 +71,8 @@ pub struct ProbeArgs {
     #[arg(long)]
     keep_file: bool,
     /// I/O engine of the storage probe.
-    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
-    engine: EngineArg,
+    #[arg(long, value_enum, default_value_t = EngineChoice::Auto)]
+    engine: EngineChoice,
     /// No progress bar (also OVERSUB_NO_PROGRESS=1).
     #[arg(long)]
     no_progress: bool,
@@ -95,7 +95,7 @@ fn plan(args: &ProbeArgs) -> ProbePlan {
         p.storage.queue_depths = args.queue_depths.clone();
     }
     p.storage.keep_file = args.keep_file;
-    p.storage.engine = args.engine.into();
+    p.storage.engine = args.engine;
     p
 }
 
