@@ -10,7 +10,7 @@ use oversub_io::EngineChoice;
 use oversub_lab::harness::cache::CacheDropMode;
 use oversub_lab::interference::{self, InterferenceOptions, PremTaskCommand, PremTaskOptions};
 use oversub_lab::paging::{self, PagingDevice, PagingOptions};
-use oversub_lab::profile::{self as lab_profile, ProbeName, ProbePlan, ALL_PROBES};
+use oversub_lab::profile::{self as lab_profile, ProbeName, ProbeOptions};
 use oversub_lab::tasks::{self, worker::FileIo, TasksOptions, WorkerCommand};
 use oversub_lab::tenants::{self, TenantsOptions};
 use oversub_lab::LabError;
@@ -336,17 +336,16 @@ fn lab_probe<'py>(
     let names = |list: Option<Vec<Choice<ProbeName>>>| -> Vec<ProbeName> {
         list.unwrap_or_default().into_iter().map(|c| c.0).collect()
     };
-    let (only, skip) = (names(only), names(skip));
-    let selected: Vec<ProbeName> = ALL_PROBES
-        .iter()
-        .copied()
-        .filter(|p| only.is_empty() || only.contains(p))
-        .filter(|p| !skip.contains(p))
-        .collect();
-    if selected.is_empty() {
-        return Err(PyValueError::new_err("only and skip leave no probe to run"));
-    }
-    let plan = ProbePlan::new(quick, dir.unwrap_or_else(std::env::temp_dir));
+    // The command's options, its defaults for the rest.
+    let opts = ProbeOptions {
+        quick,
+        only: names(only),
+        skip: names(skip),
+        dir,
+        ..ProbeOptions::default()
+    };
+    let selected = opts.selected().map_err(raised)?;
+    let plan = opts.plan();
     let (results, profile, notes) = py
         .detach(|| {
             let sys = oversub_probe::system::SystemInfo::detect();
