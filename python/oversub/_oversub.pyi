@@ -46,6 +46,9 @@ __all__ = [
     "_NoopWork",
     "NOOP",
     "lab_paging",
+    "lab_defaults",
+    "lab_run",
+    "lab_child",
     "lab_probe",
     "lab_write_profile",
 ]
@@ -347,11 +350,11 @@ def sim_uvm(
     graph: _StrPath | None = None,
     profile: _StrPath | None = None,
     l2: _Size | None = None,
-    time_model: Literal["overlap", "serial"] = "overlap",
-    machine_scale: Literal["capacity", "none"] = "capacity",
+    time_model: Literal["overlap", "serial"] | None = None,
+    machine_scale: Literal["capacity", "none"] | None = None,
     decide_with: Literal["paper", "machine"] = "paper",
-    eviction: Literal["allocation", "lru"] = "allocation",
-    eviction_unit: Literal["page", "group", "block"] = "block",
+    eviction: Literal["allocation", "lru"] | None = None,
+    eviction_unit: Literal["page", "group", "block"] | None = None,
     threads: int | None = None,
 ) -> dict[str, Any]:
     """The unified-memory migration-policy simulator: runs, speedups, cost_model, ... (as ``oversub sim uvm``)."""
@@ -382,28 +385,35 @@ def _rust_paging_loop(buffers: list[Buffer], rounds: int) -> tuple[float, int]: 
 
 # The lab (oversub_lab), called through oversub.lab.paging(...), oversub.probe(...) and oversub.write_profile(...).
 def lab_paging(
-    size: int | str,
-    samples: int,
-    store: list[str],
-    engine: str,
-    device: str,
+    size: int | str | None = None,
+    samples: int | None = None,
+    store: list[str] = ...,
+    engine: Literal["auto", "uring", "psync"] | None = None,
+    device: Literal["host", "cuda"] | None = None,
     *,
     max_io: int | str | None = None,
-    queue_depth: int = 32,
-    cache_drop: str = "auto",
-    release: str = "recycle",
-    checksums: bool = True,
+    queue_depth: int | None = None,
+    cache_drop: Literal["auto", "drop-caches", "fadvise"] | None = None,
+    release: Literal["immediate", "lazy", "recycle"] | None = None,
+    checksums: bool | None = None,
     stripe_bytes: int | str | None = None,
-    io_auto: bool = False,
+    io_auto: bool | None = None,
     io_profile: _StrPath | None = None,
-    force_store: bool = False,
-    gpu: int = 0,
+    force_store: bool | None = None,
+    gpu: int | None = None,
     staging_chunk: int | str | None = None,
-    staging_chunks: int = 8,
-    pageable_staging: bool = False,
-    skip_unified: bool = False,
-    cufile: bool = True,
+    staging_chunks: int | None = None,
+    pageable_staging: bool | None = None,
+    skip_unified: bool | None = None,
+    cufile: bool | None = None,
 ) -> dict[str, Any]: ...
+def lab_defaults(experiment: Literal["paging", "tenants", "interference", "tasks"]) -> dict[str, Any]: ...
+def lab_run(
+    experiment: Literal["tenants", "interference", "tasks"],
+    options: dict[str, Any] | None = None,
+    child: list[str] | None = None,
+) -> dict[str, Any]: ...
+def lab_child(argv: list[str]) -> int | None: ...
 def lab_probe(
     quick: bool = True,
     only: list[str] | None = None,

@@ -38,7 +38,7 @@ use serde::Serialize;
 
 use crate::errors::{Raised, ToRaised};
 use crate::slots::{self, Failure, Stop, UserWorks};
-use crate::util::{size_arg, to_python};
+use crate::util::{size_arg, to_python, Choice};
 
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(load_schedule, m)?)?;
@@ -796,11 +796,11 @@ fn ratio_percent(value: &Bound<'_, PyAny>) -> PyResult<f64> {
     graph=None,
     profile=None,
     l2=None,
-    time_model="overlap",
-    machine_scale="capacity",
+    time_model=None,
+    machine_scale=None,
     decide_with="paper",
-    eviction="allocation",
-    eviction_unit="block",
+    eviction=None,
+    eviction_unit=None,
     threads=None,
 ))]
 #[allow(clippy::too_many_arguments)]
@@ -817,31 +817,16 @@ fn sim_uvm<'py>(
     graph: Option<PathBuf>,
     profile: Option<PathBuf>,
     l2: Option<&Bound<'py, PyAny>>,
-    time_model: &str,
-    machine_scale: &str,
+    time_model: Option<Choice<TimeModel>>,
+    machine_scale: Option<Choice<MachineScale>>,
     decide_with: &str,
-    eviction: &str,
-    eviction_unit: &str,
+    eviction: Option<Choice<EvictionOrder>>,
+    eviction_unit: Option<Choice<EvictionUnit>>,
     threads: Option<usize>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let time_model = match time_model.trim().to_ascii_lowercase().as_str() {
-        "overlap" => TimeModel::Overlap,
-        "serial" => TimeModel::Serial,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "time_model must be \"overlap\" or \"serial\", not {time_model:?}"
-            )))
-        }
-    };
-    let machine_scale = match machine_scale.trim().to_ascii_lowercase().as_str() {
-        "capacity" => MachineScale::Capacity,
-        "none" => MachineScale::None,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "machine_scale must be \"capacity\" or \"none\", not {machine_scale:?}"
-            )))
-        }
-    };
+    // `None`: the simulator's defaults, the CLI's too.
+    let time_model = time_model.map_or_else(TimeModel::default, |c| c.0);
+    let machine_scale = machine_scale.map_or_else(MachineScale::default, |c| c.0);
     let decide_with_machine = match decide_with.trim().to_ascii_lowercase().as_str() {
         "paper" => false,
         "machine" => true,
@@ -873,25 +858,8 @@ fn sim_uvm<'py>(
         (false, None) => WorkloadSize::Default,
     };
     let l2_bytes = l2.map(|o| size_arg(o, "l2")).transpose()?;
-    let eviction = match eviction.trim().to_ascii_lowercase().as_str() {
-        "allocation" => EvictionOrder::Allocation,
-        "lru" => EvictionOrder::Lru,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "eviction must be \"allocation\" or \"lru\", not {eviction:?}"
-            )))
-        }
-    };
-    let eviction_unit = match eviction_unit.trim().to_ascii_lowercase().as_str() {
-        "page" => EvictionUnit::Page,
-        "group" => EvictionUnit::Group,
-        "block" => EvictionUnit::Block,
-        _ => {
-            return Err(PyValueError::new_err(format!(
-                "eviction_unit must be \"page\", \"group\" or \"block\", not {eviction_unit:?}"
-            )))
-        }
-    };
+    let eviction = eviction.map_or_else(EvictionOrder::default, |c| c.0);
+    let eviction_unit = eviction_unit.map_or_else(EvictionUnit::default, |c| c.0);
     let all = suite || workload_names.iter().any(|w| w.eq_ignore_ascii_case("all"));
     if !all && workload_names.is_empty() && trace_paths.is_empty() {
         return Err(PyValueError::new_err(
@@ -1032,7 +1000,7 @@ fn sim_swap<'py>(
     profile: Option<PathBuf>,
     seed: u64,
     seeds: Option<&Bound<'py, PyAny>>,
-    priorities: Option<&str>,
+    priorities: Option<Choice<PrioritySource>>,
     check: bool,
 ) -> PyResult<Bound<'py, PyAny>> {
     let seed_list: Option<Vec<u64>> = match seeds {
@@ -1071,15 +1039,7 @@ fn sim_swap<'py>(
         .map(|d| d.trim().parse::<DirectAccess>())
         .transpose()
         .map_err(PyValueError::new_err)?;
-    let priorities = match priorities {
-        None => PrioritySource::default(),
-        Some(name) => PrioritySource::parse(name).ok_or_else(|| {
-            PyValueError::new_err(format!(
-                "priorities must be one of {}, not {name:?}",
-                PrioritySource::NAMES.join(", ")
-            ))
-        })?,
-    };
+    let priorities = priorities.map_or_else(PrioritySource::default, |c| c.0);
     // Alg. 2's rules, then the policies they expand to (as the command line does).
     let named_rules = rule_names
         .iter()

@@ -1,4 +1,5 @@
-//! Small conversions shared by the bindings: sizes written as `"4GiB"` or ints, Rust values as Python dicts.
+//! Small conversions shared by the bindings: sizes written as `"4GiB"` or ints, option enums by name, Rust values
+//! as Python dicts.
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -34,6 +35,43 @@ pub(crate) fn size_arg(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<u64> {
 #[pyfunction]
 pub(crate) fn parse_size(size: &Bound<'_, PyAny>) -> PyResult<u64> {
     size_arg(size, "size")
+}
+
+/// A Rust option enum given by name (`engine="psync"`): the one conversion of every enum that derives
+/// `clap::ValueEnum`, so Python accepts exactly the names the CLI does (case aside) and a refused name lists them.
+/// PyO3 adds the argument's name to the error as a note.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Choice<T>(pub(crate) T);
+
+impl<'a, 'py, T: clap::ValueEnum> FromPyObject<'a, 'py> for Choice<T> {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Self> {
+        let Ok(given) = obj.cast::<PyString>() else {
+            return Err(PyTypeError::new_err(format!(
+                "expected one of {} (a str), not {}",
+                names::<T>().join(", "),
+                obj.get_type().name()?
+            )));
+        };
+        let given = given.to_str()?;
+        T::from_str(given.trim(), true).map(Choice).map_err(|_| {
+            PyValueError::new_err(format!(
+                "{given:?} is not one of {}",
+                names::<T>().join(", ")
+            ))
+        })
+    }
+}
+
+/// The names `T` is given by, in declaration order.
+pub(crate) fn names<T: clap::ValueEnum>() -> Vec<String> {
+    T::value_variants()
+        .iter()
+        .filter_map(|v| v.to_possible_value())
+        .filter(|p| !p.is_hide_set())
+        .map(|p| p.get_name().to_string())
+        .collect()
 }
 
 /// A serialisable Rust value as plain Python objects (dicts, lists, floats, ints, strings, None), through JSON.

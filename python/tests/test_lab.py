@@ -101,7 +101,7 @@ def test_lab_paging_refuses_bad_options(tmp_path):
 
     with pytest.raises(ValueError, match="--samples"):
         oversub.lab.paging("16MiB", 0, store=tmp_path)
-    with pytest.raises(ValueError, match="engine"):
+    with pytest.raises(ValueError, match='"warp" is not one of auto, uring, psync'):
         oversub.lab.paging("16MiB", 1, store=tmp_path, engine="warp")
 
 

@@ -29,9 +29,11 @@ impl Default for HostMemoryConfig {
 
 /// How [`HostMemory`]'s decommit releases a range's pages.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 #[non_exhaustive]
 pub enum PageRelease {
     /// `madvise(MADV_DONTNEED)`: the pages are freed at once and the next commit faults in zeroed ones.
+    #[cfg_attr(feature = "clap", value(help = "madvise(MADV_DONTNEED) at page-out"))]
     Immediate,
     /// `madvise(MADV_FREE)`: the pages are freed only when the kernel needs memory; until then the next commit
     /// finds them in place (with their old contents, which a page-in overwrites) and faults nothing in. On a
@@ -39,6 +41,7 @@ pub enum PageRelease {
     /// other vCPUs by up to 50 ms in the SiΓ benchmark (docs/benchmarks.md#interference); lazy release avoids
     /// both. The pages stay resident (`resident_bytes`, RSS) until reclaimed. Falls back to `Immediate` on
     /// kernels without `MADV_FREE` (before 4.5).
+    #[cfg_attr(feature = "clap", value(help = "madvise(MADV_FREE) at page-out"))]
     Lazy,
     /// Physical memory is recycled, as the cuda backend's VMM handles are: at decommit each 2 MiB chunk's pages
     /// are moved (`mremap` with `MREMAP_DONTUNMAP`, which moves page tables, huge pages whole) into a slot of the
@@ -49,6 +52,10 @@ pub enum PageRelease {
     /// 2 MiB and the tail of a range past its last whole chunk are released as `Immediate` does. The pool holds at
     /// most what was once committed at the same time, which the pager's capacity bounds.
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Physical 2 MiB chunks moved into a pool (mremap) and back, never refaulted")
+    )]
     Recycle,
 }
 

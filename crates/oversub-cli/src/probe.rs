@@ -6,21 +6,19 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use clap::Args;
-use oversub_lab::profile::{measure, to_profile, ProbeName, ProbePlan, ProbeResults, ALL_PROBES};
+use oversub_lab::profile::{measure, to_profile, ProbeOptions, ProbeResults};
 use oversub_probe::system;
 use oversub_profile::VERSION;
 use oversub_report::{
     format_bytes, format_seconds, text_table, text_table_left, BarChart, BarSeries,
 };
 
-use crate::bench::paging::EngineArg;
 use crate::error::BoxError;
 
 #[derive(Debug, Args)]
 pub struct ProbeArgs {
-    /// Smaller sizes and fewer points: under a minute.
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    options: ProbeOptions,
     /// Where to write the platform profile (TOML, docs/profile.md).
     #[arg(long, value_name = "FILE", default_value = "profile.toml")]
     out: PathBuf,
@@ -33,82 +31,13 @@ pub struct ProbeArgs {
     /// Write SVG figures (Fig. 2, 4, 6 and the storage grid) into this directory.
     #[arg(long, value_name = "DIR")]
     plot: Option<PathBuf>,
-    /// Only these probes (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "PROBES")]
-    only: Vec<ProbeName>,
-    /// Skip these probes (comma-separated).
-    #[arg(long, value_enum, value_delimiter = ',', value_name = "PROBES")]
-    skip: Vec<ProbeName>,
-    /// Directory of the storage probe's test file: put it where the store will be (default: the system's
-    /// temporary directory).
-    #[arg(long, value_name = "DIR")]
-    dir: Option<PathBuf>,
-    /// Size of the storage probe's test file (default 1GiB, 256MiB with --quick).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
-    file_size: Option<u64>,
-    /// Block sizes of the storage grid (comma-separated, e.g. 4KiB,1MiB; default 4KiB to 4MiB).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg,
-        value_name = "SIZES"
-    )]
-    block_sizes: Vec<u64>,
-    /// Queue depths of the storage grid (comma-separated; default 1 to 64, 1 and 32 with --quick).
-    #[arg(
-        long,
-        value_delimiter = ',',
-        value_name = "DEPTHS",
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_count::<usize>
-    )]
-    queue_depths: Vec<usize>,
-    /// Seconds per storage point and direction (default 1, 0.4 with --quick).
-    #[arg(long, value_name = "SECONDS", allow_hyphen_values = true, value_parser = crate::args::parse_positive_number)]
-    storage_seconds: Option<f64>,
-    /// Keep the storage probe's test file (to run fio on the same file) and print its path.
-    #[arg(long)]
-    keep_file: bool,
-    /// I/O engine of the storage probe.
-    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
-    engine: EngineArg,
     /// No progress bar (also OVERSUB_NO_PROGRESS=1).
     #[arg(long)]
     no_progress: bool,
 }
 
-/// The plan of the probes: the quick or full one, with the flags' overrides.
-fn plan(args: &ProbeArgs) -> ProbePlan {
-    let dir = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let mut p = ProbePlan::new(args.quick, dir);
-    if let Some(s) = args.file_size {
-        p.storage.file_bytes = s;
-    }
-    if let Some(t) = args.storage_seconds {
-        p.storage.seconds_per_point = t;
-    }
-    if !args.block_sizes.is_empty() {
-        p.storage.block_bytes = args.block_sizes.iter().map(|&b| b as usize).collect();
-    }
-    if !args.queue_depths.is_empty() {
-        p.storage.queue_depths = args.queue_depths.clone();
-    }
-    p.storage.keep_file = args.keep_file;
-    p.storage.engine = args.engine.into();
-    p
-}
-
 pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
-    let selected: Vec<ProbeName> = ALL_PROBES
-        .iter()
-        .copied()
-        .filter(|p| args.only.is_empty() || args.only.contains(p))
-        .filter(|p| !args.skip.contains(p))
-        .collect();
-    if selected.is_empty() {
-        return Err("--only and --skip leave no probe to run".into());
-    }
+    let selected = args.options.selected()?;
     for path in [args.json.as_ref(), (!args.no_profile).then_some(&args.out)]
         .into_iter()
         .flatten()
@@ -122,17 +51,17 @@ pub fn run(args: ProbeArgs) -> Result<(), BoxError> {
             .into());
         }
     }
-    if let Some(t) = args.storage_seconds {
+    if let Some(t) = args.options.storage_seconds {
         if !(t.is_finite() && t > 0.0) {
             return Err(format!("--storage-seconds must be a positive number, not {t}").into());
         }
     }
-    if let Some(d) = &args.dir {
+    if let Some(d) = &args.options.dir {
         if !d.is_dir() {
             return Err(format!("--dir {}: not a directory", d.display()).into());
         }
     }
-    let plan = plan(&args);
+    let plan = args.options.plan();
     let sys = system::SystemInfo::detect();
     let steps = plan.steps(&selected, &sys);
     let bar = crate::progress_bar(steps, "probe", "", args.no_progress);
@@ -698,4 +627,16 @@ fn plots(r: &ProbeResults, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxErr
         }
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod flag_tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_defaults_are_the_labs() {
+        let args: ProbeArgs = crate::args::parse_flags(&[]).unwrap();
+        assert_eq!(args.options, ProbeOptions::default());
+        assert_eq!(args.out, PathBuf::from("profile.toml"));
+    }
 }

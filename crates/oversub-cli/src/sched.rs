@@ -137,26 +137,8 @@ pub struct RunArgs {
     inflate_from: Option<PathBuf>,
     /// Demand mode: the kernel's readahead on the memory-mapped store (`kernel`: Linux's demand paging as the
     /// paper measured it; `off`: every touched 4 KiB page is a fault that reads just that page).
-    #[arg(long, value_enum, default_value_t = ReadaheadArg::Kernel)]
-    demand_readahead: ReadaheadArg,
-}
-
-/// The kernel's readahead for demand paging.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ReadaheadArg {
-    /// Linux's default (MADV_NORMAL): faults bring the following pages in too.
-    Kernel,
-    /// None (MADV_RANDOM): one 4 KiB read per fault.
-    Off,
-}
-
-impl ReadaheadArg {
-    fn readahead(self) -> Readahead {
-        match self {
-            ReadaheadArg::Kernel => Readahead::Kernel,
-            ReadaheadArg::Off => Readahead::Off,
-        }
-    }
+    #[arg(long, value_enum, default_value_t = Readahead::Kernel)]
+    demand_readahead: Readahead,
 }
 
 fn parse_inflation(s: &str) -> Result<f64, String> {
@@ -217,8 +199,8 @@ pub struct DemoArgs {
     #[arg(long)]
     no_share_search: bool,
     /// Demand mode's readahead on the memory-mapped store (see `oversub run --help`).
-    #[arg(long, value_enum, default_value_t = ReadaheadArg::Kernel)]
-    demand_readahead: ReadaheadArg,
+    #[arg(long, value_enum, default_value_t = Readahead::Kernel)]
+    demand_readahead: Readahead,
 }
 
 fn parse_share(s: &str) -> Result<f64, String> {
@@ -839,7 +821,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
     let speed = bandwidths(args.profile.as_deref(), &system)?;
     let mut bw = speed.bw;
     if modes.contains(&Mode::Demand) && !bw.demand_measured() {
-        bw = demand_speeds(bw, &system, args.demand_readahead.readahead())?;
+        bw = demand_speeds(bw, &system, args.demand_readahead)?;
     }
     let planning = if inflate != 1.0 {
         system.with_work_inflation(inflate)
@@ -876,7 +858,7 @@ pub fn run_cmd(args: RunArgs) -> Result<(), BoxError> {
             bw,
             pin: !args.no_pin,
             inflate,
-            readahead: args.demand_readahead.readahead(),
+            readahead: args.demand_readahead,
         };
         let r = run_mode(&table, mode, how, &bar)?;
         if let Some(svg) = &args.svg {
@@ -970,7 +952,7 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         "oversub demo: the paper's example (Figs. 5-8), run for real with the three paging modes"
     );
     let direct = setup::measure_bandwidths(&args.store, setup::MEASURE_BYTES)?;
-    let readahead = args.demand_readahead.readahead();
+    let readahead = args.demand_readahead;
     let demand = oversub_core::measure_demand_bandwidths_with(
         Some(&setup::store_dir(args.store.first().map(PathBuf::as_path))?),
         setup::MEASURE_BYTES,
@@ -1323,8 +1305,8 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
 impl DemoArgs {
     fn demand_readahead_name(&self) -> &'static str {
         match self.demand_readahead {
-            ReadaheadArg::Kernel => "kernel",
-            ReadaheadArg::Off => "off",
+            Readahead::Kernel => "kernel",
+            Readahead::Off => "off",
         }
     }
 }

@@ -159,14 +159,23 @@ impl EvictStats {
 
 /// How faults read the store: the mapping's `madvise` advice.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum Readahead {
     /// `MADV_RANDOM` (the default): no readahead, every fault reads one page. Each page touched after an eviction
     /// is a major fault of its own.
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "None (MADV_RANDOM): one 4 KiB read per fault")
+    )]
     Off,
     /// `MADV_NORMAL`: the kernel's readahead and fault-around, as the paper's Fig. 4 walk had. A sequential walk then
     /// reads the store in large blocks ahead of the faults, so most faults are minor and the walk is much faster
     /// (about 30x on this project's test VM); a random one still faults page by page.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Linux's default (MADV_NORMAL): faults bring the following pages in too")
+    )]
     Kernel,
 }
 

@@ -13,12 +13,15 @@
 //!   [`tasks::cgroup`], the process control it runs on, and the built-in tasks' worker.
 //! - [`paging`]: `oversub bench paging`, on host memory and on a CUDA GPU.
 //! - [`profile`]: `oversub probe`'s probes and the platform profile assembled from their results.
+//! - [`args`]: the value parsers the options' flags use (sizes, counts, factors, durations), plain functions so the
+//!   library builds without clap.
 //!
 //! A new experiment goes here as a module of its own: an options struct (deriving `clap::Args` behind the `clap`
 //! feature), one `run(&Options, Progress) -> Result<Report, LabError>` and a report that serializes.
 
 #![deny(unsafe_op_in_unsafe_fn)]
 
+pub mod args;
 mod error;
 pub mod harness;
 pub mod interference;

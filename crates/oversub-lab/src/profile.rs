@@ -69,6 +69,93 @@ pub struct ProbeResults {
     pub skipped: Vec<(String, String)>,
 }
 
+/// Which probes to run and the flags that override the quick or full plan: the fields are the flags of `oversub
+/// probe` (its output flags aside), which flattens this struct; [`Default`] gives the CLI's defaults.
+#[derive(Debug, Clone, Default, PartialEq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+pub struct ProbeOptions {
+    /// Smaller sizes and fewer points: under a minute.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub quick: bool,
+    /// Only these probes (comma-separated).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_enum, value_delimiter = ',', value_name = "PROBES")
+    )]
+    pub only: Vec<ProbeName>,
+    /// Skip these probes (comma-separated).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_enum, value_delimiter = ',', value_name = "PROBES")
+    )]
+    pub skip: Vec<ProbeName>,
+    /// Directory of the storage probe's test file: put it where the store will be (default: the system's
+    /// temporary directory).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
+    pub dir: Option<PathBuf>,
+    /// Size of the storage probe's test file (default 1GiB, 256MiB with --quick).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
+    pub file_size: Option<u64>,
+    /// Block sizes of the storage grid (comma-separated, e.g. 4KiB,1MiB; default 4KiB to 4MiB).
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg, value_name = "SIZES"))]
+    pub block_sizes: Vec<u64>,
+    /// Queue depths of the storage grid (comma-separated; default 1 to 64, 1 and 32 with --quick).
+    #[cfg_attr(feature = "clap", arg(long, value_delimiter = ',', value_name = "DEPTHS", allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
+    pub queue_depths: Vec<usize>,
+    /// Seconds per storage point and direction (default 1, 0.4 with --quick).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SECONDS", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_number))]
+    pub storage_seconds: Option<f64>,
+    /// Keep the storage probe's test file (to run fio on the same file) and print its path.
+    #[cfg_attr(feature = "clap", arg(long))]
+    pub keep_file: bool,
+    /// I/O engine of the storage probe.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = oversub_io::EngineChoice::Auto))]
+    pub engine: oversub_io::EngineChoice,
+}
+
+impl ProbeOptions {
+    /// The probes to run: `only` (all when empty) less `skip`, in [`ALL_PROBES`]' order; refused when none is left.
+    pub fn selected(&self) -> Result<Vec<ProbeName>, LabError> {
+        let selected: Vec<ProbeName> = ALL_PROBES
+            .iter()
+            .copied()
+            .filter(|p| self.only.is_empty() || self.only.contains(p))
+            .filter(|p| !self.skip.contains(p))
+            .collect();
+        if selected.is_empty() {
+            return Err(LabError::InvalidOption(
+                "--only and --skip leave no probe to run".into(),
+            ));
+        }
+        Ok(selected)
+    }
+
+    /// The plan: the quick or full one, with these overrides.
+    pub fn plan(&self) -> ProbePlan {
+        let dir = self.dir.clone().unwrap_or_else(std::env::temp_dir);
+        let mut p = ProbePlan::new(self.quick, dir);
+        if let Some(s) = self.file_size {
+            p.storage.file_bytes = s;
+        }
+        if let Some(t) = self.storage_seconds {
+            p.storage.seconds_per_point = t;
+        }
+        if !self.block_sizes.is_empty() {
+            p.storage.block_bytes = self.block_sizes.iter().map(|&b| b as usize).collect();
+        }
+        if !self.queue_depths.is_empty() {
+            p.storage.queue_depths = self.queue_depths.clone();
+        }
+        p.storage.keep_file = self.keep_file;
+        p.storage.engine = self.engine;
+        p
+    }
+}
+
 /// The sizes and points each probe measures.
 #[derive(Debug, Clone)]
 pub struct ProbePlan {

@@ -51,34 +51,61 @@ pub enum Priorities {
     Given,
 }
 
-/// What to measure (the defaults are the CLI's).
-#[derive(Debug, Clone)]
+/// What to measure; the fields are the flags of `oversub bench tenants` (`--json` and `--plot` aside), which
+/// flattens this struct. [`Default`] gives the CLI's defaults (a test in the CLI checks they agree).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct TenantsOptions {
-    /// Number of tenants (at least 2).
+    /// Number of tenants.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 3, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub tenants: usize,
-    /// Memory each tenant needs (its buffers together), bytes.
+    /// Memory each tenant needs (its buffers together).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "256MiB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub demand: u64,
-    /// Size of each buffer (one subtask's data), bytes.
+    /// Size of each buffer (one subtask's data).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "16MiB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub buffer: u64,
     /// Total demand over pool capacity (1.3: the tenants need 30% more than the pool holds).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1.3, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_number))]
     pub oversubscription: f64,
-    /// Kernel time per subtask, one per tenant, cycled.
+    /// Kernel time per subtask, one per tenant, cycled (e.g. `10ms,20ms,40ms`).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "10ms,20ms,40ms", value_delimiter = ',',
+        value_parser = crate::args::parse_duration))]
     pub compute: Vec<Duration>,
     /// Passes of each tenant over its buffers.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 3, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub rounds: usize,
     /// Runs of each condition; medians are reported.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 3, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub samples: usize,
+    /// Where tenant priorities come from.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = Priorities::Measured))]
     pub priorities: Priorities,
-    /// Swap-ratio rule of Alg. 2.
+    /// Swap-ratio rule of Alg. 2: `fraction` (default) or `printed-ceil`.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "fraction"))]
     pub alpha_rule: AlphaRule,
     /// Directory for the swap files (default: the temp directory).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub store_dir: Option<PathBuf>,
+    /// I/O engine.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = EngineChoice::Auto))]
     pub engine: EngineChoice,
     /// Small sizes and one sample, for a quick look.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub quick: bool,
     /// Skip the cold-start experiment (FIFO against priority I/O).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_priority_io: bool,
-    /// Windows of the priority queue to measure in the cold-start experiment (0: the engine's queue depth).
+    /// Windows of the priority queue to measure in the cold-start experiment (requests let into the engine at
+    /// once; 0 means the engine's queue depth), comma-separated.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "0", value_delimiter = ',', allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<usize>))]
     pub priority_windows: Vec<usize>,
 }
 

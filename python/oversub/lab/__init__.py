@@ -1,4 +1,8 @@
-"""Measurements that put oversub beside the tools a user would otherwise pick, in one run.
+"""The lab's experiments from Python, each the function the ``oversub`` command calls: ``oversub.lab.paging(...)``
+(``bench paging``), ``oversub.lab.tenants(...)`` (``bench tenants``), ``oversub.lab.interference(...)`` (``bench
+interference``), ``oversub.lab.tasks(...)`` (``tasks``), ``probe(...)`` and ``write_profile(...)`` (``probe``).
+
+Measurements that put oversub beside the tools a user would otherwise pick, in one run:
 
 ``python -m oversub.lab.paging --help``: page-out/page-in of one large buffer by oversub, by plain O_DIRECT
 ``pwritev``/``preadv``, and (with ``--peers``, when installed) by DeepSpeed's async I/O handle and KvikIO, on the
@@ -12,13 +16,16 @@ import importlib
 import os
 from typing import Any
 
-__all__ = ["paging", "probe", "write_profile"]  # paging is imported on use: ``python -m oversub.lab.paging`` must
-# not find it imported already
+__all__ = ["paging", "tenants", "interference", "tasks", "probe", "write_profile"]  # the experiments are imported
+# on use: ``python -m oversub.lab.paging`` (or ``.interference``, ``.tasks``, run as child processes) must not find
+# its module imported already
+
+_EXPERIMENTS = ("paging", "tenants", "interference", "tasks")
 
 
 def __getattr__(name: str) -> Any:
-    if name == "paging":
-        return importlib.import_module(".paging", __name__)
+    if name in _EXPERIMENTS:
+        return importlib.import_module(f".{name}", __name__)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 

@@ -541,21 +541,23 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def bench(
-    size: str | int = "256MiB",
-    samples: int = 5,
+    size: str | int | None = None,
+    samples: int | None = None,
     store: str | os.PathLike | list | None = None,
-    engine: str = "auto",
-    device: str = "host",
+    engine: str | None = None,
+    device: str | None = None,
     **options: Any,
 ) -> dict[str, Any]:
     """``oversub bench paging`` from Python: the same measurement (``oversub_lab::paging::run``), nothing printed.
 
-    ``store`` is a directory or file (or a list of them, striped; ``None``: a new file in the temporary directory);
-    ``engine`` ``"auto"``, ``"uring"`` or ``"psync"``; ``device`` ``"host"`` or ``"cuda"``. The keyword ``options``
-    are the command's other flags in snake case: ``max_io``, ``queue_depth``, ``cache_drop`` (``"auto"``,
-    ``"drop-caches"``, ``"fadvise"``), ``release`` (``"recycle"``, ``"immediate"``, ``"lazy"``), ``checksums``,
-    ``stripe_bytes``, ``io_auto``, ``io_profile``, ``force_store``, ``gpu``, ``staging_chunk``, ``staging_chunks``,
-    ``pageable_staging``, ``skip_unified``, ``cufile``. Returns the report as a dict, the JSON ``--json`` writes.
+    Every option left out (or ``None``) takes the lab's default, which is the command's (``defaults()`` lists
+    them). ``store`` is a directory or file (or a list of them, striped; ``None``: a new file in the temporary
+    directory); ``engine`` ``"auto"``, ``"uring"`` or ``"psync"``; ``device`` ``"host"`` or ``"cuda"``. The keyword
+    ``options`` are the command's other flags in snake case: ``max_io``, ``queue_depth``, ``cache_drop``
+    (``"auto"``, ``"drop-caches"``, ``"fadvise"``), ``release`` (``"recycle"``, ``"immediate"``, ``"lazy"``),
+    ``checksums``, ``stripe_bytes``, ``io_auto``, ``io_profile``, ``force_store``, ``gpu``, ``staging_chunk``,
+    ``staging_chunks``, ``pageable_staging``, ``skip_unified``, ``cufile``. Returns the report as a dict, the JSON
+    ``--json`` writes.
     """
     from .._oversub import lab_paging
 
@@ -566,6 +568,14 @@ def bench(
     else:
         stores = [os.fspath(s) for s in store]
     return lab_paging(size, samples, stores, engine, device, **options)
+
+
+def defaults() -> dict[str, Any]:
+    """The defaults :func:`bench` runs with: the lab's ``PagingOptions::default()``, which ``oversub bench paging``
+    also declares its flags' defaults from (sizes in bytes, enums by their flag names)."""
+    from .._oversub import lab_defaults
+
+    return lab_defaults("paging")
 
 
 class _CallableModule(types.ModuleType):

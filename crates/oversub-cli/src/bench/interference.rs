@@ -2,111 +2,37 @@
 //! Figs. 14-15), and how the SiΓ arbiter removes that interference for PREM tasks (SiΓ Figs. 5-8).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
 use oversub_lab::interference::{
-    self as lab, prem, InterferenceOptions, InterferenceReport as Report, InterfererKind, Part,
-    Placement, PremResult, PremTaskCommand, ThrashRow,
+    self as lab, prem, InterferenceOptions, InterferenceReport as Report, PremResult,
+    PremTaskCommand, ThrashRow,
 };
 use oversub_report::{text_table, BarChart, BarSeries, BoxPlot, BoxSeries};
 
 use crate::error::BoxError;
 
-fn parse_duration_arg(s: &str) -> Result<Duration, String> {
-    oversub_arbiter::parse_duration(s).map_err(|e| e.to_string())
-}
-
 #[derive(Debug, Args)]
 pub struct InterferenceArgs {
-    /// Short runs (a few minutes in all): 1 s measurement windows, 150 PREM iterations per condition.
-    #[arg(long)]
-    quick: bool,
-    /// Which experiment to run.
-    #[arg(long, value_enum, default_value_t = Part::All)]
-    part: Part,
+    #[command(flatten)]
+    options: InterferenceOptions,
     /// Write the results as JSON to this file.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Draw the figures (SVG) into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Directory for the swap-store files of the paging loops (default: the system's temporary directory); several,
-    /// comma-separated, stripe each loop's store over them.
-    #[arg(long, value_delimiter = ',', value_name = "DIR[,DIR...]")]
-    store: Vec<PathBuf>,
-    /// Length of each thrashing measurement window (default 5s, 1s with --quick).
-    #[arg(long, value_parser = parse_duration_arg)]
-    measure: Option<Duration>,
-    /// Size of the buffers the paging loops page out and in.
-    #[arg(
-        long,
-        default_value = "64MiB",
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg
-    )]
-    paging_buffer: u64,
-    /// Last-level cache size (default: read from sysfs).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
-    llc: Option<u64>,
-    /// PREM iterations per condition (default: the paper's 1350; 150 with --quick).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
-    iterations: Option<usize>,
-    /// Where the PREM task runs: in a process of its own (the paper's setting) and/or as a thread of the
-    /// benchmark's process, sharing the pager's address space.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "separate,one-process"
-    )]
-    placement: Vec<Placement>,
-    /// The interferers run beside the PREM task.
-    #[arg(
-        long,
-        value_enum,
-        value_delimiter = ',',
-        default_value = "paging,paging-dontneed,copy,copy-nt"
-    )]
-    interferers: Vec<InterfererKind>,
-    /// Split each PREM condition into this many interleaved rounds (alone, interfered, arbitrated, alone, ...), so
-    /// that slow drifts of the machine fall on every condition alike (default 10, 3 with --quick).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
-    rounds: Option<usize>,
-    /// Write a Chrome trace-event timeline of the PREM runs (phases, gate decisions, transfer-side work, outlier
-    /// causes) to this file; open it in Perfetto (ui.perfetto.dev).
-    #[arg(long)]
-    trace: Option<PathBuf>,
-    /// Pixel data the PREM task walks per pass (the paper's 256 MB).
-    #[arg(
-        long,
-        default_value = "256MB",
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg
-    )]
-    data: u64,
 }
 
 impl InterferenceArgs {
     fn options(&self) -> Result<InterferenceOptions, BoxError> {
         Ok(InterferenceOptions {
-            quick: self.quick,
-            part: self.part,
-            store: self.store.clone(),
-            measure: self.measure,
-            paging_buffer: self.paging_buffer,
-            llc: self.llc,
-            iterations: self.iterations,
-            placement: self.placement.clone(),
-            interferers: self.interferers.clone(),
-            rounds: self.rounds,
-            trace: self.trace.clone(),
-            data: self.data,
             // The PREM task's own process is this binary again, as the hidden `bench prem-task`.
             prem_task: Some(PremTaskCommand {
                 program: std::env::current_exe()?,
                 args: vec!["bench".into(), "prem-task".into()],
             }),
+            ..self.options.clone()
         })
     }
 }
@@ -578,4 +504,25 @@ fn plot_prem(p: &PremResult, dir: &std::path::Path) -> Result<(), BoxError> {
     ];
     t.write_svg(&dir.join("prem-interferer.svg"))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_defaults_are_the_labs() {
+        let args: InterferenceArgs = crate::args::parse_flags(&[]).unwrap();
+        assert_eq!(args.options, InterferenceOptions::default());
+        // The CLI adds only the command of the PREM task's process.
+        let opts = args.options().unwrap();
+        assert!(opts.prem_task.is_some());
+        assert_eq!(
+            InterferenceOptions {
+                prem_task: None,
+                ..opts
+            },
+            InterferenceOptions::default()
+        );
+    }
 }

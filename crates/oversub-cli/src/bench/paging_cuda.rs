@@ -29,7 +29,7 @@ pub(super) fn render(args: &PagingArgs, report: &CudaPagingReport) -> Result<(),
         write_json(json, report)?;
     }
     if let Some(plot) = &args.plot {
-        write_plots(plot, args.size, &report.samples_s)?;
+        write_plots(plot, args.options.size, &report.samples_s)?;
     }
     Ok(())
 }

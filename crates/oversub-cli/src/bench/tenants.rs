@@ -3,115 +3,27 @@
 //! plan, Yang & Chen Alg. 1 and 2).
 
 use std::path::PathBuf;
-use std::time::Duration;
 
 use clap::Args;
-use oversub_core::AlphaRule;
-use oversub_lab::tenants::{
-    self as lab, Priorities, TenantRow, TenantsOptions, TenantsReport as Report,
-};
+use oversub_lab::tenants::{self as lab, TenantRow, TenantsOptions, TenantsReport as Report};
 use oversub_report::{format_bytes, text_table, BarChart, BarSeries};
 
-use super::paging::EngineArg;
 use crate::error::BoxError;
-
-/// A comma-separated list of durations (one clap value, not many).
-#[derive(Debug, Clone)]
-pub struct Durations(Vec<Duration>);
-
-fn parse_duration_list(s: &str) -> Result<Durations, String> {
-    s.split(',')
-        .map(|part| oversub_arbiter::parse_duration(part.trim()).map_err(|e| e.to_string()))
-        .collect::<Result<_, _>>()
-        .map(Durations)
-}
 
 #[derive(Debug, Args)]
 pub struct TenantsArgs {
-    /// Number of tenants.
-    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
-    tenants: usize,
-    /// Memory each tenant needs (its buffers together).
-    #[arg(
-        long,
-        default_value = "256MiB",
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg
-    )]
-    demand: u64,
-    /// Size of each buffer (one subtask's data).
-    #[arg(
-        long,
-        default_value = "16MiB",
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg
-    )]
-    buffer: u64,
-    /// Total demand over pool capacity (1.3: the tenants need 30% more than the pool holds).
-    #[arg(long, default_value_t = 1.3, allow_hyphen_values = true, value_parser = crate::args::parse_positive_number)]
-    oversubscription: f64,
-    /// Kernel time per subtask, one per tenant, cycled (e.g. `10ms,20ms,40ms`).
-    #[arg(long, default_value = "10ms,20ms,40ms", value_parser = parse_duration_list)]
-    compute: Durations,
-    /// Passes of each tenant over its buffers.
-    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
-    rounds: usize,
-    /// Runs of each condition; medians are reported.
-    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<usize>)]
-    samples: usize,
-    /// Where tenant priorities come from.
-    #[arg(long, value_enum, default_value_t = Priorities::Measured)]
-    priorities: Priorities,
-    /// Swap-ratio rule of Alg. 2: `fraction` (default) or `printed-ceil`.
-    #[arg(long, default_value = "fraction")]
-    alpha_rule: AlphaRule,
-    /// Directory for the swap files (default: the temp directory).
-    #[arg(long)]
-    store_dir: Option<PathBuf>,
-    /// I/O engine.
-    #[arg(long, value_enum, default_value_t = EngineArg::Auto)]
-    engine: EngineArg,
-    /// Small sizes and one sample, for a quick look.
-    #[arg(long)]
-    quick: bool,
+    #[command(flatten)]
+    options: TenantsOptions,
     /// Write the results as JSON.
     #[arg(long)]
     json: Option<PathBuf>,
     /// Write an SVG chart of the slowdowns into this directory.
     #[arg(long)]
     plot: Option<PathBuf>,
-    /// Skip the cold-start experiment (FIFO against priority I/O).
-    #[arg(long)]
-    no_priority_io: bool,
-    /// Windows of the priority queue to measure in the cold-start experiment (requests let into the engine at
-    /// once; 0 means the engine's queue depth), comma-separated.
-    #[arg(
-        long,
-        default_value = "0",
-        value_delimiter = ',',
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_count_or_zero::<usize>
-    )]
-    priority_windows: Vec<usize>,
 }
 
 pub fn run(args: TenantsArgs) -> Result<(), BoxError> {
-    let opts = TenantsOptions {
-        tenants: args.tenants,
-        demand: args.demand,
-        buffer: args.buffer,
-        oversubscription: args.oversubscription,
-        compute: args.compute.0,
-        rounds: args.rounds,
-        samples: args.samples,
-        priorities: args.priorities,
-        alpha_rule: args.alpha_rule,
-        store_dir: args.store_dir,
-        engine: args.engine.into(),
-        quick: args.quick,
-        no_priority_io: args.no_priority_io,
-        priority_windows: args.priority_windows,
-    };
+    let opts = args.options;
     let bar = crate::progress_bar(lab::steps(&opts), "tenants", "", false);
     let report = lab::run(&opts, &|stage: &str| {
         bar.inc(1);
@@ -267,4 +179,26 @@ fn write_plot(r: &Report, dir: &std::path::Path) -> Result<(), BoxError> {
         .write_svg(&path)
         .map_err(|e| format!("{}: {e}", path.display()))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_defaults_are_the_labs() {
+        let args: TenantsArgs = crate::args::parse_flags(&[]).unwrap();
+        assert_eq!(args.options, TenantsOptions::default());
+        let args: TenantsArgs =
+            crate::args::parse_flags(&["--compute", "5ms,1s", "--priority-windows", "0,4"])
+                .unwrap();
+        assert_eq!(
+            args.options.compute,
+            [
+                std::time::Duration::from_millis(5),
+                std::time::Duration::from_secs(1)
+            ]
+        );
+        assert_eq!(args.options.priority_windows, [0, 4]);
+    }
 }

@@ -19,38 +19,6 @@ use oversub_tenants::swap::AlphaRule;
 
 use crate::error::BoxError;
 
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum PriorityArg {
-    /// Alg. 1 as written (the default, as in the library and Python): C_i(N) together under Baseline in the
-    /// scenario's own memory, swapping included.
-    Measured,
-    /// Alg. 1 with C_i(N) measured together in a memory that holds every task: memory contention only (an
-    /// alternative reading, for the sensitivity table).
-    Contention,
-    /// The scenario file's `priority` weights, or the order the tasks are listed in.
-    Given,
-}
-
-impl From<PrioritySource> for PriorityArg {
-    fn from(p: PrioritySource) -> Self {
-        match p {
-            PrioritySource::Measured => PriorityArg::Measured,
-            PrioritySource::Contention => PriorityArg::Contention,
-            PrioritySource::Given => PriorityArg::Given,
-        }
-    }
-}
-
-impl From<PriorityArg> for PrioritySource {
-    fn from(p: PriorityArg) -> Self {
-        match p {
-            PriorityArg::Measured => PrioritySource::Measured,
-            PriorityArg::Contention => PrioritySource::Contention,
-            PriorityArg::Given => PrioritySource::Given,
-        }
-    }
-}
-
 /// Simulate contention-aware swap space management (Yang & Chen): Baseline, MaT, each of the proposed policy's
 /// two algorithms alone (the ablation) and both, on the paper's scenarios; lengthened latency per task.
 ///
@@ -118,8 +86,8 @@ pub struct SwapArgs {
     #[arg(long, value_name = "N|A-B")]
     seeds: Option<String>,
     /// Where priorities come from (default: the library's, `measured`, Alg. 1 as written).
-    #[arg(long, value_enum, default_value_t = PriorityArg::from(PrioritySource::default()))]
-    priorities: PriorityArg,
+    #[arg(long, value_enum, default_value_t = PrioritySource::default())]
+    priorities: PrioritySource,
     /// Every built-in scenario, every policy, both swap-ratio rules.
     #[arg(long)]
     suite: bool,
@@ -338,7 +306,7 @@ pub fn run(args: SwapArgs) -> Result<(), BoxError> {
     let profile = load_profile(&args)?;
     let options = StudyOptions {
         policies: policies.clone(),
-        priorities: args.priorities.into(),
+        priorities: args.priorities,
         page_bytes: 4096,
         check: args.check || cfg!(debug_assertions),
     };
@@ -452,11 +420,8 @@ fn run_seeds(
         );
     }
     if let Some(path) = &args.json {
-        let doc = oversub_sim::swap::seeds::SeedsDoc::new(
-            &seed_list,
-            PrioritySource::from(args.priorities).name(),
-            &sets,
-        );
+        let doc =
+            oversub_sim::swap::seeds::SeedsDoc::new(&seed_list, args.priorities.name(), &sets);
         write_file(path, &serde_json::to_string_pretty(&doc)?)?;
     }
     if let Some(dir) = &args.plot {
@@ -811,10 +776,7 @@ mod tests {
         // One reading of Alg. 1 everywhere: the command line's default is the library's (and Python's, tested
         // in python/tests/test_studies.py), the literal one.
         let a = args(&[]);
-        assert_eq!(
-            PrioritySource::from(a.priorities),
-            StudyOptions::default().priorities
-        );
+        assert_eq!(a.priorities, StudyOptions::default().priorities);
         assert_eq!(StudyOptions::default().priorities, PrioritySource::Measured);
     }
 

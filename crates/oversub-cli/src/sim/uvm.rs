@@ -67,40 +67,6 @@ impl WorkloadOpts {
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
-enum OrderArg {
-    /// Least recently migrated first (NVIDIA's driver).
-    Allocation,
-    /// Least recently used first.
-    Lru,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum UnitArg {
-    /// One 4 KiB page.
-    Page,
-    /// A 64 KiB group.
-    Group,
-    /// The driver's 2 MiB root chunk (scaled with GPU memory unless --machine-scale none).
-    Block,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum TimeArg {
-    /// Per epoch, the slowest resource: bus each way, fault handler, GPU memory, warp latency (docs/sim-uvm.md).
-    Overlap,
-    /// Every event priced with Eqs. 1 and 3's constants and summed (the earlier estimate).
-    Serial,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
-enum ScaleArg {
-    /// L2 and 2 MiB granularities shrink with GPU memory, as on the paper's 5935 MiB GPU.
-    Capacity,
-    /// The paper's absolute 3 MiB L2 and 2 MiB blocks.
-    None,
-}
-
-#[derive(Debug, Clone, Copy, ValueEnum)]
 enum DecideArg {
     /// Eqs. 1 and 3 with the constants the paper prints.
     Paper,
@@ -145,13 +111,13 @@ pub struct UvmArgs {
     l2: Option<String>,
     /// How counted events become time.
     #[arg(long, value_enum, default_value = "overlap")]
-    time_model: TimeArg,
+    time_model: TimeModel,
     /// Sum the overlap model's resources per epoch instead of taking the slowest (a what-if: no overlap).
     #[arg(long)]
     no_overlap: bool,
     /// Whether the L2, prefetch region and eviction unit scale with the simulated GPU memory.
     #[arg(long, value_enum, default_value = "capacity")]
-    machine_scale: ScaleArg,
+    machine_scale: MachineScale,
     /// Constants DynaMap decides with.
     #[arg(long, value_enum, default_value = "paper")]
     decide_with: DecideArg,
@@ -167,10 +133,10 @@ pub struct UvmArgs {
     rate_window_us: Option<f64>,
     /// Eviction order.
     #[arg(long, value_enum, default_value = "allocation")]
-    eviction: OrderArg,
+    eviction: EvictionOrder,
     /// Unit evicted at once.
     #[arg(long, value_enum, default_value = "block")]
-    eviction_unit: UnitArg,
+    eviction_unit: EvictionUnit,
     /// Worker threads (default: one per core).
     #[arg(
         long,
@@ -439,30 +405,17 @@ fn template(args: &UvmArgs) -> Result<SimConfig, BoxError> {
     let mut template = SimConfig::new(Policy::DynaMap, 2.0);
     template.cost = cost;
     template.l2_fixed = l2_fixed;
-    template.time_model = match args.time_model {
-        TimeArg::Overlap => TimeModel::Overlap,
-        TimeArg::Serial => TimeModel::Serial,
-    };
+    template.time_model = args.time_model;
     template.overlap = !args.no_overlap;
-    template.machine_scale = match args.machine_scale {
-        ScaleArg::Capacity => MachineScale::Capacity,
-        ScaleArg::None => MachineScale::None,
-    };
+    template.machine_scale = args.machine_scale;
     template.thrashing.enabled = !args.no_thrashing_detection;
     template.pst_early_stop = !args.no_early_stop;
     if let Some(us) = args.rate_window_us {
         template.rate_window_s = us * 1e-6;
     }
     template.series_points = 32;
-    template.eviction = match args.eviction {
-        OrderArg::Allocation => EvictionOrder::Allocation,
-        OrderArg::Lru => EvictionOrder::Lru,
-    };
-    template.eviction_unit = match args.eviction_unit {
-        UnitArg::Page => EvictionUnit::Page,
-        UnitArg::Group => EvictionUnit::Group,
-        UnitArg::Block => EvictionUnit::Block,
-    };
+    template.eviction = args.eviction;
+    template.eviction_unit = args.eviction_unit;
     Ok(template)
 }
 

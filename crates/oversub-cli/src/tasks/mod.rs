@@ -5,8 +5,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Subcommand};
 use oversub_lab::tasks::{
-    self as lab, spec, spec::TaskArg, Builtin, Priorities, TaskReport, TasksOptions,
-    TasksReport as Report, WorkerCommand,
+    self as lab, Builtin, Priorities, TaskReport, TasksOptions, TasksReport as Report,
+    WorkerCommand,
 };
 use oversub_report::{format_bytes, text_table};
 use oversub_tenants::swap::AlphaRule;
@@ -25,83 +25,8 @@ pub struct TasksArgs {
     #[arg(long)]
     detect: bool,
 
-    /// A task: its name, its memory demand and a command run with `sh -c` (repeatable; listed first is highest
-    /// priority for `--priorities given`).
-    #[arg(long = "task", value_name = "NAME:DEMAND:COMMAND", value_parser = spec::parse_task_arg,
-          conflicts_with_all = ["config", "builtin"])]
-    tasks: Vec<TaskArg>,
-
-    /// Tasks from a TOML file: `capacity = "2GiB"` (optional) and `[[task]]` tables with `name`, `demand`,
-    /// `command` and optionally `subtasks` (see docs/tasks.md).
-    #[arg(long, value_name = "FILE", conflicts_with = "builtin")]
-    config: Option<PathBuf>,
-
-    /// A built-in case study (the default when no task is given): `file-io`, the paper's three tasks that write a
-    /// file and read it back.
-    #[arg(long, value_enum)]
-    builtin: Option<Builtin>,
-
-    /// file-io: the size of each task's file, which is also its demand.
-    #[arg(
-        long,
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg,
-        default_value = "1GiB"
-    )]
-    size: u64,
-
-    /// file-io: how many times each task reads its file back.
-    #[arg(long, default_value_t = 3, allow_hyphen_values = true, value_parser = crate::args::parse_count::<u32>)]
-    passes: u32,
-
-    /// Work directory: the file-io tasks' files and the tasks' logs go in a fresh directory inside it, removed
-    /// afterwards. Default: the system's temporary directory.
-    #[arg(long, value_name = "DIR")]
-    dir: Option<PathBuf>,
-
-    /// The emulated memory: the limit of the run's cgroup, shared by all tasks. Default: their total demand / 1.3
-    /// (30% oversubscribed).
-    #[arg(long, allow_hyphen_values = true, value_parser = crate::args::parse_positive_size_arg)]
-    capacity: Option<u64>,
-
-    /// Where priorities come from: `measured` (Alg. 1: each task alone, then all together) or `given` (the order
-    /// the tasks are listed, first is highest).
-    #[arg(long, value_enum, default_value_t = Priorities::Measured)]
-    priorities: Priorities,
-
-    /// n_i of a task for the contention degree (repeatable; default 1).
-    #[arg(long = "subtasks", value_name = "NAME=N", value_parser = spec::parse_subtasks_arg)]
-    subtasks: Vec<(String, u32)>,
-
-    /// The last victim's swap ratio: `fraction` (α = SWAP_req / MEM(i), in whole pages) or `printed-ceil` (the
-    /// paper's printed ⌈SWAP_req / MEM(i)⌉: the whole task).
-    #[arg(long, value_name = "RULE", default_value = "fraction",
-          value_parser = |s: &str| s.parse::<AlphaRule>().map_err(|e| e.to_string()))]
-    alpha_rule: AlphaRule,
-
-    /// The smallest limit given to a victim: a real process cannot run in 0 bytes (its code and stack are charged
-    /// too).
-    #[arg(
-        long,
-        allow_hyphen_values = true,
-        value_parser = crate::args::parse_positive_size_arg,
-        default_value = "64MiB"
-    )]
-    min_limit: u64,
-
-    /// Runs of each measurement; the report gives the median.
-    #[arg(
-        long,
-        default_value_t = 1,
-        value_parser = clap::value_parser!(u32).range(1..=100),
-        allow_hyphen_values = true
-    )]
-    repeat: u32,
-
-    /// Untimed runs of all tasks together before any measurement (the first run on a machine pays for cold
-    /// caches and fresh disk blocks).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(0..=10), allow_hyphen_values = true)]
-    warmup: u32,
+    #[command(flatten)]
+    options: TasksOptions,
 
     /// Write the results as JSON.
     #[arg(long, value_name = "FILE")]
@@ -144,7 +69,7 @@ fn detect() -> Result<(), BoxError> {
 }
 
 fn experiment_cmd(args: TasksArgs) -> Result<(), BoxError> {
-    let builtin = args.config.is_none() && args.tasks.is_empty();
+    let builtin = args.options.config.is_none() && args.options.tasks.is_empty();
     let worker = if builtin {
         // The built-in tasks are this binary again, as the hidden `tasks worker`.
         let exe = std::env::current_exe()
@@ -157,20 +82,8 @@ fn experiment_cmd(args: TasksArgs) -> Result<(), BoxError> {
         None
     };
     let opts = TasksOptions {
-        tasks: args.tasks,
-        config: args.config,
-        builtin: args.builtin,
-        size: args.size,
-        passes: args.passes,
-        dir: args.dir,
-        capacity: args.capacity,
-        priorities: args.priorities,
-        subtasks: args.subtasks,
-        alpha_rule: args.alpha_rule,
-        min_limit: args.min_limit,
-        repeat: args.repeat,
-        warmup: args.warmup,
         worker,
+        ..args.options
     };
     // Bad input is refused before any cgroup is touched, and before the JSON's directory is looked at.
     opts.check()?;
@@ -432,4 +345,21 @@ fn render(r: &Report) -> String {
         secs(r.wall_s)
     ));
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_flags_defaults_are_the_labs() {
+        let args: TasksArgs = crate::args::parse_flags(&[]).unwrap();
+        assert_eq!(args.options, TasksOptions::default());
+        assert!(!args.detect && args.json.is_none() && args.command.is_none());
+        let args: TasksArgs =
+            crate::args::parse_flags(&["--task", "a:1GiB:true", "--alpha-rule", "printed-ceil"])
+                .unwrap();
+        assert_eq!(args.options.tasks.len(), 1);
+        assert_eq!(args.options.alpha_rule, AlphaRule::PrintedCeil);
+    }
 }

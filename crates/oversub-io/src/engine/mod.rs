@@ -203,13 +203,20 @@ pub unsafe fn submit_wait(
 
 /// Which engine [`select_engine`] should build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum EngineChoice {
     /// io_uring when it works here, psync otherwise.
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "io_uring when the kernel allows it, else psync")
+    )]
     Auto,
     /// io_uring or an error.
+    #[cfg_attr(feature = "clap", value(help = "io_uring only"))]
     Uring,
     /// The psync thread pool.
+    #[cfg_attr(feature = "clap", value(help = "preadv/pwritev on a thread pool"))]
     Psync,
 }
 

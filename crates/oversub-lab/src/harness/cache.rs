@@ -5,13 +5,25 @@ use crate::LabError;
 /// How to empty the page cache, as asked.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum CacheDropMode {
     /// `drop-caches` when this process may write `/proc/sys/vm/drop_caches`, else `fadvise`.
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "drop-caches when allowed, else fadvise")
+    )]
     Auto,
     /// `echo 3 > /proc/sys/vm/drop_caches` (page, dentry and inode caches, as in the paper; needs root).
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "echo 3 > /proc/sys/vm/drop_caches (page, dentry and inode caches, as in the paper)"
+        )
+    )]
     DropCaches,
     /// `posix_fadvise(POSIX_FADV_DONTNEED)` on the store only.
+    #[cfg_attr(feature = "clap", value(help = "posix_fadvise(DONTNEED) on the store"))]
     Fadvise,
 }
 

@@ -29,34 +29,78 @@ pub enum Part {
     Prem,
 }
 
-/// What to measure; `None` fields take their defaults (which depend on `quick`).
-#[derive(Debug, Clone)]
+/// What to measure; `None` fields take their defaults (which depend on `quick`). The fields are the flags of
+/// `oversub bench interference` (`--json` and `--plot` aside), which flattens this struct; [`Default`] gives the
+/// CLI's defaults (a test in the CLI checks they agree).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct InterferenceOptions {
-    /// Short runs: 1 s measurement windows, 150 PREM iterations per condition, 3 rounds.
+    /// Short runs (a few minutes in all): 1 s measurement windows, 150 PREM iterations per condition.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub quick: bool,
+    /// Which experiment to run.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = Part::All))]
     pub part: Part,
-    /// Directories for the paging loops' swap stores (empty: the system's temporary directory); several stripe
-    /// each loop's store over them.
+    /// Directory for the swap-store files of the paging loops (default: the system's temporary directory); several,
+    /// comma-separated, stripe each loop's store over them.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', value_name = "DIR[,DIR...]")
+    )]
     pub store: Vec<PathBuf>,
-    /// Length of each thrashing measurement window (default 5 s, 1 s when quick).
+    /// Length of each thrashing measurement window (default 5s, 1s with --quick).
+    #[cfg_attr(feature = "clap", arg(long, value_parser = crate::args::parse_duration))]
     pub measure: Option<Duration>,
     /// Size of the buffers the paging loops page out and in.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "64MiB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub paging_buffer: u64,
     /// Last-level cache size (default: read from sysfs).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub llc: Option<u64>,
-    /// PREM iterations per condition (default 1350, 150 when quick).
+    /// PREM iterations per condition (default: the paper's 1350; 150 with --quick).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub iterations: Option<usize>,
-    /// Where the PREM task runs.
+    /// Where the PREM task runs: in a process of its own (the paper's setting) and/or as a thread of the
+    /// benchmark's process, sharing the pager's address space.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "separate,one-process"
+        )
+    )]
     pub placement: Vec<Placement>,
     /// The interferers run beside the PREM task.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "paging,paging-dontneed,copy,copy-nt"
+        )
+    )]
     pub interferers: Vec<InterfererKind>,
-    /// Interleaved rounds per PREM condition (default 10, 3 when quick).
+    /// Split each PREM condition into this many interleaved rounds (alone, interfered, arbitrated, alone, ...), so
+    /// that slow drifts of the machine fall on every condition alike (default 10, 3 with --quick).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub rounds: Option<usize>,
-    /// Write a Chrome trace-event timeline of the PREM runs to this file.
+    /// Write a Chrome trace-event timeline of the PREM runs (phases, gate decisions, transfer-side work, outlier
+    /// causes) to this file; open it in Perfetto (ui.perfetto.dev).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub trace: Option<PathBuf>,
-    /// Pixel data the PREM task walks per pass.
+    /// Pixel data the PREM task walks per pass (the paper's 256 MB).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "256MB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub data: u64,
-    /// The command that runs the PREM task in a process of its own (needed by the PREM part).
+    /// The command that runs the PREM task in a process of its own (needed by the PREM part; the CLI sets itself).
+    #[cfg_attr(feature = "clap", arg(skip))]
     pub prem_task: Option<PremTaskCommand>,
 }
 

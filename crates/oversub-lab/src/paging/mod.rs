@@ -22,58 +22,107 @@ pub(crate) const MIB: u64 = 1 << 20;
 
 /// Which memory the paged buffer lives in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PagingDevice {
     /// System DRAM as device memory (the integrated-GPU model).
     #[default]
     Host,
-    /// A CUDA GPU through the driver API.
+    /// A CUDA GPU through the driver API: the pager's staging ring and host tier against the bus, the store,
+    /// unified memory and keep-the-address baselines (needs an NVIDIA GPU and its driver).
     Cuda,
 }
 
-/// What to measure and how; the fields are the flags of `oversub bench paging` (`--peers` aside, which the CLI
-/// hands to Python). [`Default`] gives the CLI's defaults.
-#[derive(Debug, Clone)]
+/// What to measure and how; the fields are the flags of `oversub bench paging` (`--peers`, `--json` and `--plot`
+/// aside, which the CLI keeps: it flattens this struct, so each flag is declared here once). [`Default`] gives the
+/// CLI's defaults (a test in the CLI checks they agree).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct PagingOptions {
-    /// Size of the paged buffer, bytes.
+    /// Size of the paged buffer (e.g. 256MiB, 1GiB).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "1GiB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub size: u64,
-    /// Samples per measurement.
+    /// Samples per measurement (with --device cuda, 3 to 5 are enough at 8 GiB).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 20, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub samples: usize,
-    /// Store locations (a file, a directory to create one in, a block device); several stripe the store (host
-    /// only). Empty: a new file in the temporary directory.
+    /// Swap store: a file (created if absent), a directory to create one in, or a block device (needs --force-store;
+    /// its contents are destroyed). Default: a new file in the system's temporary directory, removed afterwards.
+    /// Several, comma-separated (`--store /mnt/a,/mnt/b`), stripe the pager's store over them: then the run also
+    /// measures page-out and page-in over the first 1, 2, ..., N of them and prints the bandwidth per member count
+    /// (the `stripe_sweep` rows of --json); the direct-I/O, demand-paging and raw-limit baselines run on the first
+    /// one. With --device cuda, one location only.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_delimiter = ',', value_name = "PATH[,PATH...]")
+    )]
     pub store: Vec<PathBuf>,
-    /// Stripe unit of a striped store (default: `max_io`).
+    /// Stripe unit of a store over several locations (default: --max-io, so each request lands on one member).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub stripe_bytes: Option<u64>,
     /// Device-memory backend.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = PagingDevice::Host))]
     pub device: PagingDevice,
-    /// The pager's I/O engine.
+    /// I/O engine of the pager.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = EngineChoice::Auto))]
     pub engine: EngineChoice,
-    /// Largest single I/O request of the pager.
+    /// Largest single I/O request of the pager; a buffer's transfer is split only at this size.
+    #[cfg_attr(feature = "clap", arg(long, default_value = "4MiB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub max_io: u64,
     /// Requests the pager keeps in flight.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 32, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub queue_depth: usize,
-    /// Platform profile whose `[storage]` grid picks the pager's request size and queue depth (host only).
+    /// Platform profile (`oversub probe --out`) whose `[storage]` grid picks the pager's request size and queue
+    /// depth, one point for reads and one for writes (replaces --max-io and --queue-depth).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "FILE"))]
     pub io_profile: Option<PathBuf>,
-    /// Calibrate the pager's request size and queue depth on the store first (host only).
+    /// Calibrate the pager's request size and queue depth on the store itself before the run (1, 4, 16 MiB x 8,
+    /// 32 in flight over 64 MiB; about a second), as a pool made with io="auto" does (replaces --max-io and
+    /// --queue-depth).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub io_auto: bool,
-    /// Allow overwriting an existing file or block device named in `store`.
+    /// Allow overwriting an existing file or block device named by --store, whatever it holds (a file system
+    /// signature, another user's store). A mounted or busy device is refused regardless.
+    #[cfg_attr(feature = "clap", arg(long = "force-store", alias = "force"))]
     pub force_store: bool,
-    /// How the host backend gives a paged-out buffer's memory back.
+    /// How the host backend gives a paged-out buffer's memory back: recycle (a pool of physical chunks mapped in
+    /// and out, never refaulted; the default), immediate (MADV_DONTNEED, refaulted zeroed at page-in) or lazy
+    /// (MADV_FREE).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = PageRelease::Recycle))]
     pub release: PageRelease,
-    /// Run the pager without its checksums (else the host run also times a pool without them).
+    /// Run the pager without its checksums (on by default, as in any pool). Without this flag the host run also
+    /// times a second pool with checksums off over the same store, in the same samples, and reports what the
+    /// checksums cost. The cuda run always checks bytes at the start, middle and end of the buffer, and its
+    /// device address, as well.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_checksums: bool,
-    /// How to empty the page cache before each read.
+    /// How to empty the page cache before each read: drop-caches (system-wide, needs root), fadvise (the store's
+    /// pages only), or auto (drop-caches when allowed, else fadvise).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = CacheDropMode::Auto))]
     pub cache_drop: CacheDropMode,
-    /// CUDA device ordinal.
+    /// CUDA device ordinal (--device cuda).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<i32>))]
     pub gpu: i32,
-    /// Size of one staging buffer of the pager's staging ring (cuda).
+    /// Size of one staging buffer of the pager's staging ring (--device cuda).
+    #[cfg_attr(feature = "clap", arg(long, default_value = "16MiB", allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub staging_chunk: u64,
-    /// Staging buffers in the ring (cuda).
+    /// Number of staging buffers in the ring (--device cuda).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 8, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<usize>))]
     pub staging_chunks: usize,
-    /// Stage through pageable instead of pinned host memory (cuda).
+    /// Stage through pageable instead of pinned host memory (--device cuda).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub pageable_staging: bool,
-    /// Leave out the unified-memory baseline (cuda).
+    /// Leave out the unified-memory baseline (--device cuda; it needs NVRTC and managed memory).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub skip_unified: bool,
-    /// Stage through host memory even where GPUDirect Storage works (cuda).
+    /// Stage through host memory even where GPUDirect Storage (cuFile) works (--device cuda).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub no_cufile: bool,
 }
 

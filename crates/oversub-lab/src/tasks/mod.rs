@@ -58,41 +58,79 @@ pub enum Priorities {
 /// The command that runs a built-in task's worker: a program and its first arguments, which end in a call of
 /// [`worker::file_io`] with the options parsed from `file-io --file F --size N --passes P [--hash-rounds R]`
 /// appended to them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct WorkerCommand {
     pub program: PathBuf,
     pub args: Vec<std::ffi::OsString>,
 }
 
-/// Which tasks to run and how (the defaults are the CLI's).
-#[derive(Debug, Clone)]
+/// Which tasks to run and how; the fields are the flags of `oversub tasks` (`--detect` and `--json` aside), which
+/// flattens this struct. [`Default`] gives the CLI's defaults (a test in the CLI checks they agree).
+#[derive(Debug, Clone, PartialEq)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct TasksOptions {
-    /// `--task NAME:DEMAND:COMMAND` tasks (listed first is highest priority for [`Priorities::Given`]).
+    /// A task: its name, its memory demand and a command run with `sh -c` (repeatable; listed first is highest
+    /// priority for `--priorities given`).
+    #[cfg_attr(feature = "clap", arg(long = "task", value_name = "NAME:DEMAND:COMMAND",
+        value_parser = spec::parse_task_arg, conflicts_with_all = ["config", "builtin"]))]
     pub tasks: Vec<TaskArg>,
-    /// Tasks (and optionally the capacity) from a TOML file.
+    /// Tasks from a TOML file: `capacity = "2GiB"` (optional) and `[[task]]` tables with `name`, `demand`,
+    /// `command` and optionally `subtasks` (see docs/tasks.md).
+    #[cfg_attr(
+        feature = "clap",
+        arg(long, value_name = "FILE", conflicts_with = "builtin")
+    )]
     pub config: Option<PathBuf>,
-    /// A built-in case study (the default when no task is given).
+    /// A built-in case study (the default when no task is given): `file-io`, the paper's three tasks that write a
+    /// file and read it back.
+    #[cfg_attr(feature = "clap", arg(long, value_enum))]
     pub builtin: Option<Builtin>,
-    /// Built-in tasks: the size of each task's file, which is also its demand.
+    /// file-io: the size of each task's file, which is also its demand.
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg, default_value = "1GiB"))]
     pub size: u64,
-    /// Built-in file-io: how many times each task reads its file back.
+    /// file-io: how many times each task reads its file back.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 3, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<u32>))]
     pub passes: u32,
-    /// Work directory: a fresh directory for files and logs is made inside it and removed afterwards (default: the
-    /// system's temporary directory).
+    /// Work directory: the file-io tasks' files and the tasks' logs go in a fresh directory inside it, removed
+    /// afterwards. Default: the system's temporary directory.
+    #[cfg_attr(feature = "clap", arg(long, value_name = "DIR"))]
     pub dir: Option<PathBuf>,
-    /// The emulated memory (default: the total demand / 1.3).
+    /// The emulated memory: the limit of the run's cgroup, shared by all tasks. Default: their total demand / 1.3
+    /// (30% oversubscribed).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub capacity: Option<u64>,
+    /// Where priorities come from: `measured` (Alg. 1: each task alone, then all together) or `given` (the order
+    /// the tasks are listed, first is highest).
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = Priorities::Measured))]
     pub priorities: Priorities,
-    /// n_i of named tasks for the contention degree (default 1).
+    /// n_i of a task for the contention degree (repeatable; default 1).
+    #[cfg_attr(feature = "clap", arg(long = "subtasks", value_name = "NAME=N",
+        value_parser = spec::parse_subtasks_arg))]
     pub subtasks: Vec<(String, u32)>,
+    /// The last victim's swap ratio: `fraction` (α = SWAP_req / MEM(i), in whole pages) or `printed-ceil` (the
+    /// paper's printed ⌈SWAP_req / MEM(i)⌉: the whole task).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "RULE", default_value = "fraction",
+        value_parser = |s: &str| s.parse::<AlphaRule>().map_err(|e| e.to_string())))]
     pub alpha_rule: AlphaRule,
-    /// The smallest limit given to a victim.
+    /// The smallest limit given to a victim: a real process cannot run in 0 bytes (its code and stack are charged
+    /// too).
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg, default_value = "64MiB"))]
     pub min_limit: u64,
-    /// Runs of each measurement (medians are reported).
+    /// Runs of each measurement; the report gives the median.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1, allow_hyphen_values = true,
+        value_parser = clap::value_parser!(u32).range(1..=100)))]
     pub repeat: u32,
-    /// Untimed runs of all tasks together before any measurement.
+    /// Untimed runs of all tasks together before any measurement (the first run on a machine pays for cold
+    /// caches and fresh disk blocks).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 1, allow_hyphen_values = true,
+        value_parser = clap::value_parser!(u32).range(0..=10)))]
     pub warmup: u32,
-    /// Runs the built-in tasks' worker (needed by the built-in case studies).
+    /// Runs the built-in tasks' worker (needed by the built-in case studies; the CLI sets itself).
+    #[cfg_attr(feature = "clap", arg(skip))]
     pub worker: Option<WorkerCommand>,
 }
 

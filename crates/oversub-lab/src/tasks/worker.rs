@@ -13,17 +13,28 @@ use crate::LabError;
 
 /// The `file-io` worker: write a file of `size` bytes, sync it, then read it `passes` times through the page
 /// cache; remove it at the end unless `keep`.
+/// Its fields are the flags of the worker's `file-io` command (the CLI's hidden `tasks worker file-io`, Python's
+/// `python -m oversub.lab.tasks worker file-io`).
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
 pub struct FileIo {
     /// The file to write (created or truncated; removed at the end).
+    #[cfg_attr(feature = "clap", arg(long))]
     pub file: PathBuf,
     /// Its size.
+    #[cfg_attr(feature = "clap", arg(long, allow_hyphen_values = true,
+        value_parser = crate::args::parse_positive_size_arg))]
     pub size: u64,
     /// How many times to read it back.
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 3, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count::<u32>))]
     pub passes: u32,
     /// Keep the file at the end.
+    #[cfg_attr(feature = "clap", arg(long))]
     pub keep: bool,
     /// Compute per byte read: rounds of a hash over every chunk after it is read (0: pure I/O).
+    #[cfg_attr(feature = "clap", arg(long, default_value_t = 0, allow_hyphen_values = true,
+        value_parser = crate::args::parse_count_or_zero::<u32>))]
     pub hash_rounds: u32,
 }
 

@@ -14,17 +14,36 @@ use super::{Policy, SwapSimError};
 /// Where the priorities come from.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum PrioritySource {
     /// Alg. 1 as written, the default: C_i(1) alone and C_i(N) together under Baseline in the scenario's own
     /// memory, so C_i(N) includes Baseline's swapping (the reading `oversub tasks` and `oversub bench tenants`
     /// measure on real systems).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Alg. 1 as written (the default, as in the library and Python): C_i(N) together under Baseline in the scenario's own memory, swapping included"
+        )
+    )]
     Measured,
     /// Alg. 1 with C_i(N) measured with all tasks together in a memory large enough for all of them: memory
     /// controller and SM contention only, no swapping (the contention of the paper's Fig. 2). A named alternative
     /// reading: thrashing is what Alg. 2 removes, so one may argue it should not decide who becomes a victim.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Alg. 1 with C_i(N) measured together in a memory that holds every task: memory contention only (an alternative reading, for the sensitivity table)"
+        )
+    )]
     Contention,
     /// The tasks' `priority` weights (larger is higher) or, when none has one, the order they are listed in.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "The scenario file's `priority` weights, or the order the tasks are listed in"
+        )
+    )]
     Given,
 }
 

@@ -217,45 +217,84 @@ impl PreparedTraceBuilder {
 
 /// Which resident unit the driver evicts first.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum EvictionOrder {
     /// Least recently migrated first, as NVIDIA's driver does (its list is ordered at allocation, not access).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "Least recently migrated first (NVIDIA's driver)")
+    )]
     Allocation,
     /// Least recently accessed first.
+    #[cfg_attr(feature = "clap", value(help = "Least recently used first"))]
     Lru,
 }
 
 /// The unit evicted at once.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum EvictionUnit {
     /// One page.
+    #[cfg_attr(feature = "clap", value(help = "One 4 KiB page"))]
     Page,
     /// A 64 KiB group.
+    #[cfg_attr(feature = "clap", value(help = "A 64 KiB group"))]
     Group,
     /// The driver's 2 MiB root chunk — scaled with GPU memory under [`MachineScale::Capacity`] (the default).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "The driver's 2 MiB root chunk (scaled with GPU memory unless --machine-scale none)"
+        )
+    )]
     Block,
 }
 
 /// How the simulator turns counted events into time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum TimeModel {
     /// Per epoch of accesses, the slowest of the resources the epoch used (bus each way, the fault handler,
     /// GPU memory, the warps' latency hidden by the misses in flight): see docs/sim-uvm.md.
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Per epoch, the slowest resource: bus each way, fault handler, GPU memory, warp latency (docs/sim-uvm.md)"
+        )
+    )]
     Overlap,
     /// The earlier estimate: every event priced with Eqs. 1 and 3's constants and added up serially.
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "Every event priced with Eqs. 1 and 3's constants and summed (the earlier estimate)"
+        )
+    )]
     Serial,
 }
 
 /// Whether the L2 and the driver's 2 MiB granularity shrink with the simulated GPU memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Default)]
+#[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
 pub enum MachineScale {
     /// Keep L2 / GPU memory and block / GPU memory as on the paper's 5935 MiB GPU (an L2 of at least one set, a
     /// block of at least one page).
     #[default]
+    #[cfg_attr(
+        feature = "clap",
+        value(
+            help = "L2 and 2 MiB granularities shrink with GPU memory, as on the paper's 5935 MiB GPU"
+        )
+    )]
     Capacity,
     /// The paper's absolute sizes: a 3 MiB L2 and 2 MiB blocks, whatever the GPU memory.
+    #[cfg_attr(
+        feature = "clap",
+        value(help = "The paper's absolute 3 MiB L2 and 2 MiB blocks")
+    )]
     None,
 }
 

@@ -41,7 +41,7 @@ pub struct PremTaskOptions {
 
 /// The command that runs the PREM task in a process of its own: a program and its first arguments, which end in
 /// a call of [`serve`] with the [`PremTaskOptions`] parsed from the flags appended to them.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct PremTaskCommand {
     pub program: PathBuf,
     pub args: Vec<OsString>,
