@@ -21,6 +21,13 @@ D = 64
 LIN = D * D * 4 + D * 4  # bytes of one Linear(D, D): weight + bias (bias at a 64-byte aligned offset)
 BLOCK = 4096 * ((LIN + 4095) // 4096)  # what one block's buffer reserves in the pool
 
+@pytest.fixture(autouse=True)
+def _fixed_lookahead(monkeypatch):
+    """lookahead="auto" keeps the depth the capacity allows: its choice between that and on demand follows the
+    measured read and compute times (test_auto_lookahead_follows_read_against_compute gives it measurements), which
+    a test must not depend on."""
+    monkeypatch.setattr(ot.Offloaded, "_measured", lambda self: None)
+
 
 class Block(nn.Module):
     def __init__(self, d: int = D):
@@ -786,3 +793,42 @@ def test_cuda_offload_reads_the_checkpoint_in_place(tmp_path, x):
             torch.testing.assert_close(empty(xc), ref, rtol=1e-6, atol=1e-6)
     assert ot.stats(empty)["page_ins_prefetched"] > 0
     assert h.pool.device == "cuda"
+
+
+@pytest.mark.parametrize("compute_per_read", [0.0, 1.0])
+def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, compute_per_read):
+    """lookahead="auto" chooses, after each pass, between prefetching (the depth the capacity allows) and paging on
+    demand from the measured read bandwidth and each group's compute. Given measurements (not timed here): with no
+    compute to overlap, prefetch would only cost the fixed part a group (one more read a pass), so the passes page
+    on demand, read no more than on demand does and prefetch nothing; with compute as long as a read, they prefetch
+    and nothing is read on demand."""
+    d = 256
+    torch.manual_seed(0)
+    m = Stack(24, d)
+    x = torch.randn(4, d, generator=torch.Generator().manual_seed(1))
+    ref = _ref(m, x)
+    capacity = sum(p.numel() * p.element_size() for p in m.blocks.parameters()) // 3
+    h = ot.offload(m, capacity=capacity, store=tmp_path)
+    bw = 1e9  # bytes/s, whatever it is: the choice depends on compute against read
+    read_s = max(g.nbytes for g in h.groups) / bw
+    monkeypatch.setattr(ot.Offloaded, "_measured", lambda self: (bw, [compute_per_read * read_s] * len(self.groups)))
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+        s0 = ot.stats(m)
+        for _ in range(4):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    est = s["lookahead_estimates_s"]
+    assert set(est) == {0, 2}
+    last = h.per_pass[-4:]
+    if compute_per_read == 0:
+        assert s["lookahead"] == 0 and est[0] < est[2]
+        assert all(p["page_ins_prefetched"] == 0 for p in last)
+        # fewer reads a pass than prefetch's rotating part (every group outside its fixed set, read each pass)
+        rotating_with_prefetch = len(h.groups) - len(h._plans[2][0])
+        assert all(p["page_ins_on_demand"] < rotating_with_prefetch for p in last), (last, rotating_with_prefetch)
+    else:
+        assert s["lookahead"] == 2 and est[2] < est[0]
+        assert all(p["page_ins_on_demand"] == 0 and p["page_ins_prefetched"] > 0 for p in last)
+    assert s["page_ins_prefetched"] >= s0["page_ins_prefetched"]
