@@ -430,6 +430,9 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         h = ot.offload(model, capacity=capacity, store=store, checkpoint=ckpt, device=str(dev),
                        lookahead=0 if method == "oversub-demand" else (la if la == "auto" else int(la)),
                        verify_checksums=spec["checksums"], host_memory=0 if method == "oversub-store" else "auto")
+        info["config"] = {"capacity": capacity, "lookahead": "0" if method == "oversub-demand" else str(la),
+                          "verify_checksums": spec["checksums"],
+                          "host_memory": 0 if method == "oversub-store" else "auto"}
         info["groups"] = len(h.groups)
         info["kept_bytes"] = h.kept_bytes
         info["transfer_path"] = h.pool.transfer_path
@@ -500,6 +503,7 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         _load_from_checkpoint(model, ckpt)
         folder = os.path.join(work, "accelerate-disk")
         disk_offload(model, folder, execution_device=dev)
+        info["config"] = {"disk_offload": {"offload_dir": "<work>/accelerate-disk", "execution_device": str(dev)}}
         gc.collect()
         return model, [ckpt, folder], before_pass, info
     if method == "accelerate-safetensors":
@@ -513,6 +517,8 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         index = {name: {"safetensors_file": ckpt, "weight_name": name, "dtype": str(p.dtype).replace("torch.", "")}
                  for name, p in model.named_parameters()}
         model = dispatch_model(model, device_map={"": "disk"}, main_device=str(dev), offload_index=index)
+        info["config"] = {"dispatch_model": {"device_map": {"": "disk"}, "main_device": str(dev),
+                                             "offload_index": "every weight from the checkpoint file"}}
         return model, [ckpt], before_pass, info
     if method == "diffusers-group-disk":
         from diffusers.hooks import apply_group_offloading
@@ -523,6 +529,8 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         folder = os.path.join(work, "diffusers-groups")
         apply_group_offloading(model, onload_device=dev, offload_device=torch.device("cpu"),
                                offload_type="block_level", num_blocks_per_group=1, offload_to_disk_path=folder)
+        info["config"] = {"apply_group_offloading": {"offload_type": "block_level", "num_blocks_per_group": 1,
+                                                     "offload_to_disk_path": "<work>/diffusers-groups"}}
         gc.collect()
         return model, [ckpt, folder], before_pass, info
     if method == "accelerate-auto":
@@ -891,6 +899,8 @@ def _offload_main(args) -> int:
                           f"({o.get('host_tier_bytes', 0) / _MIB:.0f} MiB), "
                           f"{o.get('bytes_from_store', 0) / _MIB:.0f} MiB from the store, "
                           f"{len(o.get('pinned_groups') or [])} groups kept resident")
+                if r.get("info", {}).get("config") and not r["method"].startswith("oversub"):
+                    print(f"  {r['method']} configuration: {json.dumps(r['info']['config'], default=str)}")
                 if r.get("info", {}).get("note"):
                     print(f"  {r['method']}: {r['info']['note']}")
         finally:

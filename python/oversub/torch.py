@@ -616,6 +616,10 @@ class Offloaded:
         self._auto_depth = 0  # lookahead="auto": the depth the capacity allows (0 on demand is the other choice)
         self._plans: dict[int, tuple[set[int], float]] = {}  # lookahead -> (pinned groups, bytes a pass on demand)
         self._estimates: dict[int, float] = {}  # lookahead -> estimated seconds a pass (see _adapt_lookahead)
+        # lookahead -> what its last pass took in the groups (compute + waits) over its estimate: corrects the model
+        self._calibration: dict[int, float] = {}
+        self._raw_estimates: dict[int, float] = {}
+        self._pass_compute = 0.0
 
     # -- set-up ----------------------------------------------------------------------------------------------------
 
@@ -1204,13 +1208,14 @@ class Offloaded:
         self._plans = {}
         self._plan_residency()
 
-    def _measured(self) -> tuple[float, list[float | None]] | None:
-        """The read bandwidth of page-ins on demand so far (bytes/s) and each group's compute in its last call,
-        or None before any page-in on demand was timed."""
+    def _measured(self) -> tuple[float, list[float | None], dict[int, float]] | None:
+        """The read bandwidth of page-ins on demand so far (bytes/s), each group's compute in its last call, and
+        per lookahead the ratio of its last pass's time in the groups to its estimate; None before any page-in on
+        demand was timed."""
         c = self.c
         if c["on_demand_s"] <= 0 or c["bytes_on_demand"] <= 0:
             return None
-        return c["bytes_on_demand"] / c["on_demand_s"], [g.compute_s for g in self.groups]
+        return c["bytes_on_demand"] / c["on_demand_s"], [g.compute_s for g in self.groups], dict(self._calibration)
 
     def _plan_for(self, la: int) -> tuple[set[int], float]:
         """The fixed set _plan_residency picks for lookahead ``la`` and, for ``la == 0``, the bytes a pass then reads
@@ -1230,18 +1235,36 @@ class Offloaded:
         Estimated seconds a pass, with each group's read at the measured bandwidth ``bw`` and its compute as
         measured in the last pass: with prefetch, every rotating group costs max(read, compute) and a group of
         the fixed part its compute; on demand, the bytes the simulation of the pass reads cost their read, every
-        group its compute. Compute outside the groups is the same either way and not counted."""
+        group its compute. Compute outside the groups is the same either way and not counted. Each estimate is
+        then scaled by what the last pass at that depth took in the groups (compute and waits) over its estimate
+        (overlap is never perfect: a prefetch waits behind the one before it), so a close call is settled by what
+        each choice was seen to do."""
         if self.lookahead != "auto" or not self.trace or self._auto_depth == 0:
             return
         m = self._measured()
         if m is None:
             return
-        bw, comp = m
-        distinct = set(self.trace)
-        if any(comp[gi] is None for gi in distinct):
+        bw, comp, calibration = m
+        raw = self._estimate(bw, comp)
+        if raw is None:
             return
         cur = self._lookahead
-        est = {}
+        self._raw_estimates = raw
+        est = {la: e * calibration.get(la, 1.0) for la, e in raw.items()}
+        self._estimates = est
+        best = cur if est.get(cur, math.inf) <= min(est.values()) else min(est, key=lambda k: est[k])
+        self._apply_plan(best)
+        if best != cur:
+            self.c["lookahead_changes"] += 1
+
+    def _estimate(self, bw: float, comp: list[float | None]) -> dict[int, float] | None:
+        """Seconds a pass in the groups with prefetch and on demand (see :meth:`_adapt_lookahead`); None until every
+        group of the trace has a measured compute. Leaves the plan in force as it was."""
+        distinct = set(self.trace or ())
+        if not distinct or any(comp[gi] is None for gi in distinct):
+            return None
+        cur = self._lookahead
+        est: dict[int, float] = {}
         for la in (0, self._auto_depth):
             pinned, sim_bytes = self._plan_for(la)
             if la == 0:
@@ -1249,14 +1272,27 @@ class Offloaded:
             else:
                 est[la] = sum(comp[gi] if gi in pinned else max(self.groups[gi].nbytes / bw, comp[gi])
                               for gi in distinct)
-        self._estimates = est
-        best = cur if est.get(cur, math.inf) <= min(est.values()) else min(est, key=lambda k: est[k])
-        pinned, _ = self._plans[best]
-        self._lookahead = best
+        self._apply_plan(cur)
+        return est
+
+    def _calibrate(self) -> None:
+        """After a pass that followed the trace with lookahead="auto": the ratio of what it took in the groups
+        (their compute and the waits) to its estimate from its own measurements, kept for its depth."""
+        if self.lookahead != "auto" or not self._following or not self.trace or self._auto_depth == 0:
+            return
+        c = self.c
+        if c["on_demand_s"] <= 0 or c["bytes_on_demand"] <= 0:
+            return
+        raw = self._estimate(c["bytes_on_demand"] / c["on_demand_s"], [g.compute_s for g in self.groups])
+        if raw and raw.get(self._lookahead, 0) > 0:
+            spent = self._pass_compute + c["wait_s"] - self._pass_snap.get("wait_s", 0.0)
+            self._calibration[self._lookahead] = spent / raw[self._lookahead]
+
+    def _apply_plan(self, la: int) -> None:
+        pinned, _ = self._plan_for(la)
+        self._lookahead = la
         for g in self.groups:
             g.pinned = g.index in pinned
-        if best != cur:
-            self.c["lookahead_changes"] += 1
 
     def _window_bytes(self, rotating: set[int]) -> int:
         """Room the rotating groups need at once: the most bytes of two consecutive distinct rotating groups of the
@@ -1407,6 +1443,7 @@ class Offloaded:
         self._pos = 0
         self._pass_t0 = time.perf_counter()
         self._pass_snap = dict(self.c)
+        self._pass_compute = 0.0
 
     def _end_pass(self) -> None:
         c = self.c
@@ -1430,6 +1467,7 @@ class Offloaded:
             "followed_trace": self._following,
         })
         del self.per_pass[:-100]
+        self._calibrate()
         self._adapt_lookahead()
         # The next pass starts at the top of the trace: prefetch its first groups now.
         self._following = self.trace is not None
@@ -1474,6 +1512,7 @@ class Offloaded:
         g.in_use -= 1
         if g.in_use == 0:
             g.compute_s = max(0.0, time.perf_counter() - g.run_t0 - (self.c["wait_s"] - g.run_w0))
+            self._pass_compute += g.compute_s
         self._tick += 1
         g.last_used = self._tick
         if self._implicit is g and g.in_use == 0:
@@ -1710,6 +1749,7 @@ class Offloaded:
             resident_groups=[g.name for g in self.groups if g.state == _RESIDENT],
             lookahead=self._lookahead,
             lookahead_estimates_s=dict(self._estimates),
+            lookahead_calibration=dict(self._calibration),
             paging_hidden=hidden,
             page_in_bandwidth=bw,
             wait_s_per_group={g.name: g.wait_s for g in self.groups},

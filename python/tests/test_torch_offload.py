@@ -471,7 +471,7 @@ def test_offload_benchmark_runs_end_to_end(tmp_path):
     cmd = [sys.executable, "-m", "oversub.bench", "offload", "--models", "linear", "--layers", "4", "--layer-size",
            "256KiB", "--batch", "4", "--capacity-layers", "2", "--passes", "2", "--no-drop-caches",
            "--methods", "resident,oversub-demand,oversub-learned,mmap-safetensors", "--store", str(tmp_path),
-           "--json", str(out)]
+           "--lookahead", "1", "--json", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "oversub-learned" in p.stdout and "x oversub" in p.stdout
@@ -481,6 +481,39 @@ def test_offload_benchmark_runs_end_to_end(tmp_path):
         assert rows[name]["output"] == "equal", rows[name]
         assert len(rows[name]["pass_s"]) == 2
     assert rows["oversub-learned"]["oversub"]["page_ins_prefetched"] > 0
+
+
+def test_offload_benchmark_generate_beside_accelerate(tmp_path):
+    """`--models generate`: a Llama written with save_pretrained, a greedy generate per pass, oversub beside
+    accelerate's device_map="auto" (its configuration in the JSON), the same tokens as the resident model; in a
+    memory cgroup where this runs as root with a memory controller (no timing is asserted)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "oversub.bench", "offload", "--models", "generate", "--tf-layers", "2",
+           "--tf-hidden", "128", "--tf-intermediate", "256", "--tf-vocab", "1000", "--gen-tokens", "3",
+           "--passes", "1", "--capacity-fraction", "0.34", "--no-drop-caches", "--store", str(tmp_path),
+           "--methods", "resident,oversub-learned,accelerate-auto", "--json", str(out)]
+    with open("/proc/self/cgroup") as f:
+        cgroup = os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup/memory") and ":memory:" in f.read()
+    if cgroup:
+        cmd += ["--memory-limit", "4GiB"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "ms a token" in p.stdout
+    rep = json.loads(out.read_text())
+    rows = {r["method"]: r for r in rep["models"]["generate"]["rows"]}
+    assert set(rows) == {"resident", "oversub-learned", "accelerate-auto"}
+    for name in ("oversub-learned", "accelerate-auto"):
+        assert rows[name]["output"] == "equal", rows[name]
+    cfg = rows["accelerate-auto"]["info"]["config"]
+    assert cfg["from_pretrained"]["device_map"] == "auto" and "disk" in cfg["modules_on"]
+    if cgroup:
+        assert rep["memory_limit_bytes"] == 4 << 30 and rows["oversub-learned"]["cgroup"]["peak_bytes"] > 0
 
 
 def test_offload_benchmark_refuses_a_bad_device(tmp_path):
@@ -811,7 +844,8 @@ def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, comp
     h = ot.offload(m, capacity=capacity, store=tmp_path)
     bw = 1e9  # bytes/s, whatever it is: the choice depends on compute against read
     read_s = max(g.nbytes for g in h.groups) / bw
-    monkeypatch.setattr(ot.Offloaded, "_measured", lambda self: (bw, [compute_per_read * read_s] * len(self.groups)))
+    monkeypatch.setattr(ot.Offloaded, "_measured",
+                        lambda self: (bw, [compute_per_read * read_s] * len(self.groups), {}))
     with torch.no_grad():
         for _ in range(3):
             assert torch.equal(m(x), ref)
