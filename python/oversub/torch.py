@@ -1250,7 +1250,10 @@ class Offloaded:
             return
         cur = self._lookahead
         self._raw_estimates = raw
-        est = {la: e * calibration.get(la, 1.0) for la, e in raw.items()}
+        # A depth not yet tried takes the factor of the one tried: most of a factor is the error in the measured
+        # bandwidth, common to both, and an untried depth must not look better only for lack of a correction.
+        default = calibration.get(cur, 1.0)
+        est = {la: e * calibration.get(la, default) for la, e in raw.items()}
         self._estimates = est
         best = cur if est.get(cur, math.inf) <= min(est.values()) else min(est, key=lambda k: est[k])
         self._apply_plan(best)
