@@ -828,13 +828,14 @@ def test_cuda_offload_reads_the_checkpoint_in_place(tmp_path, x):
     assert h.pool.device == "cuda"
 
 
-@pytest.mark.parametrize("compute_per_read", [0.0, 1.0])
-def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, compute_per_read):
+@pytest.mark.parametrize(("compute_per_read", "calibration"), [(0.0, {}), (1.0, {}), (1.0, {2: 3.0})])
+def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, compute_per_read, calibration):
     """lookahead="auto" chooses, after each pass, between prefetching (the depth the capacity allows) and paging on
     demand from the measured read bandwidth and each group's compute. Given measurements (not timed here): with no
     compute to overlap, prefetch would only cost the fixed part a group (one more read a pass), so the passes page
     on demand, read no more than on demand does and prefetch nothing; with compute as long as a read, they prefetch
-    and nothing is read on demand."""
+    and nothing is read on demand. A correction factor seen for the depth in force (prefetch took 3x its estimate)
+    applies to the untried one too, so on demand does not win for lack of a correction."""
     d = 256
     torch.manual_seed(0)
     m = Stack(24, d)
@@ -845,7 +846,7 @@ def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, comp
     bw = 1e9  # bytes/s, whatever it is: the choice depends on compute against read
     read_s = max(g.nbytes for g in h.groups) / bw
     monkeypatch.setattr(ot.Offloaded, "_measured",
-                        lambda self: (bw, [compute_per_read * read_s] * len(self.groups), {}))
+                        lambda self: (bw, [compute_per_read * read_s] * len(self.groups), dict(calibration)))
     with torch.no_grad():
         for _ in range(3):
             assert torch.equal(m(x), ref)
@@ -855,6 +856,8 @@ def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, comp
     s = ot.stats(m)
     est = s["lookahead_estimates_s"]
     assert set(est) == {0, 2}
+    if calibration:
+        assert est[2] == pytest.approx(3.0 * h._raw_estimates[2]) and est[0] == pytest.approx(3.0 * h._raw_estimates[0])
     last = h.per_pass[-4:]
     if compute_per_read == 0:
         assert s["lookahead"] == 0 and est[0] < est[2]
