@@ -168,7 +168,12 @@ _OFFLOAD_METHODS = {
     "accelerate-safetensors": "accelerate device_map='disk' with the safetensors file as offload index",
     "diffusers-group-disk": "diffusers group offloading, block level, offload_to_disk_path",
     "mmap-safetensors": "the safetensors file mmap'd, tensors viewing the mapping",
+    "accelerate-auto": "transformers from_pretrained(device_map='auto', max_memory={'cpu': capacity}, "
+                       "offload_folder): accelerate's big-model inference as its docs recommend",
 }
+# The methods a generate run (--models generate) compares by default: the others page in a way generate does not
+# change (the forward rows cover them).
+_GENERATE_METHODS = ("resident", "oversub-demand", "oversub-learned", "accelerate-auto")
 _MIB = 1 << 20
 # Methods that cannot compute on a GPU as set up here, with the reason the table gives.
 _HOST_ONLY = {
@@ -189,7 +194,11 @@ def _offload_parser(sub) -> None:
         description=__doc__.split("\n\n")[2],
     )
     op.add_argument("--models", default="linear,transformer",
-                    help="comma list of linear, transformer (default both; transformer needs `transformers`)")
+                    help="comma list of linear, transformer, generate (default linear,transformer; the last two need "
+                         "`transformers`). generate: the transformer (a LlamaForCausalLM from a config, random "
+                         "weights, written with save_pretrained) timed on a greedy generate of --gen-tokens tokens "
+                         "with the KV cache, each pass one generate; methods default to "
+                         + ", ".join(_GENERATE_METHODS))
     op.add_argument("--layers", type=int, default=24, help="linear: blocks (default 24)")
     op.add_argument("--layer-size", default="64MiB", help="linear: bytes of one block's weight (default 64MiB)")
     op.add_argument("--batch", type=int, default=64, help="linear: rows of the input (default 64)")
@@ -200,12 +209,25 @@ def _offload_parser(sub) -> None:
     op.add_argument("--tf-tokens", type=int, default=256, help="transformer: tokens of the input (default 256)")
     op.add_argument("--capacity-layers", type=float, default=4.0,
                     help="memory given to the offloading methods, in layers (default 4)")
+    op.add_argument("--capacity-fraction", type=float, default=None,
+                    help="memory given to the offloading methods as a fraction of the checkpoint (overrides "
+                         "--capacity-layers; e.g. 0.333 for a third)")
+    op.add_argument("--gen-tokens", type=int, default=16, help="generate: new tokens per pass (default 16)")
+    op.add_argument("--gen-prompt", type=int, default=8, help="generate: tokens of the prompt (default 8)")
+    op.add_argument("--memory-limit", default=None,
+                    help="run each method's process in a memory cgroup with this limit (e.g. 1.5GiB; cgroup v1 "
+                         "memory.limit_in_bytes or v2 memory.max, swap capped too; needs root). Page cache counts "
+                         "against it, so a method reading through the page cache keeps only what fits")
     op.add_argument("--passes", type=int, default=5, help="timed passes after a first, untimed one (default 5)")
     op.add_argument("--store", default="/var/tmp" if os.path.isdir("/var/tmp") else None,
                     help="directory for the checkpoint, the stores and the offload folders (default /var/tmp)")
-    op.add_argument("--methods", default=",".join(_OFFLOAD_METHODS),
-                    help="comma list of methods (default all): " + ", ".join(_OFFLOAD_METHODS))
+    op.add_argument("--methods", default=None,
+                    help="comma list of methods (default all but accelerate-auto; for generate: "
+                         + ", ".join(_GENERATE_METHODS) + "): " + ", ".join(_OFFLOAD_METHODS))
     op.add_argument("--lookahead", default="auto", help="oversub-learned's lookahead (default auto)")
+    op.add_argument("--ds-aio", default="262144,32",
+                    help="DeepSpeed's aio block_size,queue_depth (default 262144,32: the NVMe example of "
+                         "transformers' DeepSpeed guide; DeepSpeed's own defaults are 1048576,8)")
     op.add_argument("--no-checksums", action="store_true",
                     help="oversub without checksum verification on page-in (default: on, as oversub's default)")
     op.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every method (default 1)")
@@ -282,7 +304,8 @@ def _build_model(spec: dict, on_meta: bool = False):
     cfg = LlamaConfig(hidden_size=spec["hidden"], intermediate_size=spec["intermediate"],
                       num_hidden_layers=spec["layers"], num_attention_heads=spec["hidden"] // 64,
                       num_key_value_heads=spec["hidden"] // 64, vocab_size=spec["vocab"],
-                      max_position_embeddings=max(2048, spec["tokens"]), tie_word_embeddings=False, use_cache=False)
+                      max_position_embeddings=max(2048, spec["tokens"]), tie_word_embeddings=False,
+                      use_cache=spec["kind"] == "generate")
     with ctx:
         return LlamaForCausalLM(cfg).eval()
 
@@ -290,6 +313,12 @@ def _build_model(spec: dict, on_meta: bool = False):
 def _forward(spec: dict, model, inp):
     if spec["kind"] == "linear":
         return model(inp)
+    if spec["kind"] == "generate":
+        import torch
+
+        n = spec["gen_tokens"]
+        return model.generate(input_ids=inp, attention_mask=torch.ones_like(inp), max_new_tokens=n,
+                              min_new_tokens=n, do_sample=False)
     return model(input_ids=inp, use_cache=False).logits
 
 
@@ -300,12 +329,19 @@ def _prepare(spec: dict, work: str) -> None:
 
     torch.manual_seed(spec["seed"])
     model = _build_model(spec)
-    tensors = {n: t.detach().contiguous() for n, t in model.named_parameters()}
-    tensors.update({n: t.detach().contiguous() for n, t in model.named_buffers()})
-    save_file(tensors, os.path.join(work, "model.safetensors"))
+    if spec["kind"] == "generate":
+        # As a user's checkpoint: config.json, generation_config.json and one model.safetensors (persistent
+        # tensors only), what from_pretrained and oversub read.
+        model.save_pretrained(work, max_shard_size="1000GB")
+    else:
+        tensors = {n: t.detach().contiguous() for n, t in model.named_parameters()}
+        tensors.update({n: t.detach().contiguous() for n, t in model.named_buffers()})
+        save_file(tensors, os.path.join(work, "model.safetensors"))
     g = torch.Generator().manual_seed(spec["seed"] + 1)
     if spec["kind"] == "linear":
         inp = torch.randn(spec["batch"], spec["dim"], generator=g)
+    elif spec["kind"] == "generate":
+        inp = torch.randint(0, spec["vocab"], (1, spec["gen_prompt"]), generator=g)
     else:
         inp = torch.randint(0, spec["vocab"], (1, spec["tokens"]), generator=g)
     torch.save(inp, os.path.join(work, "input.pt"))
@@ -394,6 +430,9 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         h = ot.offload(model, capacity=capacity, store=store, checkpoint=ckpt, device=str(dev),
                        lookahead=0 if method == "oversub-demand" else (la if la == "auto" else int(la)),
                        verify_checksums=spec["checksums"], host_memory=0 if method == "oversub-store" else "auto")
+        info["config"] = {"capacity": capacity, "lookahead": "0" if method == "oversub-demand" else str(la),
+                          "verify_checksums": spec["checksums"],
+                          "host_memory": 0 if method == "oversub-store" else "auto"}
         info["groups"] = len(h.groups)
         info["kept_bytes"] = h.kept_bytes
         info["transfer_path"] = h.pool.transfer_path
@@ -413,22 +452,30 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         largest = max(p.numel() for p in probe.parameters())
         layer = spec["layer_params"]
         del probe
+        # As DeepSpeed's users are told to configure NVMe parameter offload (the ZeRO-3 NVMe example of
+        # transformers' DeepSpeed guide, huggingface.co/docs/transformers/deepspeed, and DeepSpeed's config docs):
+        # pinned swap buffers, aio with 256 KiB blocks at queue depth 32, one thread, overlapped events; the swap
+        # buffers sized to the largest parameter and as many as the capacity holds (at least the example's 5);
+        # prefetch one layer ahead (stage3_prefetch_bucket_size: a layer's parameters) and at most the capacity
+        # live. Not tuned on this machine with DeepSpeed's ds_nvme_tune sweep (it takes hours here).
         cfg = {
             "train_micro_batch_size_per_gpu": 1,
             "zero_optimization": {
                 "stage": 3,
-                "offload_param": {"device": "nvme", "nvme_path": nvme, "pin_memory": False,
-                                  "buffer_count": max(2, int(spec["capacity_layers"]) + 1),
+                "offload_param": {"device": "nvme", "nvme_path": nvme, "pin_memory": True,
+                                  "buffer_count": max(5, int(spec["capacity_layers"]) + 1),
                                   "buffer_size": largest, "max_in_cpu": 0},
                 "stage3_max_live_parameters": int(spec["capacity_layers"] * layer),
-                "stage3_prefetch_bucket_size": int(2 * layer),
+                "stage3_prefetch_bucket_size": int(layer),
                 "stage3_max_reuse_distance": 0,
             },
-            "aio": {"block_size": 1 << 20, "queue_depth": 8, "thread_count": 1, "single_submit": False,
-                    "overlap_events": True},
+            "aio": {"block_size": spec["ds_aio"][0], "queue_depth": spec["ds_aio"][1], "thread_count": 1,
+                    "single_submit": False, "overlap_events": True},
         }
-        info["config"] = "buffer_count {}, max_live {} layers, prefetch 2 layers, aio 1 MiB x 8".format(
-            cfg["zero_optimization"]["offload_param"]["buffer_count"], spec["capacity_layers"])
+        info["config"] = {"zero_optimization": {k: v for k, v in cfg["zero_optimization"].items()},
+                          "aio": cfg["aio"], "deepspeed": deepspeed.__version__}
+        info["config"]["zero_optimization"]["offload_param"] = {
+            k: v for k, v in cfg["zero_optimization"]["offload_param"].items() if k != "nvme_path"}
         import logging
 
         logging.getLogger("DeepSpeed").setLevel(logging.WARNING)
@@ -456,6 +503,7 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         _load_from_checkpoint(model, ckpt)
         folder = os.path.join(work, "accelerate-disk")
         disk_offload(model, folder, execution_device=dev)
+        info["config"] = {"disk_offload": {"offload_dir": "<work>/accelerate-disk", "execution_device": str(dev)}}
         gc.collect()
         return model, [ckpt, folder], before_pass, info
     if method == "accelerate-safetensors":
@@ -469,6 +517,8 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         index = {name: {"safetensors_file": ckpt, "weight_name": name, "dtype": str(p.dtype).replace("torch.", "")}
                  for name, p in model.named_parameters()}
         model = dispatch_model(model, device_map={"": "disk"}, main_device=str(dev), offload_index=index)
+        info["config"] = {"dispatch_model": {"device_map": {"": "disk"}, "main_device": str(dev),
+                                             "offload_index": "every weight from the checkpoint file"}}
         return model, [ckpt], before_pass, info
     if method == "diffusers-group-disk":
         from diffusers.hooks import apply_group_offloading
@@ -479,7 +529,28 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         folder = os.path.join(work, "diffusers-groups")
         apply_group_offloading(model, onload_device=dev, offload_device=torch.device("cpu"),
                                offload_type="block_level", num_blocks_per_group=1, offload_to_disk_path=folder)
+        info["config"] = {"apply_group_offloading": {"offload_type": "block_level", "num_blocks_per_group": 1,
+                                                     "offload_to_disk_path": "<work>/diffusers-groups"}}
         gc.collect()
+        return model, [ckpt, folder], before_pass, info
+    if method == "accelerate-auto":
+        if spec["kind"] != "generate":
+            raise _Skip("needs the save_pretrained folder that --models generate writes")
+        from transformers import AutoModelForCausalLM
+
+        folder = os.path.join(work, "accelerate-offload")
+        # accelerate's big-model inference as its docs and transformers' recommend: device_map="auto" fills the
+        # devices in order (here the CPU up to max_memory), the rest goes to "disk"; offload_folder is required
+        # then, and for a safetensors checkpoint the disk weights are read from the checkpoint itself (an offload
+        # index), not copied there.
+        kw = dict(device_map="auto", max_memory={"cpu": capacity}, offload_folder=folder, dtype=torch.float32)
+        info["t0"] = time.perf_counter()
+        model = AutoModelForCausalLM.from_pretrained(work, **kw)
+        model.eval()
+        placed = getattr(model, "hf_device_map", {})
+        info["config"] = {"from_pretrained": {k: str(v) for k, v in kw.items()},
+                          "modules_on": {d: sum(1 for v in placed.values() if str(v) == d)
+                                         for d in sorted({str(v) for v in placed.values()})}}
         return model, [ckpt, folder], before_pass, info
     if method == "mmap-safetensors":
         import mmap
@@ -624,12 +695,62 @@ def _offload_spec(args, kind: str) -> dict:
         h, i = args.tf_hidden, args.tf_intermediate
         params = 4 * h * h + 3 * h * i + 2 * h
         layer_bytes = 4 * params
-        spec = dict(kind="transformer", layers=args.tf_layers, hidden=h, intermediate=i, vocab=args.tf_vocab,
-                    tokens=args.tf_tokens, layer_params=params)
+        spec = dict(kind=kind, layers=args.tf_layers, hidden=h, intermediate=i, vocab=args.tf_vocab,
+                    tokens=args.tf_tokens, layer_params=params, gen_tokens=args.gen_tokens,
+                    gen_prompt=args.gen_prompt)
+    spec["ds_aio"] = [int(v) for v in args.ds_aio.split(",")]
     spec.update(seed=1, threads=args.threads, device=args.device, lookahead=args.lookahead, checksums=not args.no_checksums, passes=args.passes, drop_caches=not args.no_drop_caches,
                 capacity_layers=args.capacity_layers, layer_bytes=layer_bytes,
                 capacity=int(args.capacity_layers * (layer_bytes + (1 << 16))))
+    if args.capacity_fraction is not None:
+        if kind == "linear":
+            total = args.layers * layer_bytes
+        else:
+            total = args.tf_layers * layer_bytes + 2 * args.tf_vocab * args.tf_hidden * 4 + args.tf_hidden * 4
+        spec["capacity"] = int(args.capacity_fraction * total)
+        spec["capacity_layers"] = round(spec["capacity"] / layer_bytes, 2)
     return spec
+
+
+def _memory_cgroup(limit: int, name: str) -> str:
+    """Makes a memory cgroup below this process's own with ``limit`` (page cache included; swap capped too where
+    the kernel accounts it) and returns its directory; a child joins it by writing its pid to cgroup.procs.
+    cgroup v2 (memory.max) where the memory controller is on the unified hierarchy, else v1
+    (memory.limit_in_bytes)."""
+    lines = open("/proc/self/cgroup").read().splitlines()
+    v1 = next((ln.split(":", 2)[2] for ln in lines if ln.split(":", 2)[1] == "memory"), None)
+    unified = next((ln.split(":", 2)[2] for ln in lines if ln.startswith("0::")), None)
+    if v1 is None and unified is not None and os.path.exists("/sys/fs/cgroup/cgroup.controllers"):
+        d = os.path.join("/sys/fs/cgroup", unified.lstrip("/"), name)
+        os.makedirs(d, exist_ok=True)
+        with open(os.path.join(d, "memory.max"), "w") as f:
+            f.write(str(limit))
+        with contextlib.suppress(OSError), open(os.path.join(d, "memory.swap.max"), "w") as f:
+            f.write("0")
+        return d
+    if v1 is None:
+        raise SystemExit("--memory-limit: no memory cgroup controller found in /proc/self/cgroup")
+    d = os.path.join("/sys/fs/cgroup/memory", v1.lstrip("/"), name)
+    os.makedirs(d, exist_ok=True)
+    with open(os.path.join(d, "memory.limit_in_bytes"), "w") as f:
+        f.write(str(limit))
+    with contextlib.suppress(OSError), open(os.path.join(d, "memory.memsw.limit_in_bytes"), "w") as f:
+        f.write(str(limit))
+    return d
+
+
+def _cgroup_peak(d: str) -> dict:
+    out = {}
+    for key, name in (("peak_bytes", "memory.max_usage_in_bytes"), ("peak_bytes", "memory.peak"),
+                      ("limit_hits", "memory.failcnt")):
+        with contextlib.suppress(OSError, ValueError), open(os.path.join(d, name)) as f:
+            out[key] = int(f.read().split()[0])
+    with contextlib.suppress(OSError), open(os.path.join(d, "memory.events")) as f:
+        for line in f:
+            k, v = line.split()
+            if k in ("max", "oom_kill"):
+                out[f"events_{k}"] = int(v)
+    return out
 
 
 def _offload_table(rows: list[dict]) -> str:
@@ -671,7 +792,10 @@ def _offload_main(args) -> int:
     import shutil
     import subprocess
 
-    methods = [m.strip() for m in args.methods.split(",") if m.strip()]
+    kinds = [k.strip() for k in args.models.split(",") if k.strip()]
+    default = _GENERATE_METHODS if kinds == ["generate"] else [m for m in _OFFLOAD_METHODS if m != "accelerate-auto"]
+    methods = [m.strip() for m in (args.methods or ",".join(default)).split(",") if m.strip()]
+    limit = _parse_size(args.memory_limit) if args.memory_limit else None
     if not (args.device == "cpu" or args.device == "cuda" or
             (args.device.startswith("cuda:") and args.device[5:].isdigit())):
         raise SystemExit(f"--device must be cpu or cuda[:N], not {args.device!r}")
@@ -683,10 +807,10 @@ def _offload_main(args) -> int:
     # This process imports neither torch nor the model: each method's process starts from a small parent (Linux
     # keeps a parent's peak RSS in a child's ru_maxrss across exec; VmHWM is the child's own).
     report: dict = {"models": {}, "methods": _OFFLOAD_METHODS, "threads": args.threads, "device": args.device,
-                    "python": platform.python_version()}
+                    "python": platform.python_version(), "memory_limit_bytes": limit}
     code = 0
-    for kind in [k.strip() for k in args.models.split(",") if k.strip()]:
-        if kind == "transformer":
+    for kind in kinds:
+        if kind in ("transformer", "generate"):
             try:
                 import transformers  # noqa: F401
             except ImportError as e:
@@ -694,7 +818,7 @@ def _offload_main(args) -> int:
                 _log("skipping the transformer: transformers not installed")
                 continue
         elif kind != "linear":
-            raise SystemExit(f"unknown model {kind!r} (linear, transformer)")
+            raise SystemExit(f"unknown model {kind!r} (linear, transformer, generate)")
         spec = _offload_spec(args, kind)
         work = tempfile.mkdtemp(prefix=f"oversub-bench-offload-{kind}-", dir=args.store)
         try:
@@ -710,13 +834,24 @@ def _offload_main(args) -> int:
             for method in methods:
                 _log(f"{kind}: {method} ({_OFFLOAD_METHODS[method]})")
                 cmd = [sys.executable, "-m", "oversub.bench", "offload", "--worker", method, "--work", work]
+                cg = _memory_cgroup(limit, f"oversub-bench-{os.getpid()}-{method}") if limit else None
+
+                def join(cg=cg):
+                    with open(os.path.join(cg, "cgroup.procs"), "w") as f:
+                        f.write(str(os.getpid()))
+
                 try:
                     proc = subprocess.run(cmd, env=env, timeout=args.timeout, stdout=subprocess.DEVNULL,
-                                          stderr=subprocess.PIPE, text=True)
+                                          stderr=subprocess.PIPE, text=True, preexec_fn=join if cg else None)
                     err = proc.stderr
                 except subprocess.TimeoutExpired:
                     rows.append({"method": method, "skipped": f"timed out after {args.timeout:.0f} s"})
                     continue
+                finally:
+                    cg_use = _cgroup_peak(cg) if cg else None
+                    if cg:
+                        with contextlib.suppress(OSError):
+                            os.rmdir(cg)
                 for line in err.splitlines():
                     if line.startswith(f"  {method} pass"):
                         _log(line)
@@ -725,6 +860,8 @@ def _offload_main(args) -> int:
                         r = json.load(f)
                 except (OSError, ValueError):
                     r = {"method": method, "skipped": f"exited {proc.returncode}: {err.strip()[-300:]}"}
+                if cg_use is not None:
+                    r["cgroup"] = cg_use
                 if "skipped" in r:
                     _log(f"  skipped: {r['skipped']}")
                     if r["skipped"].startswith("failed"):
@@ -737,8 +874,21 @@ def _offload_main(args) -> int:
             print(f"\n{kind}: {spec['layers']} layers x {spec['layer_bytes'] / _MIB:.1f} MiB "
                   f"({spec['checkpoint_bytes'] / _MIB:.0f} MiB checkpoint), capacity {spec['capacity'] / _MIB:.0f} MiB "
                   f"({spec['capacity_layers']:g} layers) on {args.device}, {args.threads} torch thread(s), page cache dropped "
-                  f"before each pass: {not args.no_drop_caches}")
+                  f"before each pass: {not args.no_drop_caches}"
+                  + (f", each method's process in a memory cgroup of {limit / _MIB:.0f} MiB" if limit else ""))
             print(_offload_table(rows))
+            if kind == "generate":
+                n = spec["gen_tokens"]
+                acc = next((r for r in rows if r["method"] == "accelerate-auto" and "median_s" in r), None)
+                for r in rows:
+                    if "median_s" not in r:
+                        continue
+                    r["per_token_s"] = r["median_s"] / n
+                    vs = f", accelerate-auto / this {acc['median_s'] / r['median_s']:.2f}x" if acc else ""
+                    cgu = r.get("cgroup") or {}
+                    peak = f", cgroup peak {cgu['peak_bytes'] / _MIB:.0f} MiB" if "peak_bytes" in cgu else ""
+                    print(f"  {r['method']}: {r['per_token_s'] * 1000:.1f} ms a token (generate of {n} tokens "
+                          f"after a {spec['gen_prompt']}-token prompt, prefill included){vs}{peak}")
             for r in rows:
                 if "oversub" in r:
                     o = r["oversub"]
@@ -749,6 +899,8 @@ def _offload_main(args) -> int:
                           f"({o.get('host_tier_bytes', 0) / _MIB:.0f} MiB), "
                           f"{o.get('bytes_from_store', 0) / _MIB:.0f} MiB from the store, "
                           f"{len(o.get('pinned_groups') or [])} groups kept resident")
+                if r.get("info", {}).get("config") and not r["method"].startswith("oversub"):
+                    print(f"  {r['method']} configuration: {json.dumps(r['info']['config'], default=str)}")
                 if r.get("info", {}).get("note"):
                     print(f"  {r['method']}: {r['info']['note']}")
         finally:

@@ -342,6 +342,10 @@ class _Group:
     external: tuple[str, int] | None = None  # (checkpoint file, aligned offset): the file is this group's store
     tier: str = "store"  # where its paged-out bytes are: "host" (the host tier), "store", or "checkpoint"
     pinned: bool = False  # kept resident for the whole pass (the fixed part of the residency; see _plan_residency)
+    # Its compute in the last pass: from its forward's start (weights resident) to its end, less the waits inside.
+    compute_s: float | None = None
+    run_t0: float = 0.0
+    run_w0: float = 0.0
     # A group whose tensors lie in several checkpoint files (shards): one external buffer per file range, and
     # tail_bytes for a copied buffer holding the tensors no file range can back (see _place_across_files).
     parts: list[tuple[str, int, int]] | None = None
@@ -606,9 +610,16 @@ class Offloaded:
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
             evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
             groups_in_checkpoint=0, groups_in_host_tier=0, bytes_from_host_tier=0, bytes_from_store=0,
-            buffers_kept_resident=0,
+            buffers_kept_resident=0, lookahead_changes=0,
         )
         self.per_pass: list[dict[str, Any]] = []
+        self._auto_depth = 0  # lookahead="auto": the depth the capacity allows (0 on demand is the other choice)
+        self._plans: dict[int, tuple[set[int], float]] = {}  # lookahead -> (pinned groups, bytes a pass on demand)
+        self._estimates: dict[int, float] = {}  # lookahead -> estimated seconds a pass (see _adapt_lookahead)
+        # lookahead -> what its last pass took in the groups (compute + waits) over its estimate: corrects the model
+        self._calibration: dict[int, float] = {}
+        self._raw_estimates: dict[int, float] = {}
+        self._pass_compute = 0.0
 
     # -- set-up ----------------------------------------------------------------------------------------------------
 
@@ -746,8 +757,9 @@ class Offloaded:
             # in the reads), one when it holds more (so the part that fits stays resident: a deeper window makes
             # groups just used the victims of groups further ahead, which are then read again; unlimited, it reads
             # every group every pass), none when it holds one group. Measured in docs/torch.md.
+            # Once the order is known and a pass measured, _adapt_lookahead chooses between this depth and none.
             fits = self.capacity // max(g.reserved for g in self.groups)
-            self._lookahead = max(0, min(1 if 2 * fits >= len(self.groups) else 2, fits - 1))
+            self._lookahead = self._auto_depth = max(0, min(1 if 2 * fits >= len(self.groups) else 2, fits - 1))
         else:
             self._lookahead = self.lookahead
         if self._explicit_order is not None:
@@ -1193,7 +1205,97 @@ class Offloaded:
         self._uses = {}
         for pos, gi in enumerate(self.trace):
             self._uses.setdefault(gi, []).append(pos)
+        self._plans = {}
         self._plan_residency()
+
+    def _measured(self) -> tuple[float, list[float | None], dict[int, float]] | None:
+        """The read bandwidth of page-ins on demand so far (bytes/s), each group's compute in its last call, and
+        per lookahead the ratio of its last pass's time in the groups to its estimate; None before any page-in on
+        demand was timed."""
+        c = self.c
+        if c["on_demand_s"] <= 0 or c["bytes_on_demand"] <= 0:
+            return None
+        return c["bytes_on_demand"] / c["on_demand_s"], [g.compute_s for g in self.groups], dict(self._calibration)
+
+    def _plan_for(self, la: int) -> tuple[set[int], float]:
+        """The fixed set _plan_residency picks for lookahead ``la`` and, for ``la == 0``, the bytes a pass then reads
+        on demand (simulated); cached per trace. Leaves ``g.pinned`` as that plan has it."""
+        if la not in self._plans:
+            self._lookahead = la
+            self._plan_residency()
+            pinned = {g.index for g in self.groups if g.pinned}
+            self._plans[la] = (pinned, self._simulate_on_demand(pinned) if la == 0 else 0.0)
+        return self._plans[la]
+
+    def _adapt_lookahead(self) -> None:
+        """lookahead="auto": prefetch (the depth the capacity allows) or page in on demand, whichever the last
+        pass's measurements say is faster. Prefetch overlaps a group's read with the compute before it, but its
+        window takes room from the fixed part, so each pass reads one group more; when the compute per group is
+        small against its read (the paging is the bottleneck), that extra read costs more than the overlap saves.
+        Estimated seconds a pass, with each group's read at the measured bandwidth ``bw`` and its compute as
+        measured in the last pass: with prefetch, every rotating group costs max(read, compute) and a group of
+        the fixed part its compute; on demand, the bytes the simulation of the pass reads cost their read, every
+        group its compute. Compute outside the groups is the same either way and not counted. Each estimate is
+        then scaled by what the last pass at that depth took in the groups (compute and waits) over its estimate
+        (overlap is never perfect: a prefetch waits behind the one before it), so a close call is settled by what
+        each choice was seen to do."""
+        if self.lookahead != "auto" or not self.trace or self._auto_depth == 0:
+            return
+        m = self._measured()
+        if m is None:
+            return
+        bw, comp, calibration = m
+        raw = self._estimate(bw, comp)
+        if raw is None:
+            return
+        cur = self._lookahead
+        self._raw_estimates = raw
+        # A depth not yet tried takes the factor of the one tried: most of a factor is the error in the measured
+        # bandwidth, common to both, and an untried depth must not look better only for lack of a correction.
+        default = calibration.get(cur, 1.0)
+        est = {la: e * calibration.get(la, default) for la, e in raw.items()}
+        self._estimates = est
+        best = cur if est.get(cur, math.inf) <= min(est.values()) else min(est, key=lambda k: est[k])
+        self._apply_plan(best)
+        if best != cur:
+            self.c["lookahead_changes"] += 1
+
+    def _estimate(self, bw: float, comp: list[float | None]) -> dict[int, float] | None:
+        """Seconds a pass in the groups with prefetch and on demand (see :meth:`_adapt_lookahead`); None until every
+        group of the trace has a measured compute. Leaves the plan in force as it was."""
+        distinct = set(self.trace or ())
+        if not distinct or any(comp[gi] is None for gi in distinct):
+            return None
+        cur = self._lookahead
+        est: dict[int, float] = {}
+        for la in (0, self._auto_depth):
+            pinned, sim_bytes = self._plan_for(la)
+            if la == 0:
+                est[la] = (sim_bytes / bw if math.isfinite(sim_bytes) else math.inf) + sum(comp[gi] for gi in distinct)
+            else:
+                est[la] = sum(comp[gi] if gi in pinned else max(self.groups[gi].nbytes / bw, comp[gi])
+                              for gi in distinct)
+        self._apply_plan(cur)
+        return est
+
+    def _calibrate(self) -> None:
+        """After a pass that followed the trace with lookahead="auto": the ratio of what it took in the groups
+        (their compute and the waits) to its estimate from its own measurements, kept for its depth."""
+        if self.lookahead != "auto" or not self._following or not self.trace or self._auto_depth == 0:
+            return
+        c = self.c
+        if c["on_demand_s"] <= 0 or c["bytes_on_demand"] <= 0:
+            return
+        raw = self._estimate(c["bytes_on_demand"] / c["on_demand_s"], [g.compute_s for g in self.groups])
+        if raw and raw.get(self._lookahead, 0) > 0:
+            spent = self._pass_compute + c["wait_s"] - self._pass_snap.get("wait_s", 0.0)
+            self._calibration[self._lookahead] = spent / raw[self._lookahead]
+
+    def _apply_plan(self, la: int) -> None:
+        pinned, _ = self._plan_for(la)
+        self._lookahead = la
+        for g in self.groups:
+            g.pinned = g.index in pinned
 
     def _window_bytes(self, rotating: set[int]) -> int:
         """Room the rotating groups need at once: the most bytes of two consecutive distinct rotating groups of the
@@ -1344,6 +1446,7 @@ class Offloaded:
         self._pos = 0
         self._pass_t0 = time.perf_counter()
         self._pass_snap = dict(self.c)
+        self._pass_compute = 0.0
 
     def _end_pass(self) -> None:
         c = self.c
@@ -1367,6 +1470,8 @@ class Offloaded:
             "followed_trace": self._following,
         })
         del self.per_pass[:-100]
+        self._calibrate()
+        self._adapt_lookahead()
         # The next pass starts at the top of the trace: prefetch its first groups now.
         self._following = self.trace is not None
         self._pos = 0
@@ -1400,12 +1505,17 @@ class Offloaded:
                 torch.set_grad_enabled(self._grad_prev)
             raise
         g.in_use += 1
+        if g.in_use == 1:
+            g.run_t0, g.run_w0 = time.perf_counter(), self.c["wait_s"]
         self._prefetch()
 
     def _group_post(self, g: _Group) -> None:
         if self._pass_thread != threading.get_ident() or g.in_use == 0:
             return
         g.in_use -= 1
+        if g.in_use == 0:
+            g.compute_s = max(0.0, time.perf_counter() - g.run_t0 - (self.c["wait_s"] - g.run_w0))
+            self._pass_compute += g.compute_s
         self._tick += 1
         g.last_used = self._tick
         if self._implicit is g and g.in_use == 0:
@@ -1641,6 +1751,8 @@ class Offloaded:
             pinned_groups=[g.name for g in self.groups if g.pinned],
             resident_groups=[g.name for g in self.groups if g.state == _RESIDENT],
             lookahead=self._lookahead,
+            lookahead_estimates_s=dict(self._estimates),
+            lookahead_calibration=dict(self._calibration),
             paging_hidden=hidden,
             page_in_bandwidth=bw,
             wait_s_per_group={g.name: g.wait_s for g in self.groups},

@@ -18,6 +18,14 @@ import oversub.torch as ot  # noqa: E402
 tf.logging.set_verbosity_error()
 
 
+@pytest.fixture(autouse=True)
+def _fixed_lookahead(monkeypatch):
+    """lookahead="auto" keeps the depth the capacity allows: its choice between that and on demand follows the
+    measured read and compute times (test_auto_lookahead_follows_read_against_compute gives it measurements), which
+    a test must not depend on."""
+    monkeypatch.setattr(ot.Offloaded, "_measured", lambda self: None)
+
+
 def _llama(seed=0):
     torch.manual_seed(seed)
     cfg = tf.LlamaConfig(vocab_size=256, hidden_size=64, intermediate_size=128, num_hidden_layers=2,

@@ -21,6 +21,13 @@ D = 64
 LIN = D * D * 4 + D * 4  # bytes of one Linear(D, D): weight + bias (bias at a 64-byte aligned offset)
 BLOCK = 4096 * ((LIN + 4095) // 4096)  # what one block's buffer reserves in the pool
 
+@pytest.fixture(autouse=True)
+def _fixed_lookahead(monkeypatch):
+    """lookahead="auto" keeps the depth the capacity allows: its choice between that and on demand follows the
+    measured read and compute times (test_auto_lookahead_follows_read_against_compute gives it measurements), which
+    a test must not depend on."""
+    monkeypatch.setattr(ot.Offloaded, "_measured", lambda self: None)
+
 
 class Block(nn.Module):
     def __init__(self, d: int = D):
@@ -464,7 +471,7 @@ def test_offload_benchmark_runs_end_to_end(tmp_path):
     cmd = [sys.executable, "-m", "oversub.bench", "offload", "--models", "linear", "--layers", "4", "--layer-size",
            "256KiB", "--batch", "4", "--capacity-layers", "2", "--passes", "2", "--no-drop-caches",
            "--methods", "resident,oversub-demand,oversub-learned,mmap-safetensors", "--store", str(tmp_path),
-           "--json", str(out)]
+           "--lookahead", "1", "--json", str(out)]
     p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert "oversub-learned" in p.stdout and "x oversub" in p.stdout
@@ -474,6 +481,39 @@ def test_offload_benchmark_runs_end_to_end(tmp_path):
         assert rows[name]["output"] == "equal", rows[name]
         assert len(rows[name]["pass_s"]) == 2
     assert rows["oversub-learned"]["oversub"]["page_ins_prefetched"] > 0
+
+
+def test_offload_benchmark_generate_beside_accelerate(tmp_path):
+    """`--models generate`: a Llama written with save_pretrained, a greedy generate per pass, oversub beside
+    accelerate's device_map="auto" (its configuration in the JSON), the same tokens as the resident model; in a
+    memory cgroup where this runs as root with a memory controller (no timing is asserted)."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "oversub.bench", "offload", "--models", "generate", "--tf-layers", "2",
+           "--tf-hidden", "128", "--tf-intermediate", "256", "--tf-vocab", "1000", "--gen-tokens", "3",
+           "--passes", "1", "--capacity-fraction", "0.34", "--no-drop-caches", "--store", str(tmp_path),
+           "--methods", "resident,oversub-learned,accelerate-auto", "--json", str(out)]
+    with open("/proc/self/cgroup") as f:
+        cgroup = os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup/memory") and ":memory:" in f.read()
+    if cgroup:
+        cmd += ["--memory-limit", "4GiB"]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert "ms a token" in p.stdout
+    rep = json.loads(out.read_text())
+    rows = {r["method"]: r for r in rep["models"]["generate"]["rows"]}
+    assert set(rows) == {"resident", "oversub-learned", "accelerate-auto"}
+    for name in ("oversub-learned", "accelerate-auto"):
+        assert rows[name]["output"] == "equal", rows[name]
+    cfg = rows["accelerate-auto"]["info"]["config"]
+    assert cfg["from_pretrained"]["device_map"] == "auto" and "disk" in cfg["modules_on"]
+    if cgroup:
+        assert rep["memory_limit_bytes"] == 4 << 30 and rows["oversub-learned"]["cgroup"]["peak_bytes"] > 0
 
 
 def test_offload_benchmark_refuses_a_bad_device(tmp_path):
@@ -786,3 +826,46 @@ def test_cuda_offload_reads_the_checkpoint_in_place(tmp_path, x):
             torch.testing.assert_close(empty(xc), ref, rtol=1e-6, atol=1e-6)
     assert ot.stats(empty)["page_ins_prefetched"] > 0
     assert h.pool.device == "cuda"
+
+
+@pytest.mark.parametrize(("compute_per_read", "calibration"), [(0.0, {}), (1.0, {}), (1.0, {2: 3.0})])
+def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, compute_per_read, calibration):
+    """lookahead="auto" chooses, after each pass, between prefetching (the depth the capacity allows) and paging on
+    demand from the measured read bandwidth and each group's compute. Given measurements (not timed here): with no
+    compute to overlap, prefetch would only cost the fixed part a group (one more read a pass), so the passes page
+    on demand, read no more than on demand does and prefetch nothing; with compute as long as a read, they prefetch
+    and nothing is read on demand. A correction factor seen for the depth in force (prefetch took 3x its estimate)
+    applies to the untried one too, so on demand does not win for lack of a correction."""
+    d = 256
+    torch.manual_seed(0)
+    m = Stack(24, d)
+    x = torch.randn(4, d, generator=torch.Generator().manual_seed(1))
+    ref = _ref(m, x)
+    capacity = sum(p.numel() * p.element_size() for p in m.blocks.parameters()) // 3
+    h = ot.offload(m, capacity=capacity, store=tmp_path)
+    bw = 1e9  # bytes/s, whatever it is: the choice depends on compute against read
+    read_s = max(g.nbytes for g in h.groups) / bw
+    monkeypatch.setattr(ot.Offloaded, "_measured",
+                        lambda self: (bw, [compute_per_read * read_s] * len(self.groups), dict(calibration)))
+    with torch.no_grad():
+        for _ in range(3):
+            assert torch.equal(m(x), ref)
+        s0 = ot.stats(m)
+        for _ in range(4):
+            assert torch.equal(m(x), ref)
+    s = ot.stats(m)
+    est = s["lookahead_estimates_s"]
+    assert set(est) == {0, 2}
+    if calibration:
+        assert est[2] == pytest.approx(3.0 * h._raw_estimates[2]) and est[0] == pytest.approx(3.0 * h._raw_estimates[0])
+    last = h.per_pass[-4:]
+    if compute_per_read == 0:
+        assert s["lookahead"] == 0 and est[0] < est[2]
+        assert all(p["page_ins_prefetched"] == 0 for p in last)
+        # fewer reads a pass than prefetch's rotating part (every group outside its fixed set, read each pass)
+        rotating_with_prefetch = len(h.groups) - len(h._plans[2][0])
+        assert all(p["page_ins_on_demand"] < rotating_with_prefetch for p in last), (last, rotating_with_prefetch)
+    else:
+        assert s["lookahead"] == 2 and est[2] < est[0]
+        assert all(p["page_ins_on_demand"] == 0 and p["page_ins_prefetched"] > 0 for p in last)
+    assert s["page_ins_prefetched"] >= s0["page_ins_prefetched"]
