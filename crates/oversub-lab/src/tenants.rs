@@ -264,8 +264,8 @@ struct RunOutcome {
 
 /// Runs the tenants alone, together under LRU swapping and together under the plan (and, unless
 /// `no_priority_io`, the cold-start experiment), reporting each finished step to `progress`.
-pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsReport, LabError> {
-    let args = opts.effective();
+/// Refuses options the experiment cannot run with, naming the flag.
+fn validate(args: &TenantsOptions) -> Result<(), LabError> {
     if args.tenants < 2 {
         return Err(LabError::InvalidOption(
             "--tenants: at least 2 tenants are needed to share a pool".into(),
@@ -291,6 +291,104 @@ pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsRepor
             "--compute needs at least one duration".into(),
         ));
     }
+    Ok(())
+}
+
+/// The cold start of the top-ranked tenant (by the plan just run): alone, and together with FIFO store I/O and with
+/// the priority queue at each window.
+fn priority_io(
+    env: &Env,
+    workloads: &[Workload],
+    weights: &[f64],
+    quotas: &[oversub_core::TenantQuota],
+    args: &TenantsOptions,
+    bar: &Steps<'_>,
+) -> Result<PriorityIoReport, LabError> {
+    // The top-ranked tenant by the plan just run.
+    let top_name = quotas
+        .iter()
+        .min_by_key(|q| q.rank)
+        .map(|q| q.name.clone())
+        .ok_or("no tenants")?;
+    let top_k = workloads
+        .iter()
+        .position(|w| w.name == top_name)
+        .ok_or("top tenant not found")?;
+    let windows = &args.priority_windows;
+    let mut alone_cold = Vec::new();
+    // Condition 0 is the FIFO store; condition 1 + i the priority queue with windows[i].
+    let conditions = 1 + windows.len();
+    let mut top_s: Vec<Vec<f64>> = vec![Vec::new(); conditions];
+    let mut all_s: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); args.tenants]; conditions];
+    for _ in 0..args.samples {
+        bar.set_message(format!("{top_name} alone, cold"));
+        let (outs, _) = run_planned_cold(
+            env,
+            std::slice::from_ref(&workloads[top_k]),
+            &weights[top_k..=top_k],
+            None,
+        )?;
+        alone_cold.push(outs[0].response_s);
+        bar.inc(1);
+        for c in 0..conditions {
+            let window = if c == 0 { None } else { Some(windows[c - 1]) };
+            bar.set_message(match window {
+                None => "together, cold, FIFO I/O".to_string(),
+                Some(w) => format!("together, cold, priority I/O (window {w})"),
+            });
+            let (outs, _) = run_planned_cold(env, workloads, weights, window)?;
+            top_s[c].push(outs[top_k].response_s);
+            for (k, o) in outs.iter().enumerate() {
+                all_s[c][k].push(o.response_s);
+            }
+            bar.inc(1);
+        }
+    }
+    let alone = median(alone_cold.iter().copied());
+    let range = |v: &[f64]| {
+        let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+        let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+        (lo / alone, hi / alone)
+    };
+    let per_tenant = |c: usize| -> Vec<(String, f64)> {
+        workloads
+            .iter()
+            .enumerate()
+            .map(|(k, w)| (w.name.clone(), median(all_s[c][k].iter().copied())))
+            .collect()
+    };
+    let depth = env.queue_depth()?;
+    let priority: Vec<PriorityWindowReport> = windows
+        .iter()
+        .enumerate()
+        .map(|(i, &w)| PriorityWindowReport {
+            window: if w == 0 { depth } else { w },
+            slowdown: median(top_s[1 + i].iter().copied()) / alone,
+            slowdown_range: range(&top_s[1 + i]),
+            all_tenants_s: per_tenant(1 + i),
+            samples_s: top_s[1 + i].clone(),
+        })
+        .collect();
+    let best = priority
+        .iter()
+        .map(|p| p.slowdown)
+        .fold(f64::INFINITY, f64::min);
+    Ok(PriorityIoReport {
+        tenant: top_name,
+        slowdown_fifo: median(top_s[0].iter().copied()) / alone,
+        slowdown_fifo_range: range(&top_s[0]),
+        all_tenants_fifo_s: per_tenant(0),
+        fifo_s: top_s[0].clone(),
+        alone_cold_s: alone_cold,
+        priority,
+        target_slowdown: 1.05,
+        target_met: best <= 1.05,
+    })
+}
+
+pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsReport, LabError> {
+    let args = opts.effective();
+    validate(&args)?;
     let buffers = usize::try_from(args.demand / args.buffer)?;
     let workloads: Vec<Workload> = (0..args.tenants)
         .map(|k| Workload {
@@ -379,89 +477,13 @@ pub fn run(opts: &TenantsOptions, progress: Progress<'_>) -> Result<TenantsRepor
         quotas = q;
         bar.inc(1);
     }
-    let mut priority_io = None;
-    if !args.no_priority_io {
-        // The top-ranked tenant by the plan just run.
-        let top_name = quotas
-            .iter()
-            .min_by_key(|q| q.rank)
-            .map(|q| q.name.clone())
-            .ok_or("no tenants")?;
-        let top_k = workloads
-            .iter()
-            .position(|w| w.name == top_name)
-            .ok_or("top tenant not found")?;
-        let windows = &args.priority_windows;
-        let mut alone_cold = Vec::new();
-        // Condition 0 is the FIFO store; condition 1 + i the priority queue with windows[i].
-        let conditions = 1 + windows.len();
-        let mut top_s: Vec<Vec<f64>> = vec![Vec::new(); conditions];
-        let mut all_s: Vec<Vec<Vec<f64>>> = vec![vec![Vec::new(); args.tenants]; conditions];
-        for _ in 0..args.samples {
-            bar.set_message(format!("{top_name} alone, cold"));
-            let (outs, _) = run_planned_cold(
-                &env,
-                std::slice::from_ref(&workloads[top_k]),
-                &weights[top_k..=top_k],
-                None,
-            )?;
-            alone_cold.push(outs[0].response_s);
-            bar.inc(1);
-            for c in 0..conditions {
-                let window = if c == 0 { None } else { Some(windows[c - 1]) };
-                bar.set_message(match window {
-                    None => "together, cold, FIFO I/O".to_string(),
-                    Some(w) => format!("together, cold, priority I/O (window {w})"),
-                });
-                let (outs, _) = run_planned_cold(&env, &workloads, &weights, window)?;
-                top_s[c].push(outs[top_k].response_s);
-                for (k, o) in outs.iter().enumerate() {
-                    all_s[c][k].push(o.response_s);
-                }
-                bar.inc(1);
-            }
-        }
-        let alone = median(alone_cold.iter().copied());
-        let range = |v: &[f64]| {
-            let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-            let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-            (lo / alone, hi / alone)
-        };
-        let per_tenant = |c: usize| -> Vec<(String, f64)> {
-            workloads
-                .iter()
-                .enumerate()
-                .map(|(k, w)| (w.name.clone(), median(all_s[c][k].iter().copied())))
-                .collect()
-        };
-        let depth = env.queue_depth()?;
-        let priority: Vec<PriorityWindowReport> = windows
-            .iter()
-            .enumerate()
-            .map(|(i, &w)| PriorityWindowReport {
-                window: if w == 0 { depth } else { w },
-                slowdown: median(top_s[1 + i].iter().copied()) / alone,
-                slowdown_range: range(&top_s[1 + i]),
-                all_tenants_s: per_tenant(1 + i),
-                samples_s: top_s[1 + i].clone(),
-            })
-            .collect();
-        let best = priority
-            .iter()
-            .map(|p| p.slowdown)
-            .fold(f64::INFINITY, f64::min);
-        priority_io = Some(PriorityIoReport {
-            tenant: top_name,
-            slowdown_fifo: median(top_s[0].iter().copied()) / alone,
-            slowdown_fifo_range: range(&top_s[0]),
-            all_tenants_fifo_s: per_tenant(0),
-            fifo_s: top_s[0].clone(),
-            alone_cold_s: alone_cold,
-            priority,
-            target_slowdown: 1.05,
-            target_met: best <= 1.05,
-        });
-    }
+    let priority_io = if args.no_priority_io {
+        None
+    } else {
+        Some(priority_io(
+            &env, &workloads, &weights, &quotas, &args, &bar,
+        )?)
+    };
 
     let planned_s: Vec<f64> = planned
         .iter()
