@@ -395,6 +395,48 @@ pub struct TasksReport {
 
 /// Runs the case study: refuses bad input, then (on a usable cgroup controller) the warm-up, Alg. 1's runs when
 /// priorities are measured, and the default and planned runs, reporting each finished run to `progress`.
+/// Alg. 1's measurements and ranking: each task alone, then all together, `repeat` times, all under the shared
+/// limit only; the times go into `samples`.
+fn measured_ranking(
+    parent: &cgroup::Group,
+    tasks: &[TaskSpec],
+    repeat: usize,
+    samples: &mut [Samples],
+    work: &Path,
+    bar: &Steps<'_>,
+) -> Result<Ranking, LabError> {
+    let n = tasks.len();
+    let unlimited = vec![None; n];
+    let all: Vec<usize> = (0..n).collect();
+    for r in 0..repeat {
+        for i in 0..n {
+            bar.set_message(format!("{} alone", tasks[i].name));
+            let out = experiment::run_together(parent, tasks, &[i], &unlimited, "alone", r, work)?;
+            samples[i].alone_s.push(out[0].elapsed_s);
+            bar.inc(1);
+        }
+        bar.set_message("all together");
+        let out = experiment::run_together(parent, tasks, &all, &unlimited, "together", r, work)?;
+        for (i, o) in out.iter().enumerate() {
+            samples[i].together_s.push(o.elapsed_s);
+        }
+        bar.inc(1);
+    }
+    let apps = tasks
+        .iter()
+        .zip(samples.iter())
+        .map(|(t, s)| {
+            Contention::new(
+                t.name.clone(),
+                median_or_nan(&s.alone_s),
+                median_or_nan(&s.together_s),
+                t.subtasks,
+            )
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(priority::assign(&apps)?)
+}
+
 pub fn run(args: &TasksOptions, progress: Progress<'_>) -> Result<TasksReport, LabError> {
     // Bad input is refused before any cgroup is touched.
     inputs(args, None)?;
@@ -435,43 +477,7 @@ pub fn run(args: &TasksOptions, progress: Progress<'_>) -> Result<TasksReport, L
 
     // Alg. 1's measurements: each alone, then all together, all under the shared limit only.
     let ranking = if measured {
-        for r in 0..repeat {
-            for i in 0..n {
-                bar.set_message(format!("{} alone", tasks[i].name));
-                let out = experiment::run_together(
-                    &parent,
-                    &tasks,
-                    &[i],
-                    &unlimited,
-                    "alone",
-                    r,
-                    &work.0,
-                )?;
-                samples[i].alone_s.push(out[0].elapsed_s);
-                bar.inc(1);
-            }
-            bar.set_message("all together");
-            let out = experiment::run_together(
-                &parent, &tasks, &all, &unlimited, "together", r, &work.0,
-            )?;
-            for (i, o) in out.iter().enumerate() {
-                samples[i].together_s.push(o.elapsed_s);
-            }
-            bar.inc(1);
-        }
-        let apps = tasks
-            .iter()
-            .zip(&samples)
-            .map(|(t, s)| {
-                Contention::new(
-                    t.name.clone(),
-                    median_or_nan(&s.alone_s),
-                    median_or_nan(&s.together_s),
-                    t.subtasks,
-                )
-            })
-            .collect::<Result<Vec<_>, _>>()?;
-        priority::assign(&apps)?
+        measured_ranking(&parent, &tasks, repeat, &mut samples, &work.0, &bar)?
     } else {
         let weights: Vec<f64> = (0..n).rev().map(|w| w as f64).collect();
         priority::from_weights(&weights)?
