@@ -241,6 +241,47 @@ fn ratio(x: f64, base: f64) -> String {
     }
 }
 
+/// One placement's table: each condition's phases (min, mean, p99, max) beside the task alone.
+fn print_phases(pl: &oversub_lab::interference::prem::PlacementRuns) {
+    let mut conds = vec![("alone".to_string(), &pl.alone)];
+    for run in &pl.interferers {
+        conds.push((format!("interfered ({})", run.kind.name()), &run.interfered));
+        conds.push((format!("arbitrated ({})", run.kind.name()), &run.arbitrated));
+    }
+    let mut rows = Vec::new();
+    for (name, c) in &conds {
+        for (i, phase) in ["load", "compute", "unload"].iter().enumerate() {
+            let (st, base) = (c.phase(i), pl.alone.phase(i));
+            rows.push(vec![
+                name.clone(),
+                phase.to_string(),
+                format!("{:.0}", st.min),
+                format!("{:.0}", st.mean),
+                format!("{:.0}", st.p99),
+                format!("{:.0}", st.max),
+                ratio(st.max, base.max),
+                ratio(st.mean, base.mean),
+            ]);
+        }
+    }
+    print!(
+        "{}",
+        text_table(
+            &[
+                "condition",
+                "phase",
+                "min us",
+                "mean us",
+                "p99 us",
+                "max us",
+                "max / alone max",
+                "mean / alone mean"
+            ],
+            &rows
+        )
+    );
+}
+
 fn print_prem(p: &PremResult) {
     let s = &p.settings;
     println!(
@@ -264,43 +305,7 @@ fn print_prem(p: &PremResult) {
             a.unload,
             s.epsilon_us
         );
-        let mut conds = vec![("alone".to_string(), &pl.alone)];
-        for run in &pl.interferers {
-            conds.push((format!("interfered ({})", run.kind.name()), &run.interfered));
-            conds.push((format!("arbitrated ({})", run.kind.name()), &run.arbitrated));
-        }
-        let mut rows = Vec::new();
-        for (name, c) in &conds {
-            for (i, phase) in ["load", "compute", "unload"].iter().enumerate() {
-                let (st, base) = (c.phase(i), pl.alone.phase(i));
-                rows.push(vec![
-                    name.clone(),
-                    phase.to_string(),
-                    format!("{:.0}", st.min),
-                    format!("{:.0}", st.mean),
-                    format!("{:.0}", st.p99),
-                    format!("{:.0}", st.max),
-                    ratio(st.max, base.max),
-                    ratio(st.mean, base.mean),
-                ]);
-            }
-        }
-        print!(
-            "{}",
-            text_table(
-                &[
-                    "condition",
-                    "phase",
-                    "min us",
-                    "mean us",
-                    "p99 us",
-                    "max us",
-                    "max / alone max",
-                    "mean / alone mean"
-                ],
-                &rows
-            )
-        );
+        print_phases(pl);
         let rows: Vec<Vec<String>> = pl
             .interferers
             .iter()
