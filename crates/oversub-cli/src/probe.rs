@@ -130,6 +130,20 @@ fn render(r: &ProbeResults, sys: &system::SystemInfo) -> String {
         r.wall_s
     ));
     let mut rows: Vec<Vec<String>> = Vec::new();
+    memory_rows(r, &mut rows);
+    io_and_gpu_rows(r, &mut rows);
+    out.push_str(&text_table_left(
+        &["measurement", "this machine", "paper (Vesely et al.)"],
+        &rows,
+        3,
+    ));
+    out.push('\n');
+    details(r, &mut out);
+    out
+}
+
+/// The summary's rows of the CPU's memory system: TLB, page faults, shootdowns, the B+-tree.
+fn memory_rows(r: &ProbeResults, rows: &mut Vec<Vec<String>>) {
     let mut row =
         |m: &str, here: String, paper: &str| rows.push(vec![m.into(), here, paper.into()]);
     if let Some(t) = &r.tlb {
@@ -245,6 +259,12 @@ fn render(r: &ProbeResults, sys: &system::SystemInfo) -> String {
             }
         }
     }
+}
+
+/// The summary's rows of copies, the store and the GPU, and what was skipped.
+fn io_and_gpu_rows(r: &ProbeResults, rows: &mut Vec<Vec<String>>) {
+    let mut row =
+        |m: &str, here: String, paper: &str| rows.push(vec![m.into(), here, paper.into()]);
     if let Some(c) = &r.copy {
         row("memcpy, one thread", gbs(c.median_bytes_per_s), "");
     }
@@ -325,12 +345,10 @@ fn render(r: &ProbeResults, sys: &system::SystemInfo) -> String {
     for (what, why) in &r.skipped {
         row(what, "skipped".into(), why);
     }
-    out.push_str(&text_table_left(
-        &["measurement", "this machine", "paper (Vesely et al.)"],
-        &rows,
-        3,
-    ));
-    out.push('\n');
+}
+
+/// The notes and detail tables below the summary.
+fn details(r: &ProbeResults, out: &mut String) {
     if let Some(t) = &r.tlb {
         if let Some(why) = &t.counter_unavailable {
             out.push_str(&format!(
@@ -493,7 +511,6 @@ fn render(r: &ProbeResults, sys: &system::SystemInfo) -> String {
             ));
         }
     }
-    out
 }
 
 fn plots(r: &ProbeResults, dir: &std::path::Path) -> Result<Vec<PathBuf>, BoxError> {
