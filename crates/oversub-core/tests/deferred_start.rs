@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use common::{engines, pattern, store_with, Hooked, MIB};
 use oversub_accel::AccelError;
-use oversub_core::{BufferFlags, BufferState, PagerError, Pool, PoolConfig};
+use oversub_core::{AddressSpace, Buffer, BufferFlags, BufferState, PagerError, Pool, PoolConfig};
 use oversub_io::testing::FailingEngine;
 use oversub_io::IoEngine;
 
@@ -58,6 +58,30 @@ fn pool_on(engine: Arc<dyn IoEngine>, device: Arc<Hooked>, checksums: bool) -> P
     .unwrap()
 }
 
+/// A buffer of `LARGE` pattern bytes, written and paged out, with its bytes.
+fn paged_out(space: &AddressSpace, seed: u64) -> (Buffer, Vec<u8>) {
+    let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
+    let bytes = pattern(seed, LARGE as usize);
+    space.write(b, 0, &bytes).unwrap();
+    space.page_out(b).unwrap();
+    (b, bytes)
+}
+
+/// The resident buffer `b` holds `bytes`.
+fn assert_holds(space: &AddressSpace, b: Buffer, bytes: &[u8]) {
+    let mut back = vec![0u8; bytes.len()];
+    space.read(b, 0, &mut back).unwrap();
+    assert!(back == bytes);
+}
+
+/// After a failed page-in: the stored copy pages in intact, and freeing the buffer leaves nothing held.
+fn assert_recovers(pool: &Pool, space: &AddressSpace, b: Buffer, bytes: &[u8]) {
+    space.page_in(b).unwrap();
+    assert_holds(space, b, bytes);
+    space.free(b).unwrap();
+    assert_nothing_held(pool);
+}
+
 fn assert_nothing_held(pool: &Pool) {
     let stats = pool.stats();
     assert_eq!(stats.used_bytes, 0);
@@ -99,12 +123,9 @@ fn a_large_page_in_commits_on_the_starter_and_a_small_one_here() {
                 );
                 assert!(threads.contains(&here), "{threads:?}");
                 watch.commit_threads.lock().unwrap().clear();
-                let mut back = vec![0u8; LARGE as usize];
-                space.read(large, 0, &mut back).unwrap();
-                assert!(back == large_bytes, "round {round}");
-                let mut back = vec![0u8; small_bytes.len()];
-                space.read(small, 0, &mut back).unwrap();
-                assert!(back == small_bytes, "round {round}");
+                eprintln!("round {round}: reading back");
+                assert_holds(&space, large, &large_bytes);
+                assert_holds(&space, small, &small_bytes);
             }
             space.free(large).unwrap();
             space.free(small).unwrap();
@@ -121,10 +142,7 @@ fn a_commit_failing_on_the_starter_is_the_tickets_error_and_loses_nothing() {
             let (device, watch) = watched_host();
             let pool = pool_on(engine.clone(), device, checksums);
             let space = pool.address_space();
-            let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
-            let bytes = pattern(3, LARGE as usize);
-            space.write(b, 0, &bytes).unwrap();
-            space.page_out(b).unwrap();
+            let (b, bytes) = paged_out(&space, 3);
             watch.fail_next_commit.store(true, Ordering::Release);
             // The call itself succeeds: the commit has not run yet when it returns.
             let ticket = space.page_in_async(b).unwrap();
@@ -137,12 +155,7 @@ fn a_commit_failing_on_the_starter_is_the_tickets_error_and_loses_nothing() {
             assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
             assert_eq!(pool.stats().used_bytes, 0);
             // The stored copy is intact.
-            space.page_in(b).unwrap();
-            let mut back = vec![0u8; bytes.len()];
-            space.read(b, 0, &mut back).unwrap();
-            assert!(back == bytes);
-            space.free(b).unwrap();
-            assert_nothing_held(&pool);
+            assert_recovers(&pool, &space, b, &bytes);
         }
     }
 }
@@ -157,20 +170,12 @@ fn a_read_failing_after_a_deferred_commit_gives_the_memory_back() {
             let failing: Arc<dyn IoEngine> = Arc::new(FailingEngine::new(engine.clone(), 67));
             let pool = pool_on(failing, device, checksums);
             let space = pool.address_space();
-            let b = space.alloc(LARGE, BufferFlags::DEFAULT).unwrap();
-            let bytes = pattern(4, LARGE as usize);
-            space.write(b, 0, &bytes).unwrap();
-            space.page_out(b).unwrap();
+            let (b, bytes) = paged_out(&space, 4);
             let err = space.page_in(b).unwrap_err();
             assert!(matches!(err, PagerError::Store(_)), "{err:?}");
             assert_eq!(space.info(b).unwrap().state, BufferState::PagedOut);
             assert_eq!(pool.stats().used_bytes, 0);
-            space.page_in(b).unwrap();
-            let mut back = vec![0u8; bytes.len()];
-            space.read(b, 0, &mut back).unwrap();
-            assert!(back == bytes);
-            space.free(b).unwrap();
-            assert_nothing_held(&pool);
+            assert_recovers(&pool, &space, b, &bytes);
         }
     }
 }
