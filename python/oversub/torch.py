@@ -1516,6 +1516,8 @@ class Offloaded:
         if g.in_use == 0:
             g.compute_s = max(0.0, time.perf_counter() - g.run_t0 - (self.c["wait_s"] - g.run_w0))
             self._pass_compute += g.compute_s
+            if self.device.type == "cuda" and g.views:
+                self._record_use(g)
         self._tick += 1
         g.last_used = self._tick
         if self._implicit is g and g.in_use == 0:
@@ -1564,6 +1566,13 @@ class Offloaded:
                     s.initial = s.tensor.data.clone()  # buffers are small; the first view holds the stored bytes
             del bases
         g.views = True
+
+    def _record_use(self, g: _Group) -> None:
+        """After ``g``'s forward has queued its kernels: its eviction waits for them (an event on the current
+        stream), not for the whole device, so the host keeps queueing the next layers while the GPU works."""
+        stream = torch.cuda.current_stream(self.device)
+        for b in (g.buf.bufs if isinstance(g.buf, _Parts) else [g.buf]):
+            b.record_use(stream)
 
     def _keep_written_buffers(self, g: _Group) -> None:
         """Before ``g`` is evicted: a buffer that its module wrote in ``forward`` (a running statistic of a custom

@@ -954,6 +954,33 @@ impl Buffer {
         finish_interruptibly(py, ticket, &self.core)
     }
 
+    /// Records that the work queued on `stream` so far uses the buffer: a CUDA stream (`torch.cuda.Stream`, or
+    /// its handle as an int, as `torch.cuda.current_stream().cuda_stream` gives it; 0 is the default stream).
+    /// From then on a page-out or free of the buffer waits only for the last use recorded on each stream, not for
+    /// the whole device, so kernels queued later keep running: record every stream that uses the buffer, after its
+    /// last use. A page-out consumes the records. On a host pool it only checks the buffer.
+    ///
+    /// Raises:
+    ///     oversub.errors.NotResidentError: the buffer is not resident.
+    ///     oversub.errors.AccelError: the driver refused the stream.
+    fn record_use(&self, py: Python<'_>, stream: &Bound<'_, PyAny>) -> PyResult<()> {
+        let handle = match stream.getattr("cuda_stream") {
+            Ok(h) => h.extract::<u64>()?,
+            Err(_) => stream.extract::<u64>().map_err(|_| {
+                pyo3::exceptions::PyTypeError::new_err(format!(
+                    "stream must be a CUDA stream (torch.cuda.Stream) or its handle as an int, not {}",
+                    stream.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                ))
+            })?,
+        };
+        if self.core.space.closed.load(Ordering::Acquire) {
+            return Err(Raised::new("PoolClosedError", POOL_CLOSED).into());
+        }
+        let core = &self.core;
+        py.detach(|| core.space.space.record_use(core.handle, handle))
+            .map_err(|e| PyErr::from(e.to_raised()))
+    }
+
     /// Starts a page-out and returns at once with a Handle (`done()`, `wait()`, `await`). The write runs in the
     /// background; the buffer is paged out when the handle is waited for (or found done).
     fn page_out_async(slf: &Bound<'_, Self>) -> PyResult<crate::handle::Handle> {

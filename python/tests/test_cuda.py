@@ -76,3 +76,26 @@ def test_cuda_torch_zero_copy(cuda_pool):
     assert float(d.view(torch.float32).sum()) == 1.5 * MiB
     del d
     assert buf.views == 0
+
+
+@gpu
+def test_cuda_page_out_waits_for_the_recorded_use(cuda_pool):
+    torch = pytest.importorskip("torch")
+    space = cuda_pool.address_space()
+    a, b = space.alloc(8 * MiB), space.alloc(8 * MiB)
+    ta = torch.as_tensor(a, device="cuda").view(torch.float32)
+    tb = torch.as_tensor(b, device="cuda").view(torch.float32)
+    ta.fill_(2.0)
+    out = torch.empty_like(ta)
+    stream = torch.cuda.current_stream()
+    for _ in range(20):  # a queue of kernels reading a
+        torch.mul(ta, 1.0, out=out)
+    a.record_use(stream)
+    del ta
+    a.page_out()  # waits for the kernels above, not for the device
+    for _ in range(20):
+        tb.add_(1.0)
+    torch.cuda.synchronize()
+    assert float(out.sum()) == 2.0 * 2 * MiB
+    a.page_in()
+    assert float(torch.from_dlpack(a).view(torch.float32)[:4].sum()) == 8.0

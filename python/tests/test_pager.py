@@ -463,3 +463,21 @@ def test_a_file_as_the_store_of_read_only_buffers(pool, tmp_path):
     with pytest.raises(oversub.ExternalChangedError):
         a.page_in()
     assert a.state == "paged_out"
+
+
+def test_record_use_on_a_host_pool_checks_the_buffer(pool):
+    buf = pool.address_space().alloc(MiB)
+    buf.write(b"\x07" * MiB)
+    buf.record_use(0)  # host work is done when its call returns: nothing to wait for later
+
+    class Stream:  # what torch.cuda.Stream offers
+        cuda_stream = 0
+
+    buf.record_use(Stream())
+    with pytest.raises(TypeError, match="CUDA stream"):
+        buf.record_use("stream 0")
+    buf.page_out()
+    with pytest.raises(errors.NotResidentError):
+        buf.record_use(0)
+    buf.page_in()
+    assert buf.read(4) == b"\x07" * 4

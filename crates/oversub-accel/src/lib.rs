@@ -173,6 +173,21 @@ pub unsafe trait DeviceMemory: Send + Sync + std::fmt::Debug {
         Ok(())
     }
 
+    /// A fence on a stream of the caller's (for CUDA a `CUstream`, as PyTorch's
+    /// `torch.cuda.current_stream().cuda_stream` gives it; 0 is the default stream): it completes when the work
+    /// queued on that stream so far has. Waiting for it instead of the whole device lets work queued later on the
+    /// stream, or on others, run on. Backends whose work is done when its call returns give a completed fence.
+    fn record_fence(&self, stream: u64) -> Result<Fence, AccelError> {
+        let _ = stream;
+        Ok(Fence::COMPLETE)
+    }
+
+    /// Gives a fence up without waiting for it (a newer one on the same stream covers it, or its work no longer
+    /// matters); its resources return to the backend.
+    fn fence_forget(&self, fence: Fence) {
+        let _ = fence;
+    }
+
     /// Free and total device memory in bytes, where the backend can tell (`cuMemGetInfo`).
     fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
         Ok(None)

@@ -478,6 +478,31 @@ unsafe impl DeviceMemory for CudaMemory {
         Ok(result?)
     }
 
+    fn record_fence(&self, stream: u64) -> Result<Fence, AccelError> {
+        let event = self.take_event()?;
+        match self.driver.event_record(event, StreamHandle(stream)) {
+            Ok(()) => {
+                lock(&self.events).outstanding.insert(event.0);
+                Ok(Fence::new(event.0))
+            }
+            Err(e) => {
+                lock(&self.events).idle.push(event);
+                Err(e.into())
+            }
+        }
+    }
+
+    fn fence_forget(&self, fence: Fence) {
+        if fence == Fence::COMPLETE {
+            return;
+        }
+        // Back to the idle list even if its record is pending: the next cuEventRecord on it overwrites that.
+        let mut events = lock(&self.events);
+        if events.outstanding.remove(&fence.id()) {
+            events.idle.push(EventHandle(fence.id()));
+        }
+    }
+
     fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
         Ok(Some(self.driver.mem_get_info()?))
     }

@@ -143,6 +143,9 @@ pub(super) struct Entry {
     pub(super) charged: bool,
     /// The space's access clock at the buffer's last use (alloc, access, page-in).
     pub(super) last_use: u64,
+    /// The last use recorded on each caller stream ([`AddressSpace::record_use`](super::AddressSpace::record_use)),
+    /// by stream handle: a page-out or free waits for these instead of the whole device.
+    pub(super) stream_uses: Vec<(u64, Fence)>,
 }
 
 impl Entry {
@@ -164,6 +167,7 @@ impl Entry {
             free_pending: false,
             charged: false,
             last_use: 0,
+            stream_uses: Vec::new(),
         }
     }
 }

@@ -1,13 +1,14 @@
 //! Address spaces: the pager's public face ([`AddressSpace`], [`Buffer`], [`Ticket`]) and its bookkeeping, split by
 //! concern: `entry` (a buffer's state, with its copy outside memory), `shared` (the table, charges, quota),
-//! `ticket` (operations in flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers) and
-//! `access` (copies and direct store access).
+//! `ticket` (operations in flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers),
+//! `access` (copies and direct store access) and `stream_order` (uses recorded on the caller's streams).
 
 mod access;
 mod checksum;
 mod entry;
 mod paging;
 mod shared;
+mod stream_order;
 mod ticket;
 
 // The names below are shared with the submodules, which `use super::*`.
@@ -15,7 +16,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use oversub_accel::{round_up, AccelError, DeviceMemory, DevicePtr, Reservation};
+use oversub_accel::{round_up, AccelError, DeviceMemory, DevicePtr, Fence, Reservation};
 use oversub_arbiter::WorkKind;
 use oversub_io::{Direction, IoError, IoVec, Slot};
 
@@ -246,6 +247,7 @@ impl AddressSpace {
             free_pending: false,
             charged: true,
             last_use: 0,
+            stream_uses: Vec::new(),
         });
         tracing::debug!(%buffer, size_bytes, addr = %reservation.addr, "alloc");
         Ok(buffer)

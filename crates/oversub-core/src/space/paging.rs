@@ -383,8 +383,8 @@ impl AddressSpace {
         let shared = &self.shared;
         let pool = &shared.pool;
         pool.check_fork()?;
-        // Outstanding accelerator work may still write the buffer. A device-wide wait, so not under the space lock.
-        pool.device.synchronize()?;
+        // Queued device work may still use the buffer: wait for its recorded uses, or for the whole device.
+        shared.wait_for_uses(buffer)?;
         let mut st = shared.lock_idle(buffer)?;
         let e = shared.entry_mut(&mut st, buffer)?;
         if e.flags.unpageable {

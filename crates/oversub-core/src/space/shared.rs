@@ -250,7 +250,11 @@ impl SpaceShared {
     }
 
     /// Gives back everything an entry holds.
-    pub(super) fn release_entry(&self, e: Entry) -> Result<(), PagerError> {
+    pub(super) fn release_entry(&self, mut e: Entry) -> Result<(), PagerError> {
+        // Queued work recorded as using the memory finishes before it goes (unrecorded work is the caller's).
+        if let Err(err) = self.wait_fences(std::mem::take(&mut e.stream_uses)) {
+            tracing::warn!("waiting for a freed buffer's recorded uses: {err}");
+        }
         if let Some(copy) = e.state.into_copy() {
             self.release_copy(copy);
         }
