@@ -168,12 +168,21 @@ _OFFLOAD_METHODS = {
     "accelerate-safetensors": "accelerate device_map='disk' with the safetensors file as offload index",
     "diffusers-group-disk": "diffusers group offloading, block level, offload_to_disk_path",
     "mmap-safetensors": "the safetensors file mmap'd, tensors viewing the mapping",
-    "accelerate-auto": "transformers from_pretrained(device_map='auto', max_memory={'cpu': capacity}, "
-                       "offload_folder): accelerate's big-model inference as its docs recommend",
+    "accelerate-auto": "transformers from_pretrained(device_map='auto', max_memory={'cpu': capacity} (on a GPU "
+                       "{device: capacity}, the rest in CPU RAM), offload_folder): accelerate's big-model inference "
+                       "as its docs recommend",
+    "accelerate-cpu-offload": "accelerate cpu_offload: every weight in CPU RAM, moved to the GPU by each module's "
+                              "hook (GPU only)",
+    "double-buffer": "a hand-written double buffer: decoder layers in pinned host memory, two device slots, the next "
+                     "layer copied on a side stream while the current one computes (what the bus allows; "
+                     "transformer models)",
 }
 # The methods a generate run (--models generate) compares by default: the others page in a way generate does not
-# change (the forward rows cover them).
+# change (the forward rows cover them). On a GPU, issue 34's rows: the host tier and the store, the bus's
+# reference (the double buffer) and accelerate's two ways to keep weights in CPU RAM.
 _GENERATE_METHODS = ("resident", "oversub-demand", "oversub-learned", "accelerate-auto")
+_GENERATE_METHODS_GPU = ("resident", "oversub-learned", "oversub-store", "double-buffer", "accelerate-auto",
+                         "accelerate-cpu-offload")
 _MIB = 1 << 20
 # Methods that cannot compute on a GPU as set up here, with the reason the table gives.
 _HOST_ONLY = {
@@ -214,6 +223,8 @@ def _offload_parser(sub) -> None:
                          "--capacity-layers; e.g. 0.333 for a third)")
     op.add_argument("--gen-tokens", type=int, default=16, help="generate: new tokens per pass (default 16)")
     op.add_argument("--gen-prompt", type=int, default=8, help="generate: tokens of the prompt (default 8)")
+    op.add_argument("--dtype", default="float32", choices=("float32", "float16", "bfloat16"),
+                    help="transformer, generate: the weights' dtype (default float32; float16 as models run on a GPU)")
     op.add_argument("--memory-limit", default=None,
                     help="run each method's process in a memory cgroup with this limit (e.g. 1.5GiB; cgroup v1 "
                          "memory.limit_in_bytes or v2 memory.max, swap capped too; needs root). Page cache counts "
@@ -222,8 +233,9 @@ def _offload_parser(sub) -> None:
     op.add_argument("--store", default="/var/tmp" if os.path.isdir("/var/tmp") else None,
                     help="directory for the checkpoint, the stores and the offload folders (default /var/tmp)")
     op.add_argument("--methods", default=None,
-                    help="comma list of methods (default all but accelerate-auto; for generate: "
-                         + ", ".join(_GENERATE_METHODS) + "): " + ", ".join(_OFFLOAD_METHODS))
+                    help="comma list of methods (default all but accelerate-auto, accelerate-cpu-offload and "
+                         "double-buffer; for generate: " + ", ".join(_GENERATE_METHODS) + ", on a GPU "
+                         + ", ".join(_GENERATE_METHODS_GPU) + "): " + ", ".join(_OFFLOAD_METHODS))
     op.add_argument("--lookahead", default="auto", help="oversub-learned's lookahead (default auto)")
     op.add_argument("--ds-aio", default="262144,32",
                     help="DeepSpeed's aio block_size,queue_depth (default 262144,32: the NVMe example of "
@@ -307,7 +319,7 @@ def _build_model(spec: dict, on_meta: bool = False):
                       max_position_embeddings=max(2048, spec["tokens"]), tie_word_embeddings=False,
                       use_cache=spec["kind"] == "generate")
     with ctx:
-        return LlamaForCausalLM(cfg).eval()
+        return LlamaForCausalLM(cfg).to(getattr(torch, spec.get("dtype", "float32"))).eval()
 
 
 def _forward(spec: dict, model, inp):
@@ -543,7 +555,13 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         # devices in order (here the CPU up to max_memory), the rest goes to "disk"; offload_folder is required
         # then, and for a safetensors checkpoint the disk weights are read from the checkpoint itself (an offload
         # index), not copied there.
-        kw = dict(device_map="auto", max_memory={"cpu": capacity}, offload_folder=folder, dtype=torch.float32)
+        dtype = getattr(torch, spec.get("dtype", "float32"))
+        if dev.type == "cuda":  # the device up to the capacity, the rest in CPU RAM (issue 34's row)
+            host = 2 * os.path.getsize(ckpt) + (1 << 30)
+            kw = dict(device_map="auto", max_memory={dev.index or 0: capacity, "cpu": host}, offload_folder=folder,
+                      dtype=dtype)
+        else:
+            kw = dict(device_map="auto", max_memory={"cpu": capacity}, offload_folder=folder, dtype=dtype)
         info["t0"] = time.perf_counter()
         model = AutoModelForCausalLM.from_pretrained(work, **kw)
         model.eval()
@@ -552,6 +570,27 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
                           "modules_on": {d: sum(1 for v in placed.values() if str(v) == d)
                                          for d in sorted({str(v) for v in placed.values()})}}
         return model, [ckpt, folder], before_pass, info
+    if method == "accelerate-cpu-offload":
+        if dev.type != "cuda":
+            raise _Skip("the weights are in CPU RAM already")
+        from accelerate import cpu_offload
+
+        model = _build_model(spec, on_meta=True)
+        info["t0"] = time.perf_counter()
+        _load_from_checkpoint(model, ckpt)
+        cpu_offload(model, execution_device=dev)
+        info["config"] = {"cpu_offload": {"execution_device": str(dev)}}
+        return model, [ckpt], before_pass, info
+    if method == "double-buffer":
+        if spec["kind"] == "linear":
+            raise _Skip("written for a transformer's decoder layers (--models transformer or generate)")
+        model = _build_model(spec, on_meta=True)
+        info["t0"] = time.perf_counter()
+        _load_from_checkpoint(model, ckpt)
+        db = _DoubleBuffer(model, dev)
+        info["config"] = {"slots": 2, "slot_bytes": db.slot_bytes, "pinned": dev.type == "cuda",
+                          "layers": len(db.layers)}
+        return model, [ckpt], before_pass, info
     if method == "mmap-safetensors":
         import mmap
 
@@ -584,6 +623,95 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         info["note"] = "mapping's pages dropped (MADV_DONTNEED) before each pass, as under memory pressure"
         return model, [ckpt], before_pass, info
     raise ValueError(f"unknown method {method}")
+
+
+class _DoubleBuffer:
+    """Issue 34's hand-written reference, "what the bus allows": a transformer's decoder layers live in pinned host
+    memory, one flat buffer each; two device slots hold two layers. Layer i's pre-hook makes the compute stream
+    wait for its slot's copy (an event), points the layer's parameters into the slot, and starts copying layer i+1
+    into the other slot on a side stream, once the compute stream has finished the layer that used it (another
+    event). Everything else of the model (embeddings, norm, head) is resident on the device. On the CPU the copies
+    are synchronous (a check of the hooks, not a method to time there)."""
+
+    def __init__(self, model, dev):
+        import torch
+
+        self.dev, self.cuda = dev, dev.type == "cuda"
+        base = getattr(model, "model", model)
+        self.layers = list(base.layers)
+        in_layers = {id(p) for layer in self.layers for p in layer.parameters()}
+        for p in model.parameters():  # the rest is resident
+            if id(p) not in in_layers:
+                p.data = p.data.to(dev)
+        for name, b in list(model.named_buffers()):
+            mod = model.get_submodule(name.rpartition(".")[0]) if "." in name else model
+            mod._buffers[name.rpartition(".")[2]] = b.to(dev)
+        dtypes = {p.dtype for p in model.parameters()}
+        if len(dtypes) != 1:
+            raise _Skip(f"one dtype expected for the flat layer buffers, not {sorted(map(str, dtypes))}")
+        dtype = dtypes.pop()
+        self.host, self.entries = [], []
+        for layer in self.layers:
+            ps = list(layer.parameters())
+            flat = torch.empty(sum(p.numel() for p in ps), dtype=dtype, pin_memory=self.cuda)
+            off, entries = 0, []
+            for p in ps:
+                flat[off: off + p.numel()].copy_(p.data.reshape(-1))
+                entries.append((p, off, p.numel(), p.shape))
+                off += p.numel()
+                p.data = torch.empty(0, dtype=dtype, device=dev)
+            self.host.append(flat)
+            self.entries.append(entries)
+        most = max(len(h) for h in self.host)
+        self.slot_bytes = most * self.host[0].element_size()
+        self.slots = [torch.empty(most, dtype=dtype, device=dev) for _ in range(2)]
+        self.copy_stream = torch.cuda.Stream(dev) if self.cuda else None
+        self.copied: list = [None, None]  # the slot's copy is done
+        self.freed: list = [None, None]  # the compute stream is past the slot's last layer
+        self.loaded: list = [None, None]  # which layer a slot holds
+        self.current = 1
+        for i, layer in enumerate(self.layers):
+            layer.register_forward_pre_hook(lambda mod, args, i=i: self._pre(i))
+            layer.register_forward_hook(lambda mod, args, out, i=i: self._post(i))
+
+    def _issue(self, j: int, t: int) -> None:
+        import torch
+
+        if self.loaded[t] == j:
+            return
+        n = len(self.host[j])
+        if self.cuda:
+            with torch.cuda.stream(self.copy_stream):
+                if self.freed[t] is not None:
+                    self.copy_stream.wait_event(self.freed[t])
+                self.slots[t][:n].copy_(self.host[j], non_blocking=True)
+                ev = torch.cuda.Event()
+                ev.record(self.copy_stream)
+                self.copied[t] = ev
+        else:
+            self.slots[t][:n].copy_(self.host[j])
+        self.loaded[t] = j
+
+    def _pre(self, i: int) -> None:
+        import torch
+
+        s = self.loaded.index(i) if i in self.loaded else 1 - self.current
+        self._issue(i, s)
+        if self.cuda:
+            torch.cuda.current_stream(self.dev).wait_event(self.copied[s])
+        slot = self.slots[s]
+        for p, off, n, shape in self.entries[i]:
+            p.data = slot[off: off + n].view(shape)
+        self.current = s
+        self._issue((i + 1) % len(self.layers), 1 - s)
+
+    def _post(self, i: int) -> None:
+        import torch
+
+        if self.cuda:
+            ev = torch.cuda.Event()
+            ev.record(torch.cuda.current_stream(self.dev))
+            self.freed[self.current] = ev
 
 
 def _worker(args) -> int:
@@ -642,6 +770,26 @@ def _worker(args) -> int:
             if "stats" in info:
                 waits.append(info["stats"]()["last_pass"])
             _log(f"  {method} pass {i}: {times[-1]:.3f} s, {reads[-1] / _MIB:.0f} MiB read")
+        if spec["kind"] == "generate" and spec["gen_tokens"] > 1:
+            # Prefill alone: a generate of one token (the prompt's pass); decode per token is then the rest of a
+            # pass over the other tokens (issue 34: generate N+1 minus generate 1, over N).
+            one = dict(spec, gen_tokens=1)
+            pre = []
+            for i in range(max(1, spec["passes"])):
+                for fn in before_pass:
+                    fn()
+                if spec["drop_caches"]:
+                    _drop_caches(files)
+                t = time.perf_counter()
+                with torch.no_grad():
+                    _forward(one, model, inp)
+                sync()
+                pre.append(time.perf_counter() - t)
+            result["prefill_s"] = statistics.median(pre)
+            result["decode_s_per_token"] = max(0.0, statistics.median(times[1:]) - result["prefill_s"]) / (
+                spec["gen_tokens"] - 1)
+            _log(f"  {method} prefill: {result['prefill_s']:.3f} s, decode {result['decode_s_per_token'] * 1000:.1f} "
+                 "ms a token")
         out = out.detach().to("cpu").clone()
         torch.save(out, os.path.join(work, f"out-{method}.pt"))
         if dev_used:  # the whole device's use after each pass (oversub's VMM memory is not torch's allocator's)
@@ -694,10 +842,11 @@ def _offload_spec(args, kind: str) -> dict:
     else:
         h, i = args.tf_hidden, args.tf_intermediate
         params = 4 * h * h + 3 * h * i + 2 * h
-        layer_bytes = 4 * params
+        itemsize = 4 if args.dtype == "float32" else 2
+        layer_bytes = itemsize * params
         spec = dict(kind=kind, layers=args.tf_layers, hidden=h, intermediate=i, vocab=args.tf_vocab,
                     tokens=args.tf_tokens, layer_params=params, gen_tokens=args.gen_tokens,
-                    gen_prompt=args.gen_prompt)
+                    gen_prompt=args.gen_prompt, dtype=args.dtype, itemsize=itemsize)
     spec["ds_aio"] = [int(v) for v in args.ds_aio.split(",")]
     spec.update(seed=1, threads=args.threads, device=args.device, lookahead=args.lookahead, checksums=not args.no_checksums, passes=args.passes, drop_caches=not args.no_drop_caches,
                 capacity_layers=args.capacity_layers, layer_bytes=layer_bytes,
@@ -706,7 +855,7 @@ def _offload_spec(args, kind: str) -> dict:
         if kind == "linear":
             total = args.layers * layer_bytes
         else:
-            total = args.tf_layers * layer_bytes + 2 * args.tf_vocab * args.tf_hidden * 4 + args.tf_hidden * 4
+            total = args.tf_layers * layer_bytes + (2 * args.tf_vocab + 1) * args.tf_hidden * spec["itemsize"]
         spec["capacity"] = int(args.capacity_fraction * total)
         spec["capacity_layers"] = round(spec["capacity"] / layer_bytes, 2)
     return spec
@@ -793,7 +942,10 @@ def _offload_main(args) -> int:
     import subprocess
 
     kinds = [k.strip() for k in args.models.split(",") if k.strip()]
-    default = _GENERATE_METHODS if kinds == ["generate"] else [m for m in _OFFLOAD_METHODS if m != "accelerate-auto"]
+    gen = _GENERATE_METHODS_GPU if args.device.startswith("cuda") else _GENERATE_METHODS
+    default = gen if kinds == ["generate"] else [m for m in _OFFLOAD_METHODS
+                                                 if m not in ("accelerate-auto", "accelerate-cpu-offload",
+                                                              "double-buffer")]
     methods = [m.strip() for m in (args.methods or ",".join(default)).split(",") if m.strip()]
     limit = _parse_size(args.memory_limit) if args.memory_limit else None
     if not (args.device == "cpu" or args.device == "cuda" or
@@ -887,8 +1039,10 @@ def _offload_main(args) -> int:
                     vs = f", accelerate-auto / this {acc['median_s'] / r['median_s']:.2f}x" if acc else ""
                     cgu = r.get("cgroup") or {}
                     peak = f", cgroup peak {cgu['peak_bytes'] / _MIB:.0f} MiB" if "peak_bytes" in cgu else ""
+                    split = (f"; prefill {r['prefill_s'] * 1000:.1f} ms, decode {r['decode_s_per_token'] * 1000:.2f} "
+                             "ms a token" if "prefill_s" in r else "")
                     print(f"  {r['method']}: {r['per_token_s'] * 1000:.1f} ms a token (generate of {n} tokens "
-                          f"after a {spec['gen_prompt']}-token prompt, prefill included){vs}{peak}")
+                          f"after a {spec['gen_prompt']}-token prompt, prefill included){split}{vs}{peak}")
             for r in rows:
                 if "oversub" in r:
                     o = r["oversub"]

@@ -497,7 +497,8 @@ def test_offload_benchmark_generate_beside_accelerate(tmp_path):
     cmd = [sys.executable, "-m", "oversub.bench", "offload", "--models", "generate", "--tf-layers", "2",
            "--tf-hidden", "128", "--tf-intermediate", "256", "--tf-vocab", "1000", "--gen-tokens", "3",
            "--passes", "1", "--capacity-fraction", "0.34", "--no-drop-caches", "--store", str(tmp_path),
-           "--methods", "resident,oversub-learned,accelerate-auto", "--json", str(out)]
+           "--methods", "resident,oversub-learned,accelerate-auto,double-buffer,accelerate-cpu-offload", "--json",
+           str(out)]
     with open("/proc/self/cgroup") as f:
         cgroup = os.geteuid() == 0 and os.path.isdir("/sys/fs/cgroup/memory") and ":memory:" in f.read()
     if cgroup:
@@ -507,9 +508,12 @@ def test_offload_benchmark_generate_beside_accelerate(tmp_path):
     assert "ms a token" in p.stdout
     rep = json.loads(out.read_text())
     rows = {r["method"]: r for r in rep["models"]["generate"]["rows"]}
-    assert set(rows) == {"resident", "oversub-learned", "accelerate-auto"}
-    for name in ("oversub-learned", "accelerate-auto"):
+    assert set(rows) == {"resident", "oversub-learned", "accelerate-auto", "double-buffer", "accelerate-cpu-offload"}
+    for name in ("oversub-learned", "accelerate-auto", "double-buffer"):  # the double buffer's hooks, on the CPU
         assert rows[name]["output"] == "equal", rows[name]
+        assert rows[name]["prefill_s"] > 0 and rows[name]["decode_s_per_token"] >= 0
+    assert rows["accelerate-cpu-offload"]["skipped"].startswith("not on cpu")
+    assert "prefill" in p.stdout and "decode" in p.stdout
     cfg = rows["accelerate-auto"]["info"]["config"]
     assert cfg["from_pretrained"]["device_map"] == "auto" and "disk" in cfg["modules_on"]
     if cgroup:
@@ -802,6 +806,32 @@ def test_cuda_offload_benchmark_runs(tmp_path):
     rows = {r["method"]: r for r in json.loads(out.read_text())["models"]["linear"]["rows"]}
     assert rows["mmap-safetensors"]["skipped"].startswith("not on cuda")
     assert "device_used_bytes" in rows["oversub-learned"]
+
+
+@gpu
+def test_cuda_generate_benchmark_runs_issue_34s_rows(tmp_path):
+    """`--models generate --device cuda`: every row of issue 34 (the host tier, the store, the double buffer on a
+    side stream, accelerate's device_map and cpu_offload) gives the resident model's tokens."""
+    pytest.importorskip("transformers")
+    pytest.importorskip("accelerate")
+    import json
+    import subprocess
+    import sys
+
+    out = tmp_path / "r.json"
+    cmd = [sys.executable, "-m", "oversub.bench", "offload", "--device", "cuda", "--models", "generate",
+           "--tf-layers", "4", "--tf-hidden", "256", "--tf-intermediate", "512", "--tf-vocab", "1000", "--dtype",
+           "float16", "--gen-tokens", "3", "--passes", "1", "--capacity-fraction", "0.34", "--no-drop-caches",
+           "--store", str(tmp_path), "--json", str(out)]
+    p = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    rows = {r["method"]: r for r in json.loads(out.read_text())["models"]["generate"]["rows"]}
+    assert set(rows) == {"resident", "oversub-learned", "oversub-store", "double-buffer", "accelerate-auto",
+                         "accelerate-cpu-offload"}
+    for name, r in rows.items():
+        if name != "resident":
+            assert r.get("output") in ("equal", "close") or r["output"].startswith("close"), (name, r)
+            assert "decode_s_per_token" in r
 
 
 @gpu
