@@ -558,9 +558,11 @@ class Offloaded:
 
     def __init__(self, model: nn.Module, *, capacity: int, store, device: str, lookahead, order, trainable: bool,
                  store_capacity: int | None, verify_checksums: bool, copy_checkpoint: bool = False,
-                 host_memory: int | str = "auto"):
+                 host_memory: int | str = "auto", device_headroom: int = 256 << 20):
         self.model = model
         self.capacity = capacity
+        self.capacity_given = capacity  # what the caller gave; self.capacity may shrink below it (_fit_device)
+        self.device_headroom = device_headroom
         self.store = store
         self.device = torch.device(device)
         if self.device.type not in ("cpu", "cuda"):
@@ -610,8 +612,9 @@ class Offloaded:
             page_ins_on_demand=0, page_ins_prefetched=0, bytes_on_demand=0, bytes_prefetched=0, hits=0,
             evictions=0, wait_s=0.0, on_demand_s=0.0, prefetch_wait_s=0.0, prefetch_errors=0, load_s=0.0,
             groups_in_checkpoint=0, groups_in_host_tier=0, bytes_from_host_tier=0, bytes_from_store=0,
-            buffers_kept_resident=0, lookahead_changes=0,
+            buffers_kept_resident=0, lookahead_changes=0, capacity_changes=0,
         )
+        self._device_free_min: int | None = None  # the least free device memory seen at a pass's start
         self.per_pass: list[dict[str, Any]] = []
         self._auto_depth = 0  # lookahead="auto": the depth the capacity allows (0 on demand is the other choice)
         self._plans: dict[int, tuple[set[int], float]] = {}  # lookahead -> (pinned groups, bytes a pass on demand)
@@ -1440,7 +1443,52 @@ class Offloaded:
                 if self._implicit is None:
                     self._pass_thread = None
 
+    def _device_free(self) -> int | None:
+        """Free device memory now (``cudaMemGetInfo``), or None where the pool's memory is not a device's."""
+        if self.device.type != "cuda":
+            return None
+        return int(torch.cuda.mem_get_info(self.device)[0])
+
+    def _fit_device(self) -> None:
+        """Before a pass on a GPU: what torch allocates beside the pool (a ``generate``'s KV cache growing token by
+        token, activations) comes out of the same device memory. When the free memory is below
+        ``device_headroom``, the pool gives room back: its capacity shrinks by the shortfall (never below its
+        largest group), the groups beyond it are evicted (their device memory goes back to the driver) and the
+        residency is planned again; when memory is free again (the cache released), the capacity grows back up
+        to what was given. Counted in ``stats``: ``capacity_changes``, ``device_free_min_bytes``."""
+        free = self._device_free()
+        if free is None or self.device_headroom <= 0 or not self.groups:
+            return
+        self._device_free_min = free if self._device_free_min is None else min(self._device_free_min, free)
+        step = 2 * _MIB if self.device.type == "cuda" else 4096  # the pool's granule
+        floor = max(g.reserved for g in self.groups)
+        # What the pool may hold: the free memory and its own, less the headroom (stable from pass to pass: an
+        # eviction raises the free memory by what it gives back).
+        avail = free + self._used() - self.device_headroom
+        new = max(floor, min(self.capacity_given, avail // step * step))
+        if new == self.capacity:
+            return
+        self.capacity = new
+        self.c["capacity_changes"] += 1
+        while self._used() > self.capacity:
+            inflight = [g for g in self.groups if g.state == _IN_FLIGHT]
+            for g in inflight:  # prefetches started at the end of the last pass land first
+                try:
+                    g.handle.wait()
+                    g.state, g.handle = _RESIDENT, None
+                except _errors.Error:
+                    g.state, g.handle = _OUT, None
+                    self.c["prefetch_errors"] += 1
+            victims = self._victims(None) or self._victims(None, pinned=True)
+            if not victims:
+                break
+            self._evict(victims[0])
+        if self.trace is not None:
+            self._plans = {}
+            self._plan_residency()
+
     def _start_pass(self) -> None:
+        self._fit_device()
         self._pass_seq = []
         self._following = self.trace is not None
         self._pos = 0
@@ -1754,6 +1802,10 @@ class Offloaded:
         out.update(
             groups=len(self.groups),
             capacity_bytes=self.capacity,
+            capacity_given_bytes=self.capacity_given,
+            device_free_min_bytes=self._device_free_min,
+            # torch's own device memory beside the pool (a KV cache, activations), on a GPU
+            torch_allocated_bytes=int(torch.cuda.memory_allocated(self.device)) if self.device.type == "cuda" else None,
             offloaded_bytes=sum(g.nbytes for g in self.groups),
             kept_bytes=self.kept_bytes,
             host_tier_bytes=self.host_tier_bytes,
@@ -1912,6 +1964,7 @@ def offload(
     verify_checksums: bool = True,
     copy_checkpoint: bool = False,
     host_memory: int | str = "auto",
+    device_headroom: int | str = "256MiB",
 ) -> Offloaded:
     """Offloads ``model``'s weights to an oversub pool of ``capacity`` bytes with a swap store in ``store``.
 
@@ -1936,6 +1989,10 @@ def offload(
       there; the store backs only the rest. ``"auto"`` on a CUDA device takes what ``MemAvailable`` leaves after an
       eighth of ``MemTotal`` (at least 2 GiB), up to the weights' size; on the CPU backend it is 0 (the device
       memory is host memory already: a tier would only copy RAM to RAM).
+    - ``device_headroom``: on a CUDA device, the free device memory kept for what torch allocates beside the pool
+      (a ``generate``'s KV cache, activations). Before each pass, if less is free, the pool's capacity shrinks by
+      the shortfall (evicting groups, never below the largest group) and grows back, up to ``capacity``, once memory
+      is free again. ``0`` keeps the capacity fixed.
 
     Raises :class:`GroupTooLargeError`, :class:`StoreTooSmallError` or :class:`CheckpointError` before anything
     moves; on any error the model is left as it was. Returns the :class:`Offloaded` handle (also kept on the model).
@@ -1966,6 +2023,7 @@ def offload(
         verify_checksums=verify_checksums,
         copy_checkpoint=copy_checkpoint,
         host_memory=host_memory,
+        device_headroom=_parse_size(device_headroom),
     )
     h._build(group, keep, checkpoint)
     model.__dict__[_ATTR] = h

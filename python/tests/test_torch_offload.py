@@ -835,6 +835,29 @@ def test_cuda_generate_benchmark_runs_issue_34s_rows(tmp_path):
 
 
 @gpu
+def test_cuda_capacity_gives_way_to_torch_allocations(tmp_path, x):
+    """On the GPU: a headroom of all but 64 MiB of the device's free memory, taken by a torch tensor, shrinks the
+    pool to its largest group; outputs stay equal to the resident model's; freeing it grows the pool back."""
+    m = _model(6, seed=12)
+    ref = _ref(m.to("cuda"), x.to("cuda"))
+    m = _model(6, seed=12)
+    gran = 2 << 20  # a group's reservation on the CUDA backend
+    h = ot.offload(m, capacity=5 * gran, store=tmp_path, device="cuda", device_headroom="256MiB")
+    xc = x.to("cuda")
+    with torch.no_grad():
+        torch.testing.assert_close(m(xc), ref, rtol=1e-6, atol=1e-6)
+        free = torch.cuda.mem_get_info()[0]
+        hog = torch.empty(max(0, free - (128 << 20)), dtype=torch.uint8, device="cuda")
+        torch.testing.assert_close(m(xc), ref, rtol=1e-6, atol=1e-6)
+        st = ot.stats(m)
+        assert st["capacity_bytes"] == max(g.reserved for g in h.groups) and st["capacity_changes"] >= 1
+        del hog
+        torch.cuda.empty_cache()
+        torch.testing.assert_close(m(xc), ref, rtol=1e-6, atol=1e-6)
+        assert ot.stats(m)["capacity_bytes"] == 5 * gran
+
+
+@gpu
 def test_cuda_offload_reads_the_checkpoint_in_place(tmp_path, x):
     """On the GPU too, the safetensors file is the store: groups page from it through the staging ring into device
     buffers, nothing written to oversub's store for them, results equal to the model resident on the GPU."""
@@ -899,3 +922,45 @@ def test_auto_lookahead_follows_read_against_compute(tmp_path, monkeypatch, comp
         assert s["lookahead"] == 2 and est[2] < est[0]
         assert all(p["page_ins_on_demand"] == 0 and p["page_ins_prefetched"] > 0 for p in last)
     assert s["page_ins_prefetched"] >= s0["page_ins_prefetched"]
+
+
+def test_the_capacity_gives_way_to_what_torch_allocates_on_the_device(tmp_path, x):
+    """On a GPU a generate's KV cache grows in torch's allocator beside the pool. Before each pass, free device
+    memory below ``device_headroom`` shrinks the capacity by the shortfall (evicting groups, never below the largest
+    group), and memory freed again lets it grow back; outputs never change. The free memory is simulated here
+    (the CPU backend has no device to ask)."""
+    m = _model(6, seed=5)
+    ref = _ref(m, x)
+    h = ot.offload(m, capacity=5 * BLOCK, store=tmp_path, lookahead=1, device_headroom="1MiB")
+    torch_bytes = {"now": 0}
+    device = 5 * BLOCK + (1 << 20)  # the pool's capacity and the headroom
+    h._device_free = lambda: device - torch_bytes["now"] - h._used()
+    with torch.no_grad():
+        for _ in range(2):
+            assert torch.equal(m(x), ref)
+        assert ot.stats(m)["capacity_bytes"] == 5 * BLOCK
+        torch_bytes["now"] = 3 * BLOCK  # a KV cache grew: the pool is 3 blocks short of its headroom
+        assert torch.equal(m(x), ref)
+        st = ot.stats(m)
+        assert st["capacity_bytes"] == 2 * BLOCK
+        assert sum(g.reserved for g in h.groups if g.state != "paged_out") <= 2 * BLOCK
+        assert st["capacity_changes"] == 1 and st["device_free_min_bytes"] < 1 << 20
+        for _ in range(2):
+            assert torch.equal(m(x), ref)
+        assert ot.stats(m)["capacity_changes"] == 1  # stable while the cache stays
+        torch_bytes["now"] = 0  # released again
+        assert torch.equal(m(x), ref)
+        st = ot.stats(m)
+        assert st["capacity_bytes"] == st["capacity_given_bytes"] == 5 * BLOCK
+        assert st["capacity_changes"] == 2
+    ot.restore(m)
+
+
+def test_device_headroom_zero_keeps_the_capacity(tmp_path, x):
+    m = _model(4, seed=6)
+    h = ot.offload(m, capacity=3 * BLOCK, store=tmp_path, device_headroom=0)
+    h._device_free = lambda: 0
+    with torch.no_grad():
+        m(x)
+        m(x)
+    assert ot.stats(m)["capacity_bytes"] == 3 * BLOCK and ot.stats(m)["capacity_changes"] == 0
