@@ -240,6 +240,9 @@ def _offload_parser(sub) -> None:
     op.add_argument("--ds-aio", default="262144,32",
                     help="DeepSpeed's aio block_size,queue_depth (default 262144,32: the NVMe example of "
                          "transformers' DeepSpeed guide; DeepSpeed's own defaults are 1048576,8)")
+    op.add_argument("--host-memory", default="auto",
+                    help="oversub-learned's and oversub-demand's host_memory (default auto; a size below the weights' "
+                         "makes the disk-bound row: the rest pages from the store)")
     op.add_argument("--no-checksums", action="store_true",
                     help="oversub without checksum verification on page-in (default: on, as oversub's default)")
     op.add_argument("--threads", type=int, default=1, help="torch.set_num_threads for every method (default 1)")
@@ -441,10 +444,11 @@ def _setup(method: str, spec: dict, work: str, ckpt: str):
         la = spec["lookahead"]
         h = ot.offload(model, capacity=capacity, store=store, checkpoint=ckpt, device=str(dev),
                        lookahead=0 if method == "oversub-demand" else (la if la == "auto" else int(la)),
-                       verify_checksums=spec["checksums"], host_memory=0 if method == "oversub-store" else "auto")
+                       verify_checksums=spec["checksums"],
+                       host_memory=0 if method == "oversub-store" else spec.get("host_memory", "auto"))
         info["config"] = {"capacity": capacity, "lookahead": "0" if method == "oversub-demand" else str(la),
                           "verify_checksums": spec["checksums"],
-                          "host_memory": 0 if method == "oversub-store" else "auto"}
+                          "host_memory": 0 if method == "oversub-store" else spec.get("host_memory", "auto")}
         info["groups"] = len(h.groups)
         info["kept_bytes"] = h.kept_bytes
         info["transfer_path"] = h.pool.transfer_path
@@ -848,6 +852,7 @@ def _offload_spec(args, kind: str) -> dict:
                     tokens=args.tf_tokens, layer_params=params, gen_tokens=args.gen_tokens,
                     gen_prompt=args.gen_prompt, dtype=args.dtype, itemsize=itemsize)
     spec["ds_aio"] = [int(v) for v in args.ds_aio.split(",")]
+    spec["host_memory"] = args.host_memory if args.host_memory == "auto" else _parse_size(args.host_memory)
     spec.update(seed=1, threads=args.threads, device=args.device, lookahead=args.lookahead, checksums=not args.no_checksums, passes=args.passes, drop_caches=not args.no_drop_caches,
                 capacity_layers=args.capacity_layers, layer_bytes=layer_bytes,
                 capacity=int(args.capacity_layers * (layer_bytes + (1 << 16))))
