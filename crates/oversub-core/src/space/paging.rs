@@ -640,3 +640,42 @@ impl SpaceShared {
         result
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    /// A deferred page-in's outcome waits while the starter job holds the copy, so `finish` (woken by the settle)
+    /// never finds the copy still shared; it settles when the job lets go, whichever comes first.
+    #[test]
+    fn a_held_settle_waits_for_the_job_to_let_go() {
+        let device: Arc<dyn DeviceMemory> = Arc::new(oversub_accel::HostMemory::default());
+        let reservation = device.reserve(4096).unwrap();
+        for outcome_first in [true, false] {
+            let op = Arc::new(OpState::default());
+            let settle = Settle::new(
+                Arc::clone(&device),
+                Completion::new(&op),
+                reservation,
+                None,
+                None,
+            );
+            settle.hold();
+            if outcome_first {
+                settle.run(Ok(()));
+                assert!(!op.is_complete(), "settled while the job held the copy");
+                settle.let_go();
+            } else {
+                settle.let_go();
+                assert!(!op.is_complete());
+                settle.run(Ok(()));
+            }
+            assert!(op.is_complete());
+            assert!(op.wait().is_ok());
+        }
+        // SAFETY: nothing uses the range.
+        unsafe { device.unreserve(reservation) }.unwrap();
+    }
+}
