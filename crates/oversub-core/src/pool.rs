@@ -31,8 +31,9 @@ pub struct PoolConfig {
     /// to the store; the staging path (CUDA) is not checksummed, and the host tier only with
     /// [`checksum_host_tier`](Self::checksum_host_tier).
     pub verify_checksums: bool,
-    /// Checksum the host tier's copies too, as the store's (off by default: hashing costs about as much as the
-    /// tier's memory copy). Needs host-addressable device memory, as the store's checksums do.
+    /// Checksum the host tier's copies too, as the store's (off by default: the tier moves a buffer whole, so a
+    /// page-in's hashes run after its copy instead of overlapping it). Needs host-addressable device memory, as the
+    /// store's checksums do.
     pub checksum_host_tier: bool,
     /// Obey a memory arbiter: storage I/O and copies run in chunks of the gate's size, one at a time, and none
     /// starts unless the arbiter's current grant covers it to its end; the commit before a page-in and the
