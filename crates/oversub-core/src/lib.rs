@@ -6,6 +6,10 @@
 //! memory is really given back while it is out. Read-only buffers are written to the store once. Each address space
 //! has its own lock; the only global state (capacity accounting, store slots) is atomics or a short lock.
 //!
+//! Inside, three layers (docs/ARCHITECTURE.md): `space/` keeps the buffers, `tier/` says where a paged-out copy
+//! lives (the store, a host-memory tier; checksummed by wrapping a tier in `Hashed`), `transfer/` moves the bytes
+//! (direct, staged, gated). The pool composes the paths and the tiers once, when it is made.
+//!
 //! ```
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! use oversub_core::{BufferFlags, BufferState, PoolSpec};
@@ -36,6 +40,7 @@ mod preempt;
 mod space;
 mod spec;
 mod tenant;
+mod tier;
 mod transfer;
 mod workers;
 

@@ -10,9 +10,10 @@ use oversub_io::{Slot, SwapStore};
 
 use crate::space::AddressSpace;
 use crate::tenant::{TenantConfig, TenantQuota, Tenants};
+use crate::tier::{AnyTier, Hashed, Host, Store, Tiers};
 use crate::transfer::direct::{Direct, PiecePath};
 use crate::transfer::gated::{GateCosts, Gated, GatedIo, MmCost, MmLane};
-use crate::transfer::host_tier::{HostTier, HostTierConfig, HostTierPath};
+use crate::transfer::host_tier::{HostTier, HostTierConfig};
 use crate::transfer::staged::{Staging, StagingConfig};
 use crate::transfer::TransferPath;
 use crate::workers::Workers;
@@ -27,8 +28,13 @@ pub struct PoolConfig {
     /// flips bits or acknowledges a write it did not finish gives `ChecksumMismatch` instead of wrong bytes. On by
     /// default: each piece is hashed on the I/O thread as its I/O completes, overlapping the rest of the transfer
     /// (cost measured by `oversub bench paging`, docs/benchmarks.md). Covers buffers the host can address that go
-    /// to the store; the host tier and the staging path (CUDA) are not checksummed.
+    /// to the store; the staging path (CUDA) is not checksummed, and the host tier only with
+    /// [`checksum_host_tier`](Self::checksum_host_tier).
     pub verify_checksums: bool,
+    /// Checksum the host tier's copies too, as the store's (off by default: the tier moves a buffer whole, so a
+    /// page-in's hashes run after its copy instead of overlapping it). Needs host-addressable device memory, as the
+    /// store's checksums do.
+    pub checksum_host_tier: bool,
     /// Obey a memory arbiter: storage I/O and copies run in chunks of the gate's size, one at a time, and none
     /// starts unless the arbiter's current grant covers it to its end; the commit before a page-in and the
     /// decommit after a page-out are admitted the same way, each for its measured worst-case time.
@@ -54,6 +60,7 @@ impl PoolConfig {
         PoolConfig {
             capacity_bytes,
             verify_checksums: true,
+            checksum_host_tier: false,
             gate: None,
             gate_calibration_samples: 16,
             gate_mm_costs: None,
@@ -79,6 +86,12 @@ impl PoolConfig {
     /// The same options with `rule` for the tenant planner's swap ratios.
     pub fn swap_rule(mut self, rule: AlphaRule) -> Self {
         self.swap_rule = rule;
+        self
+    }
+
+    /// The same options with the host tier's copies checksummed or not.
+    pub fn checksum_host_tier(mut self, on: bool) -> Self {
+        self.checksum_host_tier = on;
         self
     }
 
@@ -135,12 +148,11 @@ pub(crate) struct PoolShared {
     /// the transfer paths (which it wraps).
     pub(crate) gated: Option<GatedIo>,
     /// How buffers move to and from the store: direct or staged, gated or not (chosen once, here).
-    pub(crate) store_path: Box<dyn TransferPath<Copy = Slot>>,
-    /// The direct path piece by piece, with the checksum thread, when checksums are on and the host can address
-    /// device memory.
-    pub(crate) checksummed: Option<Checksummed>,
-    /// The host-memory tier and its path, when configured.
-    pub(crate) host_tier: Option<Arc<HostTierPath>>,
+    store_path: Arc<dyn TransferPath<Copy = Slot>>,
+    /// Where paged-out copies live, in the order a page-out tries them (composed once, here).
+    pub(crate) tiers: Tiers,
+    /// The host-memory tier's memory, when configured (for its occupancy).
+    host_tier: Option<Arc<HostTier>>,
     /// The thread that starts large page-ins (commit, then queue the read) off the caller's thread; made at the
     /// first such page-in.
     starter: OnceLock<Workers>,
@@ -166,7 +178,7 @@ impl Drop for PoolShared {
         std::mem::forget(Arc::clone(&self.store));
         std::mem::forget(Arc::clone(&self.device));
         std::mem::forget(self.gated.take());
-        std::mem::forget(self.checksummed.take());
+        std::mem::forget(std::mem::replace(&mut self.tiers, Tiers::new(Vec::new())));
         std::mem::forget(self.host_tier.take());
         std::mem::forget(self.starter.take());
     }
@@ -217,16 +229,16 @@ impl Pool {
             .host_accessible()
             .then(|| Direct::new(Arc::clone(&device), Arc::clone(&store)));
         let (store_path, pieces): (
-            Box<dyn TransferPath<Copy = Slot>>,
+            Arc<dyn TransferPath<Copy = Slot>>,
             Option<Arc<dyn PiecePath>>,
         ) = match (direct, &pacer) {
             (Some(direct), Some(pacer)) => {
                 let path = Arc::new(Gated::new(direct, Arc::clone(pacer)));
-                (Box::new(Arc::clone(&path)), Some(path))
+                (path.clone(), Some(path))
             }
             (Some(direct), None) => {
                 let path = Arc::new(direct);
-                (Box::new(Arc::clone(&path)), Some(path))
+                (path.clone(), Some(path))
             }
             (None, _) => {
                 let staging = Staging::start(
@@ -235,45 +247,67 @@ impl Pool {
                     Arc::clone(&store),
                     pacer.as_ref().map(|p| p.chunk_bytes()),
                 )?;
-                let path: Box<dyn TransferPath<Copy = Slot>> = match &pacer {
-                    Some(pacer) => Box::new(Gated::new(staging, Arc::clone(pacer))),
-                    None => Box::new(staging),
+                let path: Arc<dyn TransferPath<Copy = Slot>> = match &pacer {
+                    Some(pacer) => Arc::new(Gated::new(staging, Arc::clone(pacer))),
+                    None => Arc::new(staging),
                 };
                 (path, None)
             }
         };
+        // Checksums are taken where the host can read the buffer: on the direct path (whose store moves take pieces,
+        // so hashes overlap the I/O), and in the host tier when asked for.
+        let hash_store = config.verify_checksums && pieces.is_some();
+        let hash_host = config.checksum_host_tier && config.host_tier.is_some();
+        let hasher = if hash_store || hash_host {
+            // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the caller and
+            // the engine on small machines.
+            Some(Arc::new(Workers::start(
+                "oversub-hash",
+                "spawning a checksum thread",
+                1,
+                false,
+            )?))
+        } else {
+            None
+        };
+        let hashed = |hash: bool| {
+            hasher
+                .as_ref()
+                .filter(|_| hash)
+                .map(|h| (Arc::clone(&device), Arc::clone(h)))
+        };
+        // The tiers, composed here once, in the order a page-out tries them: the host tier first when configured,
+        // the store last (it takes every copy). A new tier is one more entry here; checksums wrap a tier.
+        let mut tiers: Vec<Arc<dyn AnyTier>> = Vec::new();
         let host_tier = match config.host_tier {
             Some(t) => {
-                let tier = Arc::new(HostTier::new(t, Arc::clone(&device))?);
+                let memory = Arc::new(HostTier::new(t, Arc::clone(&device))?);
                 let path: Box<dyn TransferPath<Copy = _>> = match &pacer {
-                    Some(pacer) => Box::new(Gated::new(Arc::clone(&tier), Arc::clone(pacer))),
-                    None => Box::new(Arc::clone(&tier)),
+                    Some(pacer) => Box::new(Gated::new(Arc::clone(&memory), Arc::clone(pacer))),
+                    None => Box::new(Arc::clone(&memory)),
                 };
-                Some(Arc::new(HostTierPath::new(tier, path)))
+                let host = Host::new(Arc::clone(&memory), path);
+                tiers.push(match hashed(hash_host) {
+                    Some((device, hasher)) => Arc::new(Hashed::new(host, device, hasher)),
+                    None => Arc::new(host),
+                });
+                Some(memory)
             }
             None => None,
         };
-        let checksummed = match pieces.filter(|_| config.verify_checksums) {
-            Some(pieces) => Some(Checksummed {
-                pieces,
-                // One thread: hashing (~13 GB/s) outruns any store, and a second one only competes with the
-                // caller and the engine on small machines.
-                hasher: Arc::new(Workers::start(
-                    "oversub-hash",
-                    "spawning a checksum thread",
-                    1,
-                    false,
-                )?),
-            }),
-            None => None,
-        };
+        let gate = gated.as_ref().map(|g| Arc::clone(g.gate()));
+        let store_tier = Store::new(Arc::clone(&store), Arc::clone(&store_path), pieces, gate);
+        tiers.push(match hashed(hash_store) {
+            Some((device, hasher)) => Arc::new(Hashed::new(store_tier, device, hasher)),
+            None => Arc::new(store_tier),
+        });
         Ok(Pool {
             shared: Arc::new(PoolShared {
                 device,
                 store,
                 gated,
                 store_path,
-                checksummed,
+                tiers: Tiers::new(tiers),
                 host_tier,
                 starter: OnceLock::new(),
                 capacity_bytes: config.capacity_bytes,
@@ -362,22 +396,13 @@ impl Pool {
         self.shared
             .host_tier
             .as_ref()
-            .map(|t| (t.tier().free_bytes(), t.tier().capacity_bytes()))
+            .map(|t| (t.free_bytes(), t.capacity_bytes()))
     }
 
     /// Size of one chunk of a staged transfer (`None` when the pool does not stage).
     pub fn staging_chunk_bytes(&self) -> Option<u64> {
         self.shared.store_path.chunk_bytes()
     }
-}
-
-/// The direct path piece by piece and the thread that hashes the pieces: how checksummed transfers run.
-#[derive(Debug)]
-pub(crate) struct Checksummed {
-    /// The pool's direct path (gated or not), taking a transfer in pieces.
-    pub(crate) pieces: Arc<dyn PiecePath>,
-    /// The checksum thread.
-    pub(crate) hasher: Arc<Workers>,
 }
 
 impl PoolShared {
@@ -446,18 +471,14 @@ impl PoolShared {
         &self,
         len: usize,
         what: WorkKind,
-        mut copy: impl FnMut(usize, usize) -> Result<(), E>,
+        copy: impl FnMut(usize, usize) -> Result<(), E>,
     ) -> Result<(), E> {
-        match &self.gated {
-            None => copy(0, len),
-            // Offsets and lengths stay below `len`, so they fit in usize.
-            Some(g) => {
-                let gate = g.gate();
-                gate.run_chunked(len as u64, |off, n| {
-                    gate.record_run(what, n, || copy(off as usize, n as usize))
-                })
-            }
-        }
+        crate::transfer::gated::copy_chunked(
+            self.gated.as_ref().map(|g| &**g.gate()),
+            len,
+            what,
+            copy,
+        )
     }
 
     /// Takes `bytes` of capacity, or says how much is left.

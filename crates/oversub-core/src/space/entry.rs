@@ -1,33 +1,8 @@
 //! A buffer's entry in its address space: its state, with the operation in flight and the copy outside device
-//! memory tied to it (`State`, `Phase`, `StoredCopy`), enums so that impossible combinations (a paged-out buffer
-//! without its copy, an in-flight state without its operation) cannot be built.
+//! memory tied to it (`State`, `Phase`; the copy is a tier's opaque `StoredCopy`), enums so that impossible
+//! combinations (a paged-out buffer without its copy, an in-flight state without its operation) cannot be built.
 
 use super::*;
-
-/// A buffer's copy outside device memory: a store slot or room in the host tier, never both.
-#[derive(Debug)]
-pub(super) enum StoredCopy {
-    /// A slot of the swap store, with the checksum of its bytes when one was taken (checksums on,
-    /// host-addressable memory). A direct store access shares the slot while it runs (see
-    /// [`StoreAccessGuard`](super::access::StoreAccessGuard)); the buffer is `busy` then, so the slot is never
-    /// released while shared.
-    Store {
-        slot: Arc<Slot>,
-        checksum: Option<Checksums>,
-    },
-    /// Room in the host-memory tier (never checksummed).
-    Host(HostCopy),
-}
-
-impl StoredCopy {
-    /// A store slot without a checksum.
-    pub(super) fn store(slot: Slot) -> StoredCopy {
-        StoredCopy::Store {
-            slot: Arc::new(slot),
-            checksum: None,
-        }
-    }
-}
 
 /// A buffer's state, with its copy outside device memory where it has one.
 #[derive(Debug)]
@@ -131,9 +106,9 @@ pub(super) struct Entry {
     pub(super) flags: BufferFlags,
     /// Its state, with its copy outside device memory.
     pub(super) state: State,
-    /// A direct store transfer or a copy is using the buffer without the space lock (see
-    /// [`AccessGuard`](super::access::AccessGuard)); paging calls wait for it to end. While a direct store transfer
-    /// runs, its guard shares the entry's slot.
+    /// A direct transfer of the stored copy or a copy of memory is using the buffer without the space lock (see
+    /// [`AccessGuard`](super::access::AccessGuard)); paging calls wait for it to end. While a direct transfer runs,
+    /// its guard shares the entry's copy.
     pub(super) busy: bool,
     /// The buffer was freed while an operation or access used it: callers no longer see it, and it is released
     /// when that ends.
@@ -149,20 +124,20 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    /// A buffer that starts paged out, its bytes already in `slot` (no memory, nothing charged yet).
+    /// A buffer that starts paged out, its bytes already in `copy` (no memory, nothing charged yet).
     pub(super) fn stored_on(
         reservation: Reservation,
         size_bytes: u64,
         io_bytes: u64,
         flags: BufferFlags,
-        slot: Slot,
+        copy: StoredCopy,
     ) -> Entry {
         Entry {
             reservation,
             size_bytes,
             io_bytes,
             flags,
-            state: State::paged_out(StoredCopy::store(slot)),
+            state: State::paged_out(copy),
             busy: false,
             free_pending: false,
             charged: false,
@@ -176,13 +151,4 @@ impl Entry {
 pub(super) struct SpaceState {
     pub(super) next_index: u64,
     pub(super) buffers: BTreeMap<u64, Entry>,
-}
-
-/// Keeps the checksum a finished page-out took with its store copy (only store copies are checksummed).
-pub(super) fn keep_checksum(copy: &mut StoredCopy, op: &OpState) {
-    if let Some(sums) = lock(&op.checksum).take() {
-        if let StoredCopy::Store { checksum, .. } = copy {
-            *checksum = Some(sums);
-        }
-    }
 }

@@ -1,10 +1,10 @@
 //! Address spaces: the pager's public face ([`AddressSpace`], [`Buffer`], [`Ticket`]) and its bookkeeping, split by
 //! concern: `entry` (a buffer's state, with its copy outside memory), `shared` (the table, charges, quota),
-//! `ticket` (operations in flight), `paging` (page-out, page-in, finish), `checksum` (hashed transfers),
-//! `access` (copies and direct store access) and `stream_order` (uses recorded on the caller's streams).
+//! `ticket` (operations in flight), `paging` (page-out, page-in, finish), `access` (copies and direct access to a
+//! stored copy) and `stream_order` (uses recorded on the caller's streams). Where a copy lives, and whether it is
+//! checksummed, is the tiers' (`crate::tier`).
 
 mod access;
-mod checksum;
 mod entry;
 mod paging;
 mod shared;
@@ -18,18 +18,17 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use oversub_accel::{round_up, AccelError, DeviceMemory, DevicePtr, Fence, Reservation};
 use oversub_arbiter::WorkKind;
-use oversub_io::{Direction, IoError, IoVec, Slot};
+use oversub_io::{Direction, IoError};
 
 pub(crate) use oversub_base::sync::lock;
 
-use crate::pool::{Checksummed, PoolShared};
+use crate::pool::PoolShared;
+use crate::tier::{SharedCopy, StoredCopy, TierIo};
 use crate::transfer::gated::{MmLane, Prelude};
-use crate::transfer::host_tier::HostCopy;
-use crate::transfer::{Transfer, TransferCallback, TransferError};
+use crate::transfer::{TransferCallback, TransferError};
 use crate::PagerError;
 
-use checksum::{submit_hashed, Checksums, PiecesDone, SendPtr};
-use entry::{keep_checksum, Entry, Phase, SpaceState, State, StoredCopy};
+use entry::{Entry, Phase, SpaceState, State};
 pub(crate) use shared::{SpaceShared, SpaceUsage};
 pub use ticket::Ticket;
 use ticket::{failure_to_error, Completion, Failed, OpFailure, OpState};
@@ -284,10 +283,10 @@ impl AddressSpace {
         slot.set_priority(Arc::clone(&self.shared.usage.io_priority));
         let reserve_len = usize::try_from(len)
             .map_err(|_| PagerError::InvalidSize(format!("{len} bytes overflows")))?;
-        let reservation = pool.device.reserve(reserve_len)?;
+        let (copy, reservation) = self.shared.adopt_reserved(slot, reserve_len)?;
         let buffer = self
             .shared
-            .insert(Entry::stored_on(reservation, len, len, flags, slot));
+            .insert(Entry::stored_on(reservation, len, len, flags, copy));
         tracing::debug!(%buffer, offset, len, file = %file.path().display(), addr = %reservation.addr, "alloc on an external file");
         Ok(buffer)
     }
@@ -303,23 +302,17 @@ impl AddressSpace {
         let pool = &self.shared.pool;
         let mut slot = pool.store.allocate(io_bytes)?;
         slot.set_priority(Arc::clone(&self.shared.usage.io_priority));
-        if let Err(e) = self.shared.zero_slot(&slot) {
+        if let Err(e) = crate::tier::store::zero_slot(&pool.store, &slot) {
             pool.store.release(slot);
             return Err(e);
         }
-        let reservation = match pool.device.reserve(reserve_len) {
-            Ok(r) => r,
-            Err(e) => {
-                pool.store.release(slot);
-                return Err(e.into());
-            }
-        };
+        let (copy, reservation) = self.shared.adopt_reserved(slot, reserve_len)?;
         let buffer = self.shared.insert(Entry::stored_on(
             reservation,
             size_bytes,
             io_bytes,
             flags,
-            slot,
+            copy,
         ));
         tracing::debug!(%buffer, size_bytes, addr = %reservation.addr, "alloc on the store (past the space's quota)");
         Ok(buffer)
@@ -363,7 +356,7 @@ impl AddressSpace {
             flags: e.flags,
             state: e.state.public(),
             stored: e.state.stored(),
-            in_host_tier: matches!(e.state.copy(), Some(StoredCopy::Host(_))),
+            in_host_tier: e.state.copy().is_some_and(StoredCopy::in_host_memory),
         })
     }
 

@@ -1,7 +1,5 @@
-//! Paging: starting page-outs and page-ins on the pool's transfer paths, and settling a buffer when its ticket
+//! Paging: starting page-outs and page-ins through the pool's tiers, and settling a buffer when its ticket
 //! finishes.
-
-use std::sync::atomic::AtomicI64;
 
 use crate::workers::Workers;
 
@@ -46,8 +44,8 @@ pub(super) unsafe fn release_then(
     }
 }
 
-/// A page-out's start, one way per place its copy can go: each queues the work and gives the copy the buffer's
-/// state keeps; the completion (`done`) releases the memory once the bytes are safe, then settles.
+/// A page-out's start, one way per case (the copy is current already, or a new one is written): each gives the copy
+/// the buffer's state keeps; the completion (`done`) releases the memory once the bytes are safe, then settles.
 struct PageOut<'a> {
     pool: &'a PoolShared,
     reservation: Reservation,
@@ -76,115 +74,33 @@ impl PageOut<'_> {
         copy
     }
 
-    /// Copies the buffer into `room` in the host tier; on failure the room goes back.
+    /// Writes the buffer into `copy`, new room in the first tier that had it (checksummed where that tier is);
+    /// the completion releases the memory once the bytes are safe. On failure the room goes back.
     ///
     /// # Safety
     /// The memory stays committed and unchanged until the completion has run.
-    unsafe fn into_host_tier(self, room: HostCopy) -> Result<StoredCopy, PagerError> {
+    unsafe fn into_copy(self, copy: StoredCopy) -> Result<StoredCopy, PagerError> {
         let on_done = release_when_copied(
             Arc::clone(&self.pool.device),
             self.mm,
             self.done,
             self.reservation,
         );
-        // SAFETY: forwarded from our caller; the tier's room is the entry's alone.
+        // SAFETY: forwarded from our caller; the copy is new, the entry's alone.
         let submitted = unsafe {
-            room.submit(
-                Direction::Write,
-                &self.reservation,
-                self.io_bytes,
-                None,
+            copy.submit(TierIo {
+                direction: Direction::Write,
+                range: &self.reservation,
+                io_bytes: self.io_bytes,
+                size_bytes: self.size_bytes,
+                after: None,
                 on_done,
-            )
+            })
         };
         match submitted {
-            Ok(()) => Ok(StoredCopy::Host(room)),
+            Ok(()) => Ok(copy),
             Err(err) => {
-                room.release();
-                Err(err)
-            }
-        }
-    }
-
-    /// Writes the buffer to a new store slot: checksummed where the pool hashes and the host can address the
-    /// memory (the release then waits for the last piece's hash too), else on the store path. On failure the slot
-    /// goes back.
-    ///
-    /// # Safety
-    /// The memory stays committed and unchanged until the completion has run.
-    unsafe fn into_store(self, priority: &Arc<AtomicI64>) -> Result<StoredCopy, PagerError> {
-        let pool = self.pool;
-        let mut slot = pool.store.allocate(self.io_bytes)?;
-        slot.set_priority(Arc::clone(priority));
-        // Checksums are taken where the host can read the buffer (not through the staging path).
-        let hashed = pool.checksummed.as_ref().and_then(|sums| {
-            pool.device
-                .host_ptr(&self.reservation)
-                .map(|ptr| (sums, SendPtr(ptr)))
-        });
-        let submitted = match hashed {
-            Some((sums, ptr)) => {
-                let (device, mm, done, reservation) = (
-                    Arc::clone(&pool.device),
-                    self.mm,
-                    self.done,
-                    self.reservation,
-                );
-                // Runs where the last piece ends (the I/O side or a checksum thread); under an arbiter the decommit
-                // is queued to the gated worker from there.
-                let finish: PiecesDone = Box::new(move |hashed| match hashed {
-                    Ok(sums) => {
-                        *lock(&done.op.checksum) = Some(sums);
-                        // SAFETY: every piece is written and the buffer is PagingOut: nothing uses it.
-                        unsafe {
-                            release_then(mm.as_ref(), device.as_ref(), reservation, move |r| {
-                                done.complete(
-                                    r.map_err(|e| Failed::kept_memory(OpFailure::Release(e))),
-                                )
-                            })
-                        }
-                    }
-                    Err(cause) => done.complete(Err(Failed::kept_memory(cause))),
-                });
-                // SAFETY: forwarded from our caller.
-                unsafe {
-                    submit_hashed(
-                        sums,
-                        Direction::Write,
-                        &slot,
-                        ptr,
-                        self.io_bytes,
-                        self.size_bytes,
-                        None,
-                        None,
-                        finish,
-                    )
-                }
-            }
-            None => {
-                let on_done = release_when_copied(
-                    Arc::clone(&pool.device),
-                    self.mm,
-                    self.done,
-                    self.reservation,
-                );
-                // SAFETY: forwarded from our caller.
-                unsafe {
-                    pool.store_path.submit(Transfer {
-                        direction: Direction::Write,
-                        range: &self.reservation,
-                        copy: &slot,
-                        io_bytes: self.io_bytes,
-                        after: None,
-                        on_done,
-                    })
-                }
-            }
-        };
-        match submitted {
-            Ok(()) => Ok(StoredCopy::store(slot)),
-            Err(err) => {
-                pool.store.release(slot);
+                copy.release();
                 Err(err)
             }
         }
@@ -201,7 +117,12 @@ pub(super) const DEFERRED_COMMIT_BYTES: u64 = 64 << 20;
 /// The end of a page-in, run once: with the transfer's outcome, or with the failure that kept it from starting.
 /// On failure the memory is given back (under an arbiter, as a gated memory operation) before the ticket learns
 /// it; a settle dropped without running completes its operation as lost.
-pub(super) struct Settle(Mutex<Option<SettleFn>>);
+pub(super) struct Settle {
+    run: Mutex<Option<SettleFn>>,
+    /// While a starter job shares the buffer's copy (`true`), an outcome waits here until the job lets go: the
+    /// settle wakes `finish`, which may give the copy back, and must never find it still shared.
+    held: Mutex<(bool, Option<Result<(), OpFailure>>)>,
+}
 
 type SettleFn = Box<dyn FnOnce(Result<(), OpFailure>) + Send>;
 
@@ -247,121 +168,99 @@ impl Settle {
                 }
             }
         };
-        Arc::new(Settle(Mutex::new(Some(Box::new(run)))))
+        Arc::new(Settle {
+            run: Mutex::new(Some(Box::new(run))),
+            held: Mutex::new((false, None)),
+        })
     }
 
-    /// Settles with `outcome`; only the first call does anything.
+    /// Settles with `outcome` (once the starter job that holds the copy, if any, has let go); only the first call
+    /// does anything.
     pub(super) fn run(&self, outcome: Result<(), OpFailure>) {
-        let run = lock(&self.0).take();
+        {
+            let mut held = lock(&self.held);
+            if held.0 {
+                held.1.get_or_insert(outcome);
+                return;
+            }
+        }
+        let run = lock(&self.run).take();
         if let Some(run) = run {
             run(outcome);
         }
     }
+
+    /// A starter job shares the copy from now on: outcomes wait for [`let_go`](Self::let_go).
+    fn hold(&self) {
+        lock(&self.held).0 = true;
+    }
+
+    /// The starter job no longer shares the copy: settle with the outcome that waited, if one did.
+    fn let_go(&self) {
+        let waited = {
+            let mut held = lock(&self.held);
+            held.0 = false;
+            held.1.take()
+        };
+        if let Some(outcome) = waited {
+            self.run(outcome);
+        }
+    }
 }
 
-/// A page-in's read from its store slot, owning what it needs so that it can be queued from another thread.
-struct StoreRead {
-    slot: Arc<Slot>,
-    /// The copy's checksum, when one was taken.
-    expected: Option<Checksums>,
+/// The completion of a page-in's read: settle with its outcome.
+fn settle_when_read(settle: &Arc<Settle>) -> TransferCallback {
+    let settle = Arc::clone(settle);
+    Box::new(move |r| settle.run(r.map_err(OpFailure::from)))
+}
+
+/// A page-in's read started on the pool's starter thread, owning what it needs there.
+struct DeferredRead {
+    copy: SharedCopy,
     reservation: Reservation,
     io_bytes: u64,
     size_bytes: u64,
 }
 
-impl StoreRead {
+impl DeferredRead {
     /// Commits the buffer's memory, then queues the read, both on the pool's starter thread; a failure of either
     /// settles the page-in (and its ticket reports it).
     ///
     /// # Safety
-    /// As [`submit`](Self::submit) once the commit succeeded: nothing else uses the range, and the slot stays
-    /// allocated, until `settle` has run.
-    unsafe fn start_on(
-        self,
-        starter: &Workers,
-        pool: &Arc<PoolShared>,
-        op: &Arc<OpState>,
-        settle: Arc<Settle>,
-    ) {
+    /// As [`Tier::submit`](crate::tier::Tier::submit) once the commit succeeded: nothing else uses the range, and
+    /// the copy stays reserved, until `settle` has run.
+    unsafe fn start_on(self, starter: &Workers, pool: &Arc<PoolShared>, settle: Arc<Settle>) {
         let pool = Arc::clone(pool);
-        let op = Arc::clone(op);
+        settle.hold();
         starter.run(Box::new(move || {
+            let DeferredRead {
+                copy,
+                reservation,
+                io_bytes,
+                size_bytes,
+            } = self;
             let started = pool
                 .device
-                .commit(&self.reservation)
+                .commit(&reservation)
                 .map_err(OpFailure::Commit)
                 .and_then(|()| {
+                    let read = TierIo {
+                        direction: Direction::Read,
+                        range: &reservation,
+                        io_bytes,
+                        size_bytes,
+                        after: None,
+                        on_done: settle_when_read(&settle),
+                    };
                     // SAFETY: the range is committed now; the rest is our caller's promise.
-                    unsafe { self.submit(&pool, None, &op, &settle) }.map_err(OpFailure::Start)
+                    unsafe { copy.submit(read) }.map_err(OpFailure::Start)
                 });
             if let Err(cause) = started {
                 settle.run(Err(cause));
             }
+            drop(copy);
+            settle.let_go();
         }));
-    }
-
-    /// Queues the read: checksummed where the pool hashes and the host can address the memory, else on the store
-    /// path; `settle` runs with its outcome. `Err` means nothing was queued (then `settle` is not run).
-    ///
-    /// # Safety
-    /// As [`TransferPath::submit`](crate::transfer::TransferPath::submit): the range is committed (with `after`:
-    /// once that commit succeeded) and nothing else uses it, and the slot stays allocated, until `settle` has run.
-    unsafe fn submit(
-        &self,
-        pool: &PoolShared,
-        after: Option<Arc<Prelude>>,
-        op: &Arc<OpState>,
-        settle: &Arc<Settle>,
-    ) -> Result<(), PagerError> {
-        let hashed = pool.checksummed.as_ref().and_then(|sums| {
-            pool.device
-                .host_ptr(&self.reservation)
-                .map(|ptr| (sums, SendPtr(ptr)))
-        });
-        let settle = Arc::clone(settle);
-        match hashed {
-            Some((sums, ptr)) => {
-                // A copy without a checksum (an external file's range, a slot born zeroed) gets one from its first
-                // read, kept with the copy: a later page-in of a file rewritten behind the pool's back (even with
-                // its modification time put back) is then a mismatch.
-                let first_read = self.expected.is_none().then(|| Arc::clone(op));
-                let finish: PiecesDone = Box::new(move |r| {
-                    if let (Some(op), Ok(sums)) = (&first_read, &r) {
-                        *lock(&op.checksum) = Some(Arc::clone(sums));
-                    }
-                    settle.run(r.map(|_| ()))
-                });
-                // SAFETY: forwarded from our caller.
-                unsafe {
-                    submit_hashed(
-                        sums,
-                        Direction::Read,
-                        &self.slot,
-                        ptr,
-                        self.io_bytes,
-                        self.size_bytes,
-                        self.expected.clone(),
-                        after,
-                        finish,
-                    )
-                }
-            }
-            None => {
-                let on_done: TransferCallback =
-                    Box::new(move |r| settle.run(r.map_err(OpFailure::from)));
-                // SAFETY: forwarded from our caller.
-                unsafe {
-                    pool.store_path.submit(Transfer {
-                        direction: Direction::Read,
-                        range: &self.reservation,
-                        copy: &*self.slot,
-                        io_bytes: self.io_bytes,
-                        after,
-                        on_done,
-                    })
-                }
-            }
-        }
     }
 }
 
@@ -425,12 +324,11 @@ impl AddressSpace {
             // The store already holds these bytes: only the memory goes.
             // SAFETY: see above.
             Some(copy) => (unsafe { out.release_only(copy) }, true),
-            None => match pool.host_tier.as_ref().and_then(|t| t.allocate(e.io_bytes)) {
+            None => {
+                let copy = pool.tiers.reserve(e.io_bytes, &shared.usage.io_priority)?;
                 // SAFETY: see above.
-                Some(room) => (unsafe { out.into_host_tier(room) }?, false),
-                // SAFETY: see above.
-                None => (unsafe { out.into_store(&shared.usage.io_priority) }?, false),
-            },
+                (unsafe { out.into_copy(copy) }?, false)
+            }
         };
         e.state = State::Stored {
             copy,
@@ -490,15 +388,12 @@ impl AddressSpace {
         // never waits for a grant, and a transfer that cannot be queued leaves no commit to undo.
         let mm = pool.mm_lane();
         let prelude = mm.as_ref().map(|_| Arc::new(Prelude::default()));
-        // Without one, a large page-in from the store is started on the starter thread: commit, then queue the read.
-        let starter = match copy {
-            StoredCopy::Store { .. }
-                if prelude.is_none() && charge_bytes >= DEFERRED_COMMIT_BYTES =>
-            {
-                pool.starter()
-            }
-            _ => None,
-        };
+        // Without one, a large page-in from a tier that prefers it is started on the starter thread: commit, then
+        // queue the read.
+        let starter =
+            (prelude.is_none() && charge_bytes >= DEFERRED_COMMIT_BYTES && copy.deferred_start())
+                .then(|| pool.starter())
+                .flatten();
         let undo = |err: PagerError| {
             match &prelude {
                 // Nothing was committed.
@@ -532,39 +427,28 @@ impl AddressSpace {
         // SAFETY (each start below): the buffer is PagingIn (set below under this lock) until its ticket's finish has
         // waited for the completion, which only `settle` gives, and nothing else touches the memory meanwhile; the
         // memory is committed here, or the transfer waits for its commit (`prelude`), or the starter commits first.
-        match (copy, starter) {
-            (StoredCopy::Host(copy), _) => {
-                let settle = Arc::clone(&settle);
-                let on_done: TransferCallback =
-                    Box::new(move |r| settle.run(r.map_err(OpFailure::from)));
-                // SAFETY: see above.
-                unsafe {
-                    copy.submit(
-                        Direction::Read,
-                        &e.reservation,
-                        e.io_bytes,
-                        prelude.clone(),
-                        on_done,
-                    )
-                }
-                .map_err(undo)?;
-            }
-            (StoredCopy::Store { slot, checksum }, starter) => {
-                let read = StoreRead {
-                    slot: Arc::clone(slot),
-                    expected: checksum.clone(),
+        match starter {
+            Some(starter) => {
+                let read = DeferredRead {
+                    copy: copy.share(),
                     reservation: e.reservation,
                     io_bytes: e.io_bytes,
                     size_bytes: e.size_bytes,
                 };
-                match starter {
-                    // SAFETY: see above.
-                    Some(starter) => unsafe { read.start_on(starter, pool, &op, settle) },
-                    None => {
-                        // SAFETY: see above.
-                        unsafe { read.submit(pool, prelude.clone(), &op, &settle) }.map_err(undo)?
-                    }
-                }
+                // SAFETY: see above.
+                unsafe { read.start_on(starter, pool, settle) }
+            }
+            None => {
+                let read = TierIo {
+                    direction: Direction::Read,
+                    range: &e.reservation,
+                    io_bytes: e.io_bytes,
+                    size_bytes: e.size_bytes,
+                    after: prelude.clone(),
+                    on_done: settle_when_read(&settle),
+                };
+                // SAFETY: see above.
+                unsafe { copy.submit(read) }.map_err(undo)?;
             }
         }
         if let (Some(mm), Some(prelude)) = (&mm, &prelude) {
@@ -668,7 +552,7 @@ impl SpaceShared {
             .any_entry_mut(&mut st, buffer)
             .ok_or(PagerError::UnknownBuffer(buffer))?;
         // The copy moves into the state each outcome below builds (the placeholder never outlives this call).
-        let (mut copy, kept) = match std::mem::replace(&mut e.state, State::Resident(None)) {
+        let (copy, kept) = match std::mem::replace(&mut e.state, State::Resident(None)) {
             State::Stored {
                 copy,
                 phase: Phase::PagingOut { op: current, kept },
@@ -693,7 +577,6 @@ impl SpaceShared {
         };
         let result = match (kind, outcome) {
             (OpKind::PageOut, Ok(())) => {
-                keep_checksum(&mut copy, op);
                 e.state = State::paged_out(copy);
                 uncharge(e);
                 Ok(())
@@ -707,7 +590,6 @@ impl SpaceShared {
             ) => {
                 // The bytes are safely stored, so the buffer counts as out; its memory may not be released, so it
                 // stays charged until a page-in (which commits the range again) or free.
-                keep_checksum(&mut copy, op);
                 e.state = State::paged_out(copy);
                 Err(err.into())
             }
@@ -716,18 +598,17 @@ impl SpaceShared {
                 e.state = State::Resident(if kept {
                     Some(copy)
                 } else {
-                    self.release_copy(copy);
+                    copy.release();
                     None
                 });
                 Err(failure_to_error(buffer, failed.cause))
             }
             (OpKind::PageIn, Ok(())) => {
                 e.state = State::Resident(if e.flags.read_only {
-                    keep_checksum(&mut copy, op);
                     Some(copy)
                 } else {
                     // The bytes may change from now on, so the stored copy is stale: free its space.
-                    self.release_copy(copy);
+                    copy.release();
                     None
                 });
                 Ok(())
@@ -757,5 +638,44 @@ impl SpaceShared {
             self.release_logged(buffer, entry);
         }
         result
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+    use super::*;
+
+    /// A deferred page-in's outcome waits while the starter job holds the copy, so `finish` (woken by the settle)
+    /// never finds the copy still shared; it settles when the job lets go, whichever comes first.
+    #[test]
+    fn a_held_settle_waits_for_the_job_to_let_go() {
+        let device: Arc<dyn DeviceMemory> = Arc::new(oversub_accel::HostMemory::default());
+        let reservation = device.reserve(4096).unwrap();
+        for outcome_first in [true, false] {
+            let op = Arc::new(OpState::default());
+            let settle = Settle::new(
+                Arc::clone(&device),
+                Completion::new(&op),
+                reservation,
+                None,
+                None,
+            );
+            settle.hold();
+            if outcome_first {
+                settle.run(Ok(()));
+                assert!(!op.is_complete(), "settled while the job held the copy");
+                settle.let_go();
+            } else {
+                settle.let_go();
+                assert!(!op.is_complete());
+                settle.run(Ok(()));
+            }
+            assert!(op.is_complete());
+            assert!(op.wait().is_ok());
+        }
+        // SAFETY: nothing uses the range.
+        unsafe { device.unreserve(reservation) }.unwrap();
     }
 }

@@ -233,19 +233,23 @@ impl SpaceShared {
         Ok(e)
     }
 
-    /// Gives a buffer's copy back: its store slot or its room in the host tier.
-    pub(super) fn release_copy(&self, copy: StoredCopy) {
-        match copy {
-            StoredCopy::Store { slot, .. } => match Arc::into_inner(slot) {
-                Some(slot) => self.pool.store.release(slot),
-                // Only a direct store access shares a slot, and it lets go before its buffer stops being busy, the
-                // earliest a copy can be given back; never reached, but a leak is the safe outcome (the access may
-                // still be using the space).
-                None => tracing::error!(
-                    "a store slot was still shared when given back; its space is leaked"
-                ),
-            },
-            StoredCopy::Host(copy) => copy.release(),
+    /// `slot`, which already holds a buffer's bytes, as a copy of the pool's tier of store slots, with an address
+    /// range of `reserve_len` bytes for its buffer; on failure neither is kept (the slot goes back to the store).
+    pub(super) fn adopt_reserved(
+        &self,
+        slot: oversub_io::Slot,
+        reserve_len: usize,
+    ) -> Result<(StoredCopy, Reservation), PagerError> {
+        let copy = self.pool.tiers.adopt(slot).map_err(|slot| {
+            self.pool.store.release(slot);
+            PagerError::Internal("no tier of the pool keeps store slots")
+        })?;
+        match self.pool.device.reserve(reserve_len) {
+            Ok(reservation) => Ok((copy, reservation)),
+            Err(e) => {
+                copy.release();
+                Err(e.into())
+            }
         }
     }
 
@@ -256,7 +260,7 @@ impl SpaceShared {
             tracing::warn!("waiting for a freed buffer's recorded uses: {err}");
         }
         if let Some(copy) = e.state.into_copy() {
-            self.release_copy(copy);
+            copy.release();
         }
         if e.charged {
             self.refund(e.reservation.len as u64);

@@ -93,6 +93,9 @@ impl From<TransferError> for OpFailure {
         match e {
             TransferError::Io(e) => OpFailure::Io(e),
             TransferError::Copy(e) => OpFailure::Copy(e),
+            TransferError::Checksum { expected, actual } => {
+                OpFailure::Checksum { expected, actual }
+            }
         }
     }
 }
@@ -157,8 +160,6 @@ pub(super) struct OpState {
     pub(super) callbacks: Mutex<Vec<CompletionCallback>>,
     /// When the I/O side completed (for timelines: the I/O may end long before `finish` is called).
     pub(super) completed_at: Mutex<Option<std::time::Instant>>,
-    /// The checksum a page-out took on the I/O side, for `finish` to keep with the buffer.
-    pub(super) checksum: Mutex<Option<Checksums>>,
 }
 
 impl std::fmt::Debug for OpState {

@@ -490,6 +490,24 @@ impl Pacer {
     }
 }
 
+/// Runs `copy(offset, len)` over `len` bytes: at once, or in admitted chunks under `gate` (each logged on the gate
+/// as `what`). Copies through the caller's own memory (a direct read or write of a stored copy, a copy to or from a
+/// resident buffer) obey the arbiter this way.
+pub(crate) fn copy_chunked<E>(
+    gate: Option<&Gate>,
+    len: usize,
+    what: WorkKind,
+    mut copy: impl FnMut(usize, usize) -> Result<(), E>,
+) -> Result<(), E> {
+    match gate {
+        None => copy(0, len),
+        // Offsets and lengths stay below `len`, so they fit in usize.
+        Some(gate) => gate.run_chunked(len as u64, |off, n| {
+            gate.record_run(what, n, || copy(off as usize, n as usize))
+        }),
+    }
+}
+
 /// A transfer path that obeys the arbiter: every transfer goes to the inner path with the gate's [`Pacer`], which
 /// admits each of its steps, so the inner path never asks the gate itself (the pattern of foyer's `monitor.rs`:
 /// a wrapper around any implementation of the trait).

@@ -37,7 +37,7 @@ pub struct HostTierConfig {
     pub pinned: bool,
 }
 
-/// Where a paged-out buffer's bytes are in the tier (the entry holds it as a [`HostCopy`]).
+/// Where a paged-out buffer's bytes are in the tier (the copy `tier::Host` keeps).
 #[derive(Debug)]
 pub(crate) struct HostSlot {
     extents: Vec<Extent>,
@@ -293,84 +293,6 @@ impl Drop for HostTier {
             if worker.thread().id() != std::thread::current().id() {
                 let _ = worker.join();
             }
-        }
-    }
-}
-
-/// The host tier with the path its copies take (gated or not), as the pool composed them.
-#[derive(Debug)]
-pub(crate) struct HostTierPath {
-    tier: Arc<HostTier>,
-    path: Box<dyn TransferPath<Copy = HostSlot>>,
-}
-
-impl HostTierPath {
-    /// `tier`, copied through `path` (the tier itself, or the tier wrapped in a gate).
-    pub(crate) fn new(tier: Arc<HostTier>, path: Box<dyn TransferPath<Copy = HostSlot>>) -> Self {
-        HostTierPath { tier, path }
-    }
-
-    /// The tier's memory.
-    pub(crate) fn tier(&self) -> &HostTier {
-        &self.tier
-    }
-
-    /// Room for a buffer's copy of `len` bytes, or `None` when the tier is too full (the buffer goes to the
-    /// store instead).
-    pub(crate) fn allocate(self: &Arc<Self>, len: u64) -> Option<HostCopy> {
-        self.tier.allocate(len).map(|slot| HostCopy {
-            slot,
-            tier: Arc::clone(self),
-        })
-    }
-}
-
-/// A buffer's copy in the host tier: its room there, and the tier with its path (so that a buffer whose copy is in
-/// the tier can always reach it).
-#[derive(Debug)]
-pub(crate) struct HostCopy {
-    slot: HostSlot,
-    tier: Arc<HostTierPath>,
-}
-
-impl HostCopy {
-    /// Gives the room back to the tier.
-    pub(crate) fn release(self) {
-        self.tier.tier.release(self.slot);
-    }
-
-    /// Copies bytes of the copy into `out` (the buffer is paged out with no operation in flight).
-    pub(crate) fn read(&self, offset: u64, out: &mut [u8]) {
-        self.tier.tier.read(&self.slot, offset, out);
-    }
-
-    /// Copies `data` into the copy (as [`read`](Self::read)).
-    pub(crate) fn write(&self, offset: u64, data: &[u8]) {
-        self.tier.tier.write(&self.slot, offset, data);
-    }
-
-    /// Queues the copy of `io_bytes` between the device range and this copy through the tier's path.
-    ///
-    /// # Safety
-    /// As [`TransferPath::submit`].
-    pub(crate) unsafe fn submit(
-        &self,
-        direction: oversub_io::Direction,
-        range: &oversub_accel::Reservation,
-        io_bytes: u64,
-        after: Option<Arc<Prelude>>,
-        on_done: super::TransferCallback,
-    ) -> Result<(), PagerError> {
-        // SAFETY: forwarded from our caller.
-        unsafe {
-            self.tier.path.submit(Transfer {
-                direction,
-                range,
-                copy: &self.slot,
-                io_bytes,
-                after,
-                on_done,
-            })
         }
     }
 }

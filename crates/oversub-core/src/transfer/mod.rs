@@ -33,6 +33,9 @@ pub(crate) enum TransferError {
     Io(IoError),
     /// A device copy failed.
     Copy(AccelError),
+    /// The bytes read back are not those written: a piece's checksum differs from the one taken at the write
+    /// (`tier::Hashed`).
+    Checksum { expected: u64, actual: u64 },
 }
 
 /// What runs once when a transfer is over.
@@ -55,6 +58,7 @@ pub(crate) struct Transfer<'a, C> {
 }
 
 /// A way of moving a buffer's bytes between device memory and its copy (`Copy`: a store slot, or a host-tier slot).
+/// Which place a copy goes to, and what else happens on the way (checksums), is the tiers' (`crate::tier`).
 pub(crate) trait TransferPath: Send + Sync + std::fmt::Debug {
     /// Where this path keeps a buffer's copy.
     type Copy;
