@@ -36,6 +36,20 @@ macro_rules! queued_engine_methods {
     };
 }
 
+/// The `Debug` of the two queueing engines: their type, queue depth and counters.
+macro_rules! queued_engine_debug {
+    ($engine:ident) => {
+        impl std::fmt::Debug for $engine {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($engine))
+                    .field("queue_depth", &self.queue_depth)
+                    .field("counters", &self.counters.snapshot())
+                    .finish()
+            }
+        }
+    };
+}
+
 mod priority;
 mod psync;
 mod uring;
