@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{oversub, read_json};
+use common::{oversub, read_json, succeeded};
 
 fn positive(v: &serde_json::Value, what: &str) -> f64 {
     let x = v
@@ -52,12 +52,7 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
         .arg(&trace_path)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("PREM task vs transfers"), "{stdout}");
     let v: serde_json::Value = read_json(&json);
 
@@ -173,11 +168,7 @@ fn bounds_from_phase_lengths() {
         ])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let paper = positive(&v["transfer"]["bound_paper_s"], "bound");
     assert!(paper > 0.020 && paper < 0.030, "{paper}");
@@ -317,20 +308,12 @@ fn a_phase_announced_from_the_shell_is_seen_by_status() {
         .args(["arbiter", "phase", "--name", &name, "CPU_MEM", "10s"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let out = oversub()
         .args(["arbiter", "status", "--name", &name, "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tasks = v["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 1, "{v}");
