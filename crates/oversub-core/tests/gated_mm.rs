@@ -47,8 +47,9 @@ struct MmCall {
     failed: bool,
 }
 
-/// Around a device ([`MmRecorder::around`]): while armed, records every commit and decommit (with the fake clock's time and the thread) and
-/// advances the clock by the operation's worst-case cost, and can fail the next commit or hold it until released.
+/// Around a device ([`MmRecorder::around`]): while armed, records every commit and decommit (with the fake clock's
+/// time and the thread) and advances the clock by the operation's worst-case cost, and can fail the next commit or
+/// hold it until released.
 #[derive(Debug)]
 struct MmRecorder {
     clock: Arc<FakeClock>,
