@@ -218,6 +218,11 @@ pub unsafe fn submit_wait(
 /// Which engine [`select_engine`] should build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum EngineChoice {
     /// io_uring when it works here, psync otherwise.
     #[default]
