@@ -157,14 +157,7 @@ impl Arbiter {
 
     /// The file under /dev/shm that holds the arbiter called `name`.
     pub fn shared_path(name: &str) -> Result<PathBuf, ArbiterError> {
-        let ok = !name.is_empty()
-            && name.len() <= 64
-            && name != "."
-            && name != ".."
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-        if !ok {
+        if !oversub_base::name::is_safe_component(name, 64) {
             return Err(ArbiterError::InvalidName(name.to_string()));
         }
         Ok(PathBuf::from(format!("/dev/shm/oversub-arbiter-{name}")))

@@ -1,56 +1,13 @@
 //! The gate's admissions of work of a given cost (`admit_for`) and its event log, on a fake clock.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::sync::Arc;
 use std::time::Duration;
 
-use oversub_arbiter::{
-    Arbiter, ArbiterConfig, Clock, FakeClock, Gate, GateEvent, GateEventKind, WorkKind,
-};
-
-const US: u64 = 1_000;
-const MS: u64 = 1_000_000;
-const T0: u64 = 1_000 * MS;
-
-fn setup(chunk_us: u64) -> (Arc<FakeClock>, Arbiter) {
-    let clock = Arc::new(FakeClock::new(T0));
-    let config = ArbiterConfig {
-        stale_after: Duration::from_millis(50),
-        chunk_time: Some(Duration::from_micros(chunk_us)),
-        poll: Duration::from_micros(50),
-        ..ArbiterConfig::default()
-    };
-    let arbiter = Arbiter::in_process_with_clock(config, clock.clone()).unwrap();
-    (clock, arbiter)
-}
-
-/// A PREM task that keeps to its announced phases, (is_mem, length) in order from `start_ns`, then `NO_OPER`;
-/// returns its memory phases.
-fn script(
-    clock: &Arc<FakeClock>,
-    arbiter: &Arbiter,
-    start_ns: u64,
-    phases: &[(bool, u64)],
-) -> Vec<(u64, u64)> {
-    let task = Arc::new(arbiter.register_task().unwrap());
-    let mut t = start_ns;
-    let mut mem = Vec::new();
-    for &(is_mem, len) in phases {
-        let task = Arc::clone(&task);
-        clock.at(t, move || {
-            let d = Duration::from_nanos(len);
-            if is_mem { task.mem(d) } else { task.com(d) }.unwrap();
-        });
-        if is_mem {
-            mem.push((t, t + len));
-        }
-        t += len;
-    }
-    let task = Arc::clone(&task);
-    clock.at(t, move || task.no_oper().unwrap());
-    clock.advance(0);
-    mem
-}
+use common::{script, setup, MS, T0, US};
+use oversub_arbiter::{Clock, Gate, GateEvent, GateEventKind, WorkKind};
 
 #[test]
 fn admit_for_is_unrestricted_without_a_task() {

@@ -2,30 +2,17 @@
 //! that no chunk runs into a memory phase.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod common;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::{script, setup, MS, T0, US};
 use oversub_arbiter::{
     Arbiter, ArbiterConfig, ArbiterError, Clock, Decision, FakeClock, Gate, PreemptionHook,
     WaitReason, MAX_TASKS,
 };
 use proptest::prelude::*;
-
-const US: u64 = 1_000;
-const MS: u64 = 1_000_000;
-const T0: u64 = 1_000 * MS;
-
-fn setup(chunk_us: u64) -> (Arc<FakeClock>, Arbiter) {
-    let clock = Arc::new(FakeClock::new(T0));
-    let config = ArbiterConfig {
-        stale_after: Duration::from_millis(50),
-        chunk_time: Some(Duration::from_micros(chunk_us)),
-        poll: Duration::from_micros(50),
-        ..ArbiterConfig::default()
-    };
-    let arbiter = Arbiter::in_process_with_clock(config, clock.clone()).unwrap();
-    (clock, arbiter)
-}
 
 fn chunk(us: u64) -> Duration {
     Duration::from_micros(us)
@@ -245,33 +232,6 @@ fn memory_phases_call_the_preemption_hooks() {
     task.com(Duration::from_millis(1)).unwrap();
     task.mem(Duration::from_millis(2)).unwrap();
     assert_eq!(*hook.0.lock().unwrap(), vec![T0 + 2 * MS]);
-}
-
-/// A PREM task that keeps to its announced phases: (kind, length) in order, starting at `start_ns`.
-fn script(
-    clock: &Arc<FakeClock>,
-    arbiter: &Arbiter,
-    start_ns: u64,
-    phases: &[(bool, u64)],
-) -> Vec<(u64, u64)> {
-    let task = Arc::new(arbiter.register_task().unwrap());
-    let mut t = start_ns;
-    let mut mem = Vec::new();
-    for &(is_mem, len) in phases {
-        let task = Arc::clone(&task);
-        clock.at(t, move || {
-            let d = Duration::from_nanos(len);
-            if is_mem { task.mem(d) } else { task.com(d) }.unwrap();
-        });
-        if is_mem {
-            mem.push((t, t + len));
-        }
-        t += len;
-    }
-    let task = Arc::clone(&task);
-    clock.at(t, move || task.no_oper().unwrap());
-    clock.advance(0); // announcements due now happen now
-    mem
 }
 
 /// Runs `chunks` chunks through a gate, each taking `chunk_ns` of fake time, and returns their intervals.

@@ -951,33 +951,11 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
     eprintln!(
         "oversub demo: the paper's example (Figs. 5-8), run for real with the three paging modes"
     );
-    let direct = setup::measure_bandwidths(&args.store, setup::MEASURE_BYTES)?;
-    let readahead = args.demand_readahead;
-    let demand = oversub_core::measure_demand_bandwidths_with(
-        Some(&setup::store_dir(args.store.first().map(PathBuf::as_path))?),
-        setup::MEASURE_BYTES,
-        3,
-        readahead,
-    )?;
-    let bw = direct.with_demand(demand.read_bytes_per_s, demand.write_bytes_per_s);
-    eprintln!(
-        "store measured with the pager: {}; demand paging (mmap, readahead {}): fault-in {:.0} MB/s, write-back \
-         {:.0} MB/s",
-        describe_bw(direct),
-        args.demand_readahead_name(),
-        demand.read_bytes_per_s / 1e6,
-        demand.write_bytes_per_s / 1e6
-    );
+    let speeds = DemoSpeeds::measure(&args)?;
+    let bw = speeds.bw;
     let (system, unit, time_scale) =
         demo_system(&paper, bw, args.swap_share, args.max_unit, &args.store);
-    let scale_note = if time_scale < 1.0 {
-        format!(
-            "time scaled by {time_scale:.3} (units capped at {})",
-            format_bytes(unit)
-        )
-    } else {
-        "real time scale (1500 ms period), unit sized from the store's bandwidth".to_string()
-    };
+    let scale_note = scale_note(time_scale, unit);
     eprintln!(
         "swap share {:.2}: unit {} per component (one swap = {:.0} ms of a 500 ms slot), capacity 4 units (25% \
          oversubscription); {scale_note}",
@@ -985,49 +963,14 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         format_bytes(unit),
         args.swap_share * 500.0
     );
-    let how = RunHow {
-        hyperperiods: args.hyperperiods,
-        warmup: args.warmup,
-        extra_warmup: args.extra_warmup,
-        bw,
-        pin: true,
-        inflate: 1.0,
-        readahead,
-    };
-
-    // Repetitions each run's plan covers (the progress bar counts their slots).
-    let repetitions = args.hyperperiods + args.warmup + args.extra_warmup;
-    let target = system.table.hyperperiod_s;
-    let mut runs: Vec<(String, Mode, System)> = Mode::ALL
-        .iter()
-        .map(|&m| (format!("{m} at the target period"), m, system.clone()))
-        .collect();
-    let mut minp: BTreeMap<Mode, Option<f64>> = BTreeMap::new();
-    for m in Mode::ALL {
-        let t = feasible_table(&system, m, bw);
-        minp.insert(m, t.as_ref().map(|s| s.table.hyperperiod_s));
-        if let Some(t) = t {
-            if t.table.hyperperiod_s > target * 1.001 {
-                runs.push((format!("{m} at its min feasible period"), m, t));
-            }
-        }
-    }
+    let (runs, minp) = demo_runs(&system, bw);
     // The planner's prediction of the largest share async meets at the target, at this store's speeds.
     let predicted_share = SHARES.iter().copied().find(|&sh| {
         let (s, _, _) = demo_system(&paper, bw, sh, args.max_unit, &args.store);
         plan::steady_feasible(&s, Mode::Async, bw)
     });
-    let total: usize = runs
-        .iter()
-        .map(|(_, _, s)| s.table.slots.len() * repetitions)
-        .sum();
-    let bar = slots_bar(total as u64);
-    std::fs::create_dir_all(&args.out)
-        .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
-    let mut results: Vec<(String, Mode, RunResult)> = Vec::new();
-    let mut report =
-        HtmlReport::new("oversub demo: GPU memory oversubscription with foreknowledge");
-    report.push(HtmlBlock::Paragraph(format!(
+    let mut demo = Demo::start(&args, bw, &runs, started)?;
+    demo.report.push(HtmlBlock::Paragraph(format!(
         "The example of Bakita & Anderson (RTSS 2022), Figs. 5-8: components A, B, C (500 ms) on CPU 0 with the \
          GPU and D, E (750 ms) on CPU 1, period 1500 ms, one unit of memory each, capacity for four units. Swap \
          share {:.2} (one unit out and one in take {:.0} ms of a 500 ms slot); unit {}; {scale_note}. Store: {}; \
@@ -1035,30 +978,237 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
         args.swap_share,
         args.swap_share * 500.0,
         format_bytes(unit),
-        describe_bw(direct),
-        demand.read_bytes_per_s / 1e6,
-        demand.write_bytes_per_s / 1e6,
+        describe_bw(speeds.direct),
+        speeds.demand.read_bytes_per_s / 1e6,
+        speeds.demand.write_bytes_per_s / 1e6,
         args.demand_readahead_name(),
     )));
-    let add_run = |label: &str,
-                   mode: Mode,
-                   table: &System,
-                   r: RunResult,
-                   report: &mut HtmlReport,
-                   n: usize|
-     -> Result<RunResult, BoxError> {
+    demo.run_tables(runs)?;
+    let (largest_share_met, share_runs) = demo.search_share(&paper)?;
+    demo.bar.finish_and_clear();
+    let Demo {
+        mut report,
+        results,
+        ..
+    } = demo;
+
+    let rows = demo_rows(&results, &minp);
+    println!("{}", text_table(&DEMO_HEADER, &rows));
+    let share_line = format!(
+        "largest swap share async met at the target period: {} (planner predicts {}; asked {:.2})",
+        largest_share_met.map_or_else(|| "none".into(), |s| format!("{s:.2}")),
+        predicted_share.map_or_else(|| "none".into(), |s| format!("{s:.2}")),
+        args.swap_share
+    );
+    println!("{share_line}");
+    if let Some(predicted) = predicted_share {
+        explain_missed_shares(
+            predicted,
+            largest_share_met,
+            args.swap_share,
+            &results,
+            &share_runs,
+        );
+    }
+    let paper_periods = paper_periods(&paper);
+    let cmp_rows = comparison_rows(&paper_periods, &minp, &results);
+    println!(
+        "minimum feasible periods (swap share {:.2}):\n{}",
+        args.swap_share,
+        text_table(&COMPARISON_HEADER, &cmp_rows)
+    );
+    // The summary goes above the runs' sections, below the introduction.
+    report.blocks.splice(
+        1..1,
+        [
+            HtmlBlock::Table {
+                header: DEMO_HEADER.iter().map(|s| s.to_string()).collect(),
+                rows,
+            },
+            HtmlBlock::Paragraph(share_line),
+            HtmlBlock::Heading("Minimum feasible periods".into()),
+            HtmlBlock::Table {
+                header: COMPARISON_HEADER.iter().map(|s| s.to_string()).collect(),
+                rows: cmp_rows,
+            },
+        ],
+    );
+    let index = args.out.join("index.html");
+    report
+        .write(&index)
+        .map_err(|e| format!("writing {}: {e}", index.display()))?;
+    let json = serde_json::json!({
+        "swap_share": args.swap_share,
+        "largest_swap_share_met": largest_share_met,
+        "predicted_largest_swap_share": predicted_share,
+        "unit_bytes": unit,
+        "time_scale": time_scale,
+        "read_bytes_per_s": speeds.direct.read_bytes_per_s,
+        "write_bytes_per_s": speeds.direct.write_bytes_per_s,
+        "demand_read_bytes_per_s": speeds.demand.read_bytes_per_s,
+        "demand_write_bytes_per_s": speeds.demand.write_bytes_per_s,
+        "demand_readahead": args.demand_readahead_name(),
+        "paper_bandwidths_min_period_s": paper_periods.iter().map(|(m, p)| (m.name(), *p)).collect::<BTreeMap<_, _>>(),
+        "runs": results.iter().map(|(label, m, r)| run_json(label, *m, r, &minp)).collect::<Vec<_>>(),
+    });
+    let json_path = args.out.join("results.json");
+    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
+        .map_err(|e| format!("writing {}: {e}", json_path.display()))?;
+    eprintln!(
+        "report: {} (timelines, Chrome traces, results.json) — {:.0} s",
+        index.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(())
+}
+
+/// The store's speeds as the demo measured them with the pager (direct I/O) and through a mapping (demand paging).
+struct DemoSpeeds {
+    direct: Bandwidths,
+    demand: oversub_core::DemandSpeeds,
+    /// Both, as the planner takes them.
+    bw: Bandwidths,
+}
+
+impl DemoSpeeds {
+    /// Measures the store of `args` both ways and says the speeds on stderr.
+    fn measure(args: &DemoArgs) -> Result<DemoSpeeds, BoxError> {
+        let direct = setup::measure_bandwidths(&args.store, setup::MEASURE_BYTES)?;
+        let demand = oversub_core::measure_demand_bandwidths_with(
+            Some(&setup::store_dir(args.store.first().map(PathBuf::as_path))?),
+            setup::MEASURE_BYTES,
+            3,
+            args.demand_readahead,
+        )?;
+        let bw = direct.with_demand(demand.read_bytes_per_s, demand.write_bytes_per_s);
+        eprintln!(
+            "store measured with the pager: {}; demand paging (mmap, readahead {}): fault-in {:.0} MB/s, write-back \
+             {:.0} MB/s",
+            describe_bw(direct),
+            args.demand_readahead_name(),
+            demand.read_bytes_per_s / 1e6,
+            demand.write_bytes_per_s / 1e6
+        );
+        Ok(DemoSpeeds { direct, demand, bw })
+    }
+}
+
+/// How the demo's time scale is described.
+fn scale_note(time_scale: f64, unit: u64) -> String {
+    if time_scale < 1.0 {
+        format!(
+            "time scaled by {time_scale:.3} (units capped at {})",
+            format_bytes(unit)
+        )
+    } else {
+        "real time scale (1500 ms period), unit sized from the store's bandwidth".to_string()
+    }
+}
+
+/// A run of the demo: its label, mode and the system it runs.
+type DemoRun = (String, Mode, System);
+
+/// The async runs at smaller swap shares, by share.
+type ShareRuns = Vec<(f64, RunResult)>;
+
+/// The runs the demo starts with (every mode at the target period, then each at its minimum feasible period where
+/// that is longer) and each mode's minimum feasible period.
+fn demo_runs(system: &System, bw: Bandwidths) -> (Vec<DemoRun>, BTreeMap<Mode, Option<f64>>) {
+    let target = system.table.hyperperiod_s;
+    let mut runs: Vec<DemoRun> = Mode::ALL
+        .iter()
+        .map(|&m| (format!("{m} at the target period"), m, system.clone()))
+        .collect();
+    let mut minp: BTreeMap<Mode, Option<f64>> = BTreeMap::new();
+    for m in Mode::ALL {
+        let t = feasible_table(system, m, bw);
+        minp.insert(m, t.as_ref().map(|s| s.table.hyperperiod_s));
+        if let Some(t) = t {
+            if t.table.hyperperiod_s > target * 1.001 {
+                runs.push((format!("{m} at its min feasible period"), m, t));
+            }
+        }
+    }
+    (runs, minp)
+}
+
+/// The demo's runs in progress: what each run needs, the report they add to, and their results.
+struct Demo<'a> {
+    args: &'a DemoArgs,
+    how: RunHow,
+    /// Repetitions each run's plan covers (the progress bar counts their slots).
+    repetitions: usize,
+    started: Instant,
+    bar: ProgressBar,
+    report: HtmlReport,
+    results: Vec<(String, Mode, RunResult)>,
+}
+
+impl<'a> Demo<'a> {
+    /// The progress bar sized for `runs`, the output folder made and the report begun.
+    fn start(
+        args: &'a DemoArgs,
+        bw: Bandwidths,
+        runs: &[DemoRun],
+        started: Instant,
+    ) -> Result<Demo<'a>, BoxError> {
+        let how = RunHow {
+            hyperperiods: args.hyperperiods,
+            warmup: args.warmup,
+            extra_warmup: args.extra_warmup,
+            bw,
+            pin: true,
+            inflate: 1.0,
+            readahead: args.demand_readahead,
+        };
+        let repetitions = args.hyperperiods + args.warmup + args.extra_warmup;
+        let total: usize = runs
+            .iter()
+            .map(|(_, _, s)| s.table.slots.len() * repetitions)
+            .sum();
+        let bar = slots_bar(total as u64);
+        std::fs::create_dir_all(&args.out)
+            .map_err(|e| format!("creating {}: {e}", args.out.display()))?;
+        Ok(Demo {
+            args,
+            how,
+            repetitions,
+            started,
+            bar,
+            report: HtmlReport::new("oversub demo: GPU memory oversubscription with foreknowledge"),
+            results: Vec::new(),
+        })
+    }
+
+    /// Runs `table` in `mode` under `label` on the progress bar.
+    fn run(&self, label: &str, mode: Mode, table: &System) -> Result<RunResult, BoxError> {
+        self.bar.set_message(label.to_string());
+        run_mode(table, mode, self.how, &self.bar)
+    }
+
+    /// Says a finished run, writes its timeline and trace, adds its section to the report and keeps its result.
+    fn record(
+        &mut self,
+        label: String,
+        mode: Mode,
+        table: &System,
+        r: RunResult,
+    ) -> Result<(), BoxError> {
+        let n = self.results.len() + 1;
+        progress_line(&self.bar, run_line(n, &label, &r, self.started));
         let name = format!("run{n}-{}", mode.name());
         let tl = timeline(
             table,
             &r,
             format!("{label}: period {}", format_seconds(r.hyperperiod_s)),
         );
-        let svg_path = args.out.join(format!("{name}.svg"));
+        let svg_path = self.args.out.join(format!("{name}.svg"));
         tl.write_svg(&svg_path)
             .map_err(|e| format!("writing {}: {e}", svg_path.display()))?;
-        let trace_path = args.out.join(format!("{name}.trace.json"));
+        let trace_path = self.args.out.join(format!("{name}.trace.json"));
         tl.write_chrome_trace(&trace_path)
             .map_err(|e| format!("writing {}: {e}", trace_path.display()))?;
+        let report = &mut self.report;
         report.push(HtmlBlock::Heading(format!(
             "{label} ({})",
             format_seconds(r.hyperperiod_s)
@@ -1088,64 +1238,89 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             text: "Chrome trace (open in Perfetto)".into(),
             href: format!("{name}.trace.json"),
         });
-        Ok(r)
-    };
-    let mut i = 0;
-    while i < runs.len() {
-        let (label, mode, table) = runs[i].clone();
-        i += 1;
-        bar.set_message(label.clone());
-        let r = run_mode(&table, mode, how, &bar)?;
-        // A plan is only as good as its bandwidth estimate: when the planned minimum misses in reality, try 30%
-        // more, so the report shows a period that runs do meet.
-        if !r.met_target() && label.ends_with("at its min feasible period") {
-            let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
-            bar.inc_length((longer.table.slots.len() * repetitions) as u64);
-            runs.push((
-                format!("{mode} at 1.3 × its min feasible period"),
-                mode,
-                longer,
-            ));
-        }
-        progress_line(&bar, run_line(i, &label, &r, started));
-        let r = add_run(&label, mode, &table, r, &mut report, i)?;
-        results.push((label, mode, r));
+        self.results.push((label, mode, r));
+        Ok(())
     }
-    // The largest swap share async still meets the target at: the run at the requested share, then smaller ones.
-    let met_at_share = results
-        .first()
-        .is_some_and(|(_, m, r)| *m == Mode::Async && r.met_target());
-    let mut largest_share_met = met_at_share.then_some(args.swap_share);
-    let mut share_runs: Vec<(f64, RunResult)> = Vec::new();
-    if !met_at_share && !args.no_share_search {
+
+    /// Makes `runs`, and a run at 1.3 × the minimum feasible period after each run at the minimum that missed.
+    fn run_tables(&mut self, mut runs: Vec<DemoRun>) -> Result<(), BoxError> {
+        let mut i = 0;
+        while i < runs.len() {
+            let (label, mode, table) = runs[i].clone();
+            i += 1;
+            let r = self.run(&label, mode, &table)?;
+            // A plan is only as good as its bandwidth estimate: when the planned minimum misses in reality, try
+            // 30% more, so the report shows a period that runs do meet.
+            if !r.met_target() && label.ends_with("at its min feasible period") {
+                let longer = table.with_hyperperiod(table.table.hyperperiod_s * 1.3);
+                self.bar
+                    .inc_length((longer.table.slots.len() * self.repetitions) as u64);
+                runs.push((
+                    format!("{mode} at 1.3 × its min feasible period"),
+                    mode,
+                    longer,
+                ));
+            }
+            self.record(label, mode, &table, r)?;
+        }
+        Ok(())
+    }
+
+    /// The largest swap share async still meets the target at: the run at the requested share (the first), then
+    /// smaller shares until one meets it. Also the runs at the smaller shares.
+    fn search_share(&mut self, paper: &System) -> Result<(Option<f64>, ShareRuns), BoxError> {
+        let args = self.args;
+        let met_at_share = self
+            .results
+            .first()
+            .is_some_and(|(_, m, r)| *m == Mode::Async && r.met_target());
+        let mut largest_share_met = met_at_share.then_some(args.swap_share);
+        let mut share_runs: Vec<(f64, RunResult)> = Vec::new();
+        if met_at_share || args.no_share_search {
+            return Ok((largest_share_met, share_runs));
+        }
         for sh in SHARES
             .iter()
             .copied()
             .filter(|&sh| sh < args.swap_share - 1e-9)
         {
-            let (s, u, _) = demo_system(&paper, bw, sh, args.max_unit, &args.store);
+            let (s, u, _) = demo_system(paper, self.how.bw, sh, args.max_unit, &args.store);
             let label = format!(
                 "async at the target period, swap share {sh:.1} (unit {})",
                 format_bytes(u)
             );
-            bar.inc_length((s.table.slots.len() * repetitions) as u64);
-            bar.set_message(label.clone());
-            let r = run_mode(&s, Mode::Async, how, &bar)?;
-            i += 1;
-            progress_line(&bar, run_line(i, &label, &r, started));
-            let r = add_run(&label, Mode::Async, &s, r, &mut report, i)?;
+            self.bar
+                .inc_length((s.table.slots.len() * self.repetitions) as u64);
+            let r = self.run(&label, Mode::Async, &s)?;
             let met = r.met_target();
             share_runs.push((sh, r.clone()));
-            results.push((label, Mode::Async, r));
+            self.record(label, Mode::Async, &s, r)?;
             if met {
                 largest_share_met = Some(sh);
                 break;
             }
         }
+        Ok((largest_share_met, share_runs))
     }
-    bar.finish_and_clear();
+}
 
-    let rows: Vec<Vec<String>> = results
+const DEMO_HEADER: [&str; 8] = [
+    "run",
+    "period",
+    "deadlines",
+    "misses",
+    "worst lateness",
+    "bytes paged",
+    "major faults",
+    "min feasible period (plan)",
+];
+
+/// The demo's summary table, a row per run.
+fn demo_rows(
+    results: &[(String, Mode, RunResult)],
+    minp: &BTreeMap<Mode, Option<f64>>,
+) -> Vec<Vec<String>> {
+    results
         .iter()
         .map(|(label, m, r)| {
             let mut row = vec![label.clone()];
@@ -1158,57 +1333,71 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             row.push(opt_period(minp.get(m).copied().flatten()));
             row
         })
-        .collect();
-    let header = [
-        "run",
-        "period",
-        "deadlines",
-        "misses",
-        "worst lateness",
-        "bytes paged",
-        "major faults",
-        "min feasible period (plan)",
-    ];
-    println!("{}", text_table(&header, &rows));
-    let share_line = format!(
-        "largest swap share async met at the target period: {} (planner predicts {}; asked {:.2})",
-        largest_share_met.map_or_else(|| "none".into(), |s| format!("{s:.2}")),
-        predicted_share.map_or_else(|| "none".into(), |s| format!("{s:.2}")),
-        args.swap_share
-    );
-    println!("{share_line}");
-    // Met below the prediction: say where the misses of the runs at shares the planner thought feasible came from.
-    if let Some(predicted) = predicted_share {
-        let met = largest_share_met.unwrap_or(0.0);
-        if met < predicted - 0.1 + 1e-9 {
-            let async_at_share = |sh: f64| -> Option<&RunResult> {
-                if (sh - args.swap_share).abs() < 1e-9 {
-                    results.first().map(|(_, _, r)| r)
-                } else {
-                    share_runs
-                        .iter()
-                        .find(|(s, _)| (s - sh).abs() < 1e-9)
-                        .map(|(_, r)| r)
-                }
-            };
-            for sh in SHARES
+        .collect()
+}
+
+/// Met below the prediction: says where the misses of the runs at shares the planner thought feasible came from.
+fn explain_missed_shares(
+    predicted: f64,
+    largest_share_met: Option<f64>,
+    asked: f64,
+    results: &[(String, Mode, RunResult)],
+    share_runs: &[(f64, RunResult)],
+) {
+    let met = largest_share_met.unwrap_or(0.0);
+    if met >= predicted - 0.1 + 1e-9 {
+        return;
+    }
+    let async_at_share = |sh: f64| -> Option<&RunResult> {
+        if (sh - asked).abs() < 1e-9 {
+            results.first().map(|(_, _, r)| r)
+        } else {
+            share_runs
                 .iter()
-                .copied()
-                .filter(|&sh| sh <= predicted + 1e-9 && sh > met + 1e-9)
-            {
-                if let Some(r) = async_at_share(sh) {
-                    println!(
-                        "  share {sh:.2}, which the planner predicted feasible, missed: {}",
-                        oversub_sched::miss_profile(r).describe(r.hyperperiod_s)
-                    );
-                }
-            }
+                .find(|(s, _)| (s - sh).abs() < 1e-9)
+                .map(|(_, r)| r)
+        }
+    };
+    for sh in SHARES
+        .iter()
+        .copied()
+        .filter(|&sh| sh <= predicted + 1e-9 && sh > met + 1e-9)
+    {
+        if let Some(r) = async_at_share(sh) {
+            println!(
+                "  share {sh:.2}, which the planner predicted feasible, missed: {}",
+                oversub_sched::miss_profile(r).describe(r.hyperperiod_s)
+            );
         }
     }
-    // The paper's analysis beside ours: its bandwidth assumptions (4 GiB/s direct I/O, 1.33 GiB/s demand paging;
-    // Sec. III-B), its 1 GiB units, our planner, one set of speeds for all three modes.
+}
+
+/// Each mode's minimum feasible period by our planner at the paper's bandwidth assumptions (4 GiB/s direct I/O,
+/// 1.33 GiB/s demand paging; Sec. III-B) and its 1 GiB units.
+fn paper_periods(paper: &System) -> BTreeMap<Mode, Option<f64>> {
     let gib = (1u64 << 30) as f64;
     let paper_bw = Bandwidths::direct(4.0 * gib, 4.0 * gib).with_demand(1.33 * gib, 1.33 * gib);
+    Mode::ALL
+        .iter()
+        .map(|&m| (m, min_feasible_period(paper, m, paper_bw)))
+        .collect()
+}
+
+const COMPARISON_HEADER: [&str; 5] = [
+    "mode",
+    "paper's analysis",
+    "our planner, paper's bandwidths",
+    "our planner, this store",
+    "shortest period met in runs",
+];
+
+/// The paper's analysis beside ours: its periods, our planner at its bandwidths and at this store's, and the
+/// shortest period the runs met (one set of speeds for all three modes).
+fn comparison_rows(
+    paper_periods: &BTreeMap<Mode, Option<f64>>,
+    minp: &BTreeMap<Mode, Option<f64>>,
+    results: &[(String, Mode, RunResult)],
+) -> Vec<Vec<String>> {
     let met_in_runs = |m: Mode| {
         results
             .iter()
@@ -1216,10 +1405,6 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             .map(|(_, _, r)| r.hyperperiod_s)
             .reduce(f64::min)
     };
-    let paper_periods: BTreeMap<Mode, Option<f64>> = Mode::ALL
-        .iter()
-        .map(|&m| (m, min_feasible_period(&paper, m, paper_bw)))
-        .collect();
     let cmp_row = |name: &str, paper_s: &str, m: Mode| {
         vec![
             name.to_string(),
@@ -1229,77 +1414,30 @@ pub fn demo_cmd(args: DemoArgs) -> Result<(), BoxError> {
             opt_period(met_in_runs(m)),
         ]
     };
-    let cmp_rows = vec![
+    vec![
         cmp_row("async", "1.50 s", Mode::Async),
         cmp_row("sync (paging slot)", "2.50 s", Mode::Sync),
         cmp_row("demand", "6.00 s", Mode::Demand),
-    ];
-    let cmp_header = [
-        "mode",
-        "paper's analysis",
-        "our planner, paper's bandwidths",
-        "our planner, this store",
-        "shortest period met in runs",
-    ];
-    println!(
-        "minimum feasible periods (swap share {:.2}):\n{}",
-        args.swap_share,
-        text_table(&cmp_header, &cmp_rows)
-    );
-    report.blocks.insert(
-        1,
-        HtmlBlock::Table {
-            header: header.iter().map(|s| s.to_string()).collect(),
-            rows,
-        },
-    );
-    report.blocks.insert(2, HtmlBlock::Paragraph(share_line));
-    report
-        .blocks
-        .insert(3, HtmlBlock::Heading("Minimum feasible periods".into()));
-    report.blocks.insert(
-        4,
-        HtmlBlock::Table {
-            header: cmp_header.iter().map(|s| s.to_string()).collect(),
-            rows: cmp_rows,
-        },
-    );
-    let index = args.out.join("index.html");
-    report
-        .write(&index)
-        .map_err(|e| format!("writing {}: {e}", index.display()))?;
-    let json = serde_json::json!({
-        "swap_share": args.swap_share,
-        "largest_swap_share_met": largest_share_met,
-        "predicted_largest_swap_share": predicted_share,
-        "unit_bytes": unit,
-        "time_scale": time_scale,
-        "read_bytes_per_s": direct.read_bytes_per_s,
-        "write_bytes_per_s": direct.write_bytes_per_s,
-        "demand_read_bytes_per_s": demand.read_bytes_per_s,
-        "demand_write_bytes_per_s": demand.write_bytes_per_s,
-        "demand_readahead": args.demand_readahead_name(),
-        "paper_bandwidths_min_period_s": paper_periods.iter().map(|(m, p)| (m.name(), *p)).collect::<BTreeMap<_, _>>(),
-        "runs": results.iter().map(|(label, m, r)| serde_json::json!({
-            "label": label, "mode": m.name(), "period_s": r.hyperperiod_s, "met_target": r.met_target(),
-            "deadline_misses": r.deadline_misses, "max_lateness_s": r.max_lateness_s, "bytes_paged": r.bytes_paged,
-            "counted_slots": r.counted_slots(), "warmup_misses": r.warmup_misses,
-            "warmup_hyperperiods": r.warmup_hyperperiods, "warmup_asked": r.warmup_asked,
-            "major_faults": r.major_faults,
-            "min_feasible_period_s": minp.get(m).copied().flatten(),
-            "prime": r.prime,
-            "misses": oversub_sched::miss_profile(r),
-        })).collect::<Vec<_>>(),
-    });
-    let json_path = args.out.join("results.json");
-    std::fs::write(&json_path, serde_json::to_string_pretty(&json)?)
-        .map_err(|e| format!("writing {}: {e}", json_path.display()))?;
-    eprintln!(
-        "report: {} (timelines, Chrome traces, results.json) — {:.0} s",
-        index.display(),
-        started.elapsed().as_secs_f64()
-    );
-    Ok(())
+    ]
+}
+
+/// A run in the demo's `results.json`.
+fn run_json(
+    label: &str,
+    m: Mode,
+    r: &RunResult,
+    minp: &BTreeMap<Mode, Option<f64>>,
+) -> serde_json::Value {
+    serde_json::json!({
+        "label": label, "mode": m.name(), "period_s": r.hyperperiod_s, "met_target": r.met_target(),
+        "deadline_misses": r.deadline_misses, "max_lateness_s": r.max_lateness_s, "bytes_paged": r.bytes_paged,
+        "counted_slots": r.counted_slots(), "warmup_misses": r.warmup_misses,
+        "warmup_hyperperiods": r.warmup_hyperperiods, "warmup_asked": r.warmup_asked,
+        "major_faults": r.major_faults,
+        "min_feasible_period_s": minp.get(&m).copied().flatten(),
+        "prime": r.prime,
+        "misses": oversub_sched::miss_profile(r),
+    })
 }
 
 impl DemoArgs {

@@ -131,6 +131,17 @@ fn text(bytes: &[u8]) -> String {
     String::from_utf8_lossy(bytes).into_owned()
 }
 
+/// A second `oversub arbiter serve` on `name`, which must be refused: its standard error.
+fn refused_server(name: &str) -> String {
+    let out = oversub()
+        .args(["arbiter", "serve", "--name", name, "--for", "1s"])
+        .args(["--chunk-time", "100us"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    text(&out.stderr)
+}
+
 #[test]
 fn sigterm_and_sigint_stop_the_server_and_remove_its_file() {
     for (signal, signal_name) in [(libc::SIGTERM, "SIGTERM"), (libc::SIGINT, "SIGINT")] {
@@ -162,13 +173,7 @@ fn a_killed_servers_file_is_taken_over_and_a_live_ones_is_not() {
     first.wait_for_file();
     let first_pid = first.pid();
 
-    let out = oversub()
-        .args(["arbiter", "serve", "--name", &name, "--for", "1s"])
-        .args(["--chunk-time", "100us"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused_server(&name);
     assert!(
         err.contains("in use") && err.contains(&format!("pid {first_pid}")),
         "{err}"
@@ -224,13 +229,7 @@ fn a_file_others_may_write_is_refused_until_replaced() {
         text(&out.stderr)
     );
 
-    let out = oversub()
-        .args(["arbiter", "serve", "--name", &name, "--for", "1s"])
-        .args(["--chunk-time", "100us"])
-        .output()
-        .unwrap();
-    let err = text(&out.stderr);
-    assert!(!out.status.success());
+    let err = refused_server(&name);
     assert!(
         err.contains("refusing") && err.contains("--replace"),
         "{err}"

@@ -110,23 +110,11 @@ fn cuda_paging_without_a_driver_fails_cleanly_or_runs_on_a_gpu() {
     assert!(path == "staging" || path == "cufile", "{path}");
     assert_eq!(report["unified_memory"]["measured"], false);
     let results = report["results"].as_object().unwrap();
-    for name in [
-        "oversub_page_in",
-        "oversub_page_out",
-        "oversub_host_tier_page_in",
-        "oversub_host_tier_page_out",
-        "raw_limit_read",
-        "raw_limit_write",
-        "h2d_pinned",
-        "d2h_pinned",
-        "naive_read_copy",
-        "keep_address_page_in",
-        "keep_address_page_out",
-        "async_page_in_start",
-        "async_page_in_finish",
-        "async_page_out_start",
-        "async_page_out_finish",
-    ] {
+    // Every measurement the lab declares but unified memory (skipped here).
+    for name in oversub_lab::paging::cuda::NAMES
+        .into_iter()
+        .filter(|n| *n != "unified_memory")
+    {
         let s = &results[name];
         assert_eq!(s["count"], 2, "{name}: {s}");
         assert!(s["median_s"].as_f64().unwrap() > 0.0, "{name}: {s}");

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
-use common::{oversub, read_json};
+use common::{oversub, read_json, succeeded};
 
 #[test]
 fn tenants_benchmark_writes_json_and_chart() {
@@ -30,12 +30,7 @@ fn tenants_benchmark_writes_json_and_chart() {
         .arg(dir.path())
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     assert!(stdout.contains("highest-priority tenant"), "{stdout}");
     let v: serde_json::Value = read_json(&json);
     let rows = v["rows"].as_array().unwrap();

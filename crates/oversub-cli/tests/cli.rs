@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
-use common::oversub_bare as oversub;
+use common::{oversub_bare as oversub, read_json, succeeded};
 
 #[test]
 fn every_subcommand_has_help() {
@@ -25,22 +25,20 @@ fn every_subcommand_has_help() {
     }
 }
 
+/// `oversub bench paging` on 3 MiB, 2 samples, the page cache dropped with fadvise (any user may).
+fn small_paging_bench() -> std::process::Command {
+    let mut c = oversub();
+    c.args(["bench", "paging", "--size", "3MiB", "--samples", "2"])
+        .args(["--cache-drop", "fadvise"]);
+    c
+}
+
 #[test]
 fn paging_benchmark_writes_json_and_plots() {
     let dir = tempfile::tempdir().unwrap();
     let json = dir.path().join("paging.json");
     let plot = dir.path().join("paging.svg");
-    let out = oversub()
-        .args([
-            "bench",
-            "paging",
-            "--size",
-            "3MiB",
-            "--samples",
-            "2",
-            "--cache-drop",
-            "fadvise",
-        ])
+    let out = small_paging_bench()
         .arg("--store")
         .arg(dir.path())
         .arg("--json")
@@ -49,38 +47,18 @@ fn paging_benchmark_writes_json_and_plots() {
         .arg(&plot)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        stdout,
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("oversub_page_in") && stdout.contains("ratio"),
         "{stdout}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = read_json(&json);
     assert_eq!(v["size_bytes"], 3 << 20);
     assert_eq!(v["samples"], 2);
     assert_eq!(v["cache_drop"], "posix_fadvise");
     assert!(v["engine"].is_string());
-    for name in [
-        "oversub_page_in",
-        "oversub_page_out",
-        "direct_read",
-        "direct_write",
-        "demand_paging_read",
-        "raw_limit_read",
-        "raw_limit_write",
-        "unchecked_page_in",
-        "unchecked_page_out",
-        "async_page_in_start",
-        "async_page_in_finish",
-        "async_page_out_start",
-        "async_page_out_finish",
-    ] {
+    // Every measurement the lab declares, checksums on and off.
+    for name in oversub_lab::paging::host::NAMES {
         for stat in ["min_s", "median_s", "mean_s", "p99_s", "max_s", "std_s"] {
             assert!(v["results"][name][stat].is_number(), "{name}.{stat}");
         }
@@ -102,21 +80,8 @@ fn striped_paging_benchmark_reports_each_member_count() {
     let d2 = tempfile::tempdir().unwrap();
     let out_dir = tempfile::tempdir().unwrap();
     let json = out_dir.path().join("striped.json");
-    let out = oversub()
-        .args([
-            "bench",
-            "paging",
-            "--size",
-            "3MiB",
-            "--samples",
-            "2",
-            "--cache-drop",
-            "fadvise",
-            "--no-checksums",
-            "--stripe-bytes",
-            "1MiB",
-            "--store",
-        ])
+    let out = small_paging_bench()
+        .args(["--no-checksums", "--stripe-bytes", "1MiB", "--store"])
         .arg(format!("{},{}", d1.path().display(), d2.path().display()))
         .arg("--json")
         .arg(&json)
@@ -130,8 +95,7 @@ fn striped_paging_benchmark_reports_each_member_count() {
         stderr.contains("2 members, striped by 1.00 MiB"),
         "{stderr}"
     );
-    let v: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    let v = read_json(&json);
     assert_eq!(v["members"], 2);
     assert_eq!(v["stripe_bytes"], 1 << 20);
     let rows = v["stripe_sweep"].as_array().unwrap();

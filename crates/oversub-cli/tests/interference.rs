@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 mod common;
-use common::{oversub, read_json};
+use common::{oversub, read_json, succeeded};
 
 fn positive(v: &serde_json::Value, what: &str) -> f64 {
     let x = v
@@ -52,12 +52,7 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
         .arg(&trace_path)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("PREM task vs transfers"), "{stdout}");
     let v: serde_json::Value = read_json(&json);
 
@@ -152,52 +147,29 @@ fn interference_benchmark_writes_the_documented_json_and_figures() {
 
 #[test]
 fn bounds_from_phase_lengths() {
-    let out = oversub()
-        .args([
-            "arbiter",
-            "bound",
-            "--load",
-            "444us",
-            "--compute",
-            "8784us",
-            "--unload",
-            "716us",
-        ])
-        .args([
-            "--transfer",
-            "20ms",
-            "--kernel",
-            "12.3ms",
-            "--preemptible",
-            "--json",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // One PREM task's phases, with the options each run adds.
+    let bound = |more: &[&str]| {
+        let out = oversub()
+            .args(["arbiter", "bound", "--load", "444us", "--compute", "8784us"])
+            .args(["--unload", "716us"])
+            .args(more)
+            .output()
+            .unwrap();
+        succeeded(&out)
+    };
+    let json = bound(&[
+        "--transfer",
+        "20ms",
+        "--kernel",
+        "12.3ms",
+        "--preemptible",
+        "--json",
+    ]);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let paper = positive(&v["transfer"]["bound_paper_s"], "bound");
     assert!(paper > 0.020 && paper < 0.030, "{paper}");
     assert_eq!(v["kernel"]["case"], "Preemptible");
-    let out = oversub()
-        .args([
-            "arbiter",
-            "bound",
-            "--load",
-            "444us",
-            "--compute",
-            "8784us",
-            "--unload",
-            "716us",
-        ])
-        .args(["--kernel", "12ms"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success());
+    let text = bound(&["--kernel", "12ms"]);
     assert!(text.contains("waits for NO_OPER"), "{text}");
 }
 
@@ -317,20 +289,12 @@ fn a_phase_announced_from_the_shell_is_seen_by_status() {
         .args(["arbiter", "phase", "--name", &name, "CPU_MEM", "10s"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let out = oversub()
         .args(["arbiter", "status", "--name", &name, "--json"])
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let tasks = v["tasks"].as_array().unwrap();
     assert_eq!(tasks.len(), 1, "{v}");

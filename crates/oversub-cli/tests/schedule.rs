@@ -4,7 +4,7 @@
 use std::path::Path;
 
 mod common;
-use common::oversub_bare as oversub;
+use common::{oversub_bare as oversub, succeeded};
 
 fn examples() -> &'static Path {
     Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/../../examples"))
@@ -100,12 +100,7 @@ fn plan_reports_every_mode() {
         .arg(&json)
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     for m in ["async", "sync", "demand"] {
         assert!(stdout.contains(m), "{stdout}");
     }
@@ -144,12 +139,7 @@ fn run_all_modes_writes_json_traces_and_timelines() {
         .arg(dir.path().join("t.svg"))
         .output()
         .unwrap();
-    assert!(
-        out.status.success(),
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
+    succeeded(&out);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     for m in ["async", "sync", "demand"] {
@@ -246,12 +236,7 @@ fn demo_writes_its_report() {
         .args(["--max-unit", "2MiB", "--hyperperiods", "1"])
         .output()
         .unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{stdout}\n{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let stdout = succeeded(&out);
     assert!(stdout.contains("paper's analysis"), "{stdout}");
     let html = std::fs::read_to_string(out_dir.join("index.html")).unwrap();
     assert!(html.contains("<svg") && html.contains("async"));

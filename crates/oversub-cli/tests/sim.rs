@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
-use common::{oversub_bare as oversub, stderr};
+use common::{oversub_bare as oversub, stderr, succeeded};
 
 #[test]
 fn sim_subcommands_have_help() {
@@ -47,8 +47,7 @@ fn a_small_study_writes_json_csv_and_figures() {
         .arg(&out_dir)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("DynaMap") && stdout.contains("At 200% oversubscription"),
         "{stdout}"
@@ -164,8 +163,7 @@ fn trace_files_are_made_converted_described_and_simulated() {
         .arg(&nvbit)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("nw.ovtrace") && stdout.contains("app.txt"),
         "{stdout}"

@@ -3,7 +3,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod common;
-use common::{oversub, stderr};
+use common::{oversub, stderr, succeeded};
 
 #[test]
 fn fig6_writes_json_and_a_figure() {
@@ -26,8 +26,7 @@ fn fig6_writes_json_and_a_figure() {
         .arg(&plots)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     for needle in [
         "GESUMMV",
         "Baseline (s)",
@@ -106,8 +105,7 @@ fn seeds_report_medians_shares_and_both_timings() {
         .arg(&plots)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     for needle in [
         "fig4a (Fig. 4(a)), direct access serial (default): 4 seeds (seeds 3-6)",
         "fig4a (Fig. 4(a)), direct access overlapped: 4 seeds",
@@ -178,8 +176,7 @@ fn seeds_report_medians_shares_and_both_timings() {
         .args(["--direct-access", "overlapped"])
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("direct access overlapped: 2 seeds") && !stdout.contains("serial"),
         "{stdout}"
@@ -237,8 +234,7 @@ fn a_scenario_file_runs() {
         .arg(&file)
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", stderr(&out));
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = succeeded(&out);
     assert!(
         stdout.contains("\npair:") && !stdout.contains("fig4a"),
         "only the file's scenario: {stdout}"

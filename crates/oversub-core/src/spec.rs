@@ -155,46 +155,210 @@ pub struct Demand {
 
 /// Everything a [`Pool`] is made of: its capacity, its store and how the store runs, the device, the host tier
 /// and checksums. [`open`](Self::open) assembles it; it is the only assembly of a pool outside core's own tests.
+///
+/// With the `clap` feature it is also a `clap::Args` (flatten it into a command): each option a flag whose default
+/// is [`PoolSpec::new`]'s (`--capacity` is required); with the `serde` feature, a `serde::Deserialize` of a table
+/// whose keys are the flags' names in snake case (`capacity = "1GiB"`, `store = "/mnt/a"` or a list,
+/// `store_capacity`, `device = "cuda:0"`, `checksums`, `engine`, `priority_io`, `priority_window`, `stripe_bytes`,
+/// `force_store`, `scrub`, `keep_store`; sizes as strings or integers; unknown keys refused), the same defaults. The
+/// demand, host tier, I/O point, backend and the options of [`PoolConfig`] are set in code.
 #[derive(Debug, Clone)]
+#[cfg_attr(feature = "clap", derive(clap::Args))]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(deny_unknown_fields)
+)]
 pub struct PoolSpec {
     /// Device memory the pool may hand out, in bytes.
+    #[cfg_attr(feature = "clap", arg(long = "capacity", value_name = "SIZE", value_parser = size_arg,
+        help = "Device memory the pool may hand out (e.g. 1GiB)"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "capacity", deserialize_with = "de::size")
+    )]
     pub capacity_bytes: u64,
     /// Store locations, each a folder (a new temporary file in it), a file (opened, or created when missing) or a
     /// block device; several stripe the store over them. Empty: the system's temporary directory.
+    #[cfg_attr(
+        feature = "clap",
+        arg(long = "store", value_delimiter = ',', value_name = "PATH[,PATH...]")
+    )]
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "store", default, deserialize_with = "de::paths")
+    )]
     pub stores: Vec<PathBuf>,
     /// The store's data capacity in bytes; `None`: the default rule ([`default_store_bytes`](Self::default_store_bytes)).
+    #[cfg_attr(feature = "clap", arg(long = "store-capacity", value_name = "SIZE", value_parser = size_arg,
+        help = "The store's data capacity (default: 4 x --capacity, at least 64 MiB; block devices whole)"))]
+    #[cfg_attr(
+        feature = "serde",
+        serde(rename = "store_capacity", default, deserialize_with = "de::some_size")
+    )]
     pub store_capacity_bytes: Option<u64>,
     /// What the buffers will hold, for the default store size.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub demand: Option<Demand>,
     /// Which memory the buffers live in (ignored when [`memory`](Self::memory) gives a backend).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            default_value = "host",
+            help = "Which memory the buffers live in: host, cuda or cuda:N"
+        )
+    )]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub device: Device,
     /// A host-memory tier before the store.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub host_tier: Option<HostTierConfig>,
     /// Checksums of paged-out buffers (on by default; see [`PoolConfig::verify_checksums`]).
+    #[cfg_attr(feature = "clap", arg(long = "no-checksums", action = clap::ArgAction::SetFalse,
+        help = "Do not checksum paged-out buffers"))]
+    #[cfg_attr(feature = "serde", serde(default = "de::yes"))]
     pub checksums: bool,
     /// The store's request size and queue depth.
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[cfg_attr(feature = "serde", serde(skip))]
     pub io_point: IoPointChoice,
     /// Which I/O engine the store runs on.
+    #[cfg_attr(feature = "clap", arg(long, value_enum, default_value_t = EngineChoice::Auto))]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub engine: EngineChoice,
     /// Serve the store's transfers by slot priority ([`StoreBuilder::priority_io`]).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long = "priority-io",
+            help = "Serve the store's transfers by slot priority"
+        )
+    )]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub priority_io: bool,
     /// With `priority_io`: requests let into the engine at once (`None`: the engine's queue depth).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long,
+            value_name = "REQUESTS",
+            help = "With --priority-io: requests let into the engine at once (default: its queue depth)"
+        )
+    )]
+    #[cfg_attr(feature = "serde", serde(default))]
     pub priority_window: Option<usize>,
     /// Stripe unit over several locations (`None`: the read request size).
+    #[cfg_attr(feature = "clap", arg(long, value_name = "SIZE", value_parser = size_arg))]
+    #[cfg_attr(feature = "serde", serde(default, deserialize_with = "de::some_size"))]
     pub stripe_bytes: Option<u64>,
     /// Use a file or device holding data not written by oversub ([`StoreBuilder::force`]).
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long = "force-store",
+            help = "Use a file or device holding data not written by oversub (its contents are destroyed)"
+        )
+    )]
+    #[cfg_attr(feature = "serde", serde(rename = "force_store", default))]
     pub force: bool,
     /// Discard the store's data when it closes (on by default).
+    #[cfg_attr(feature = "clap", arg(long = "no-scrub", action = clap::ArgAction::SetFalse,
+        help = "Keep the store's data when it closes"))]
+    #[cfg_attr(feature = "serde", serde(default = "de::yes"))]
     pub scrub: bool,
     /// Keep a store file this spec creates on disk instead of unlinking it at once ([`StoreBuilder::keep`]; off
     /// by default), for a front that opens it by name beside the pager.
+    #[cfg_attr(
+        feature = "clap",
+        arg(
+            long = "keep-store",
+            help = "Keep a store file this run creates on disk instead of unlinking it at once"
+        )
+    )]
+    #[cfg_attr(feature = "serde", serde(rename = "keep_store", default))]
     pub keep: bool,
     /// A device-memory backend the caller made (a configured [`HostMemory`], a CUDA context shared by two pools),
     /// used instead of making one for [`device`](Self::device).
+    #[cfg_attr(feature = "clap", arg(skip))]
+    #[cfg_attr(feature = "serde", serde(skip))]
     memory: Option<Arc<dyn DeviceMemory>>,
     /// The pool's remaining options (arbiter gate, tenant rule, staging ring); capacity, checksums and host tier
     /// are taken from the fields above.
+    #[cfg_attr(feature = "clap", arg(skip = PoolConfig::new(0)))]
+    #[cfg_attr(feature = "serde", serde(skip, default = "de::no_config"))]
     config: PoolConfig,
+}
+
+/// The pieces of `PoolSpec`'s `Deserialize`: sizes as strings or integers, one path or a list, the defaults that are
+/// not the type's own.
+#[cfg(feature = "serde")]
+mod de {
+    use std::path::PathBuf;
+
+    use serde::{Deserialize, Deserializer};
+
+    use super::Device;
+    use crate::PoolConfig;
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Size {
+        Bytes(u64),
+        Text(String),
+    }
+
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Paths {
+        One(PathBuf),
+        Many(Vec<PathBuf>),
+    }
+
+    /// A size: an integer number of bytes or a size string (`"256MiB"`).
+    pub(super) fn size<'de, D: Deserializer<'de>>(d: D) -> Result<u64, D::Error> {
+        match Size::deserialize(d)? {
+            Size::Bytes(n) => Ok(n),
+            Size::Text(t) => oversub_base::parse_size(&t).map_err(serde::de::Error::custom),
+        }
+    }
+
+    pub(super) fn some_size<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+        size(d).map(Some)
+    }
+
+    /// One path or a list of them.
+    pub(super) fn paths<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<PathBuf>, D::Error> {
+        Ok(match Paths::deserialize(d)? {
+            Paths::One(p) => vec![p],
+            Paths::Many(v) => v,
+        })
+    }
+
+    pub(super) fn yes() -> bool {
+        true
+    }
+
+    /// The config's capacity is replaced by the spec's when the pool opens.
+    pub(super) fn no_config() -> PoolConfig {
+        PoolConfig::new(0)
+    }
+
+    impl<'de> Deserialize<'de> for Device {
+        fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+            String::deserialize(d)?
+                .parse()
+                .map_err(serde::de::Error::custom)
+        }
+    }
+}
+
+/// A size flag (`"1GiB"`, `"4096"`).
+#[cfg(feature = "clap")]
+fn size_arg(s: &str) -> Result<u64, String> {
+    oversub_base::parse_size(s).map_err(|e| e.to_string())
 }
 
 impl PoolSpec {
@@ -492,6 +656,119 @@ fn is_block_device(p: &std::path::Path) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `got` and `want` ask for the same pool.
+    #[cfg(any(feature = "clap", feature = "serde"))]
+    fn assert_same_options(got: &PoolSpec, want: &PoolSpec) {
+        assert_eq!(got.capacity_bytes, want.capacity_bytes);
+        assert_eq!(got.stores, want.stores);
+        assert_eq!(got.store_capacity_bytes, want.store_capacity_bytes);
+        assert_eq!(got.demand, want.demand);
+        assert_eq!(got.device, want.device);
+        assert_eq!(got.host_tier, want.host_tier);
+        assert_eq!(got.checksums, want.checksums);
+        assert_eq!(got.io_point, want.io_point);
+        assert_eq!(got.engine, want.engine);
+        assert_eq!(got.priority_io, want.priority_io);
+        assert_eq!(got.priority_window, want.priority_window);
+        assert_eq!(got.stripe_bytes, want.stripe_bytes);
+        assert_eq!(got.force, want.force);
+        assert_eq!(got.scrub, want.scrub);
+        assert_eq!(got.keep, want.keep);
+        assert!(got.memory.is_none() && want.memory.is_none());
+        // The config's own capacity is replaced by `capacity_bytes` when the pool opens.
+        let mut config = got.config.clone();
+        config.capacity_bytes = want.capacity_bytes;
+        assert_eq!(format!("{config:?}"), format!("{:?}", want.config));
+    }
+
+    /// A table's defaults are [`PoolSpec::new`]'s; every key reaches its field.
+    #[cfg(feature = "serde")]
+    #[test]
+    fn a_pool_table_defaults_to_new() {
+        let got: PoolSpec = toml::from_str("capacity = \"64MiB\"").unwrap();
+        assert_same_options(&got, &PoolSpec::new(64 << 20));
+        let table = r#"
+            capacity = 1048576
+            store = ["/a", "/b"]
+            store_capacity = "1GiB"
+            device = "cuda:1"
+            checksums = false
+            engine = "psync"
+            priority_io = true
+            priority_window = 4
+            stripe_bytes = "64KiB"
+            force_store = true
+            scrub = false
+            keep_store = true
+        "#;
+        let got: PoolSpec = toml::from_str(table).unwrap();
+        let want = PoolSpec::new(1 << 20)
+            .stores(["/a", "/b"])
+            .store_capacity(1 << 30)
+            .device(Device::Cuda { ordinal: 1 })
+            .checksums(false)
+            .engine(EngineChoice::Psync)
+            .priority(Some(4))
+            .stripe_bytes(64 << 10)
+            .force(true)
+            .scrub(false)
+            .keep(true);
+        assert_same_options(&got, &want);
+        let one: PoolSpec = toml::from_str("capacity = 1\nstore = \"/dev/nvme1n1\"").unwrap();
+        assert_eq!(one.stores, [PathBuf::from("/dev/nvme1n1")]);
+        for bad in [
+            "store = \"/a\"",
+            "capacity = \"lots\"",
+            "capacity = 1\ndevice = \"tpu\"",
+            "capacity = 1\nengine = \"aio\"",
+            "capacity = 1\ncapacty = 2",
+        ] {
+            assert!(toml::from_str::<PoolSpec>(bad).is_err(), "{bad}");
+        }
+    }
+
+    /// The flags' defaults are [`PoolSpec::new`]'s.
+    #[cfg(feature = "clap")]
+    #[test]
+    fn the_flags_default_to_new() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Front {
+            #[command(flatten)]
+            pool: PoolSpec,
+        }
+        let got = Front::try_parse_from(["front", "--capacity", "64MiB"])
+            .unwrap()
+            .pool;
+        assert_same_options(&got, &PoolSpec::new(64 << 20));
+        let flags = Front::try_parse_from([
+            "front",
+            "--capacity",
+            "1MiB",
+            "--store",
+            "/a,/b",
+            "--device",
+            "cuda:1",
+            "--no-checksums",
+            "--engine",
+            "psync",
+            "--no-scrub",
+            "--stripe-bytes",
+            "64KiB",
+        ])
+        .unwrap()
+        .pool;
+        assert_eq!(flags.stores, [PathBuf::from("/a"), PathBuf::from("/b")]);
+        assert_eq!(flags.device, Device::Cuda { ordinal: 1 });
+        assert!(!flags.checksums && !flags.scrub);
+        assert_eq!(flags.engine, EngineChoice::Psync);
+        assert_eq!(flags.stripe_bytes, Some(64 << 10));
+        assert!(
+            Front::try_parse_from(["front"]).is_err(),
+            "--capacity is required"
+        );
+    }
 
     #[test]
     fn devices_parse_as_fronts_write_them() {

@@ -8,12 +8,12 @@ mod common;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{engines, pattern, MIB};
+use common::{check_filled, engines, filled_buffers, pattern, prem_on_fake_clock, MIB};
 use oversub_accel::{DeviceMemory, HostMemory};
 use oversub_arbiter::{Arbiter, ArbiterConfig, Clock, FakeClock, Gate};
 use oversub_core::{BufferFlags, BufferState, Pool, PoolConfig};
 use oversub_io::testing::{FailingEngine, RecordingEngine};
-use oversub_io::{IoEngine, SwapStore};
+use oversub_io::IoEngine;
 
 const US: u64 = 1_000;
 const T0: u64 = 1_000_000_000;
@@ -40,33 +40,7 @@ fn setup_on(
     wrap_failing: Option<u64>,
     device: Arc<dyn DeviceMemory>,
 ) -> Setup {
-    let clock = Arc::new(FakeClock::new(T0));
-    let arbiter = Arbiter::in_process_with_clock(
-        ArbiterConfig {
-            chunk_bytes: CHUNK_BYTES,
-            chunk_time: Some(Duration::from_nanos(CHUNK_NS)),
-            ..ArbiterConfig::default()
-        },
-        clock.clone(),
-    )
-    .unwrap();
-    let task = Arc::new(arbiter.register_task().unwrap());
-    let mut mem_phases = Vec::new();
-    let mut t = T0;
-    for _ in 0..400 {
-        for (is_mem, len) in [(true, 300 * US), (false, 1_000 * US), (true, 200 * US)] {
-            let task = Arc::clone(&task);
-            clock.at(t, move || {
-                let d = Duration::from_nanos(len);
-                if is_mem { task.mem(d) } else { task.com(d) }.unwrap();
-            });
-            if is_mem {
-                mem_phases.push((t, t + len));
-            }
-            t += len;
-        }
-    }
-    clock.advance(0);
+    let (clock, arbiter, mem_phases) = prem_on_fake_clock(T0, CHUNK_BYTES, CHUNK_NS, 400);
     let starts = Arc::new(Mutex::new(Vec::new()));
     let observer = {
         let (clock, starts) = (clock.clone(), starts.clone());
@@ -81,14 +55,7 @@ fn setup_on(
         None => engine,
     };
     let recorder = Arc::new(RecordingEngine::with_observer(inner, observer));
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(64 * MIB)
-            .max_io_bytes(4 << 20)
-            .engine(recorder.clone())
-            .create_temp(&std::env::temp_dir())
-            .unwrap(),
-    );
+    let store = common::store_with(recorder.clone(), 64 * MIB, 4 << 20);
     let gate = Arc::new(Gate::new(arbiter));
     let pool = Pool::new(
         PoolConfig::new(32 * MIB)
@@ -133,15 +100,7 @@ fn paging_under_the_arbiter_keeps_out_of_memory_phases_and_keeps_every_byte() {
         let s = setup(engine, None);
         let space = s.pool.address_space();
         let sizes = [3 * MIB + 4096, MIB, 5 * MIB / 2];
-        let bufs: Vec<_> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                let b = space.alloc(n, BufferFlags::DEFAULT).unwrap();
-                space.write(b, 0, &pattern(i as u64, n as usize)).unwrap();
-                b
-            })
-            .collect();
+        let bufs = filled_buffers(&space, &sizes, 0);
         let copies = s.gate.stats().chunks;
         assert!(
             copies >= 3 + 4 + 10,
@@ -158,14 +117,7 @@ fn paging_under_the_arbiter_keeps_out_of_memory_phases_and_keeps_every_byte() {
                 space.page_in(b).unwrap();
             }
         }
-        for (i, (&b, &n)) in bufs.iter().zip(&sizes).enumerate() {
-            let mut back = vec![0u8; n as usize];
-            space.read(b, 0, &mut back).unwrap();
-            assert!(
-                back == pattern(i as u64, n as usize),
-                "{name}: buffer {i} changed"
-            );
-        }
+        check_filled(&space, &bufs, &sizes, 0, name);
         assert_no_chunk_in_a_memory_phase(&s);
         let requests = s.recorder.requests();
         let io_bytes: u64 = requests.iter().map(|r| r.len).sum();
@@ -269,15 +221,7 @@ fn staged_paging_under_the_arbiter_keeps_out_of_memory_phases() {
         assert_eq!(s.pool.staging_chunk_bytes(), Some(CHUNK_BYTES));
         let space = s.pool.address_space();
         let sizes = [3 * MIB + 4096, MIB];
-        let bufs: Vec<_> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &n)| {
-                let b = space.alloc(n, BufferFlags::DEFAULT).unwrap();
-                space.write(b, 0, &pattern(i as u64, n as usize)).unwrap();
-                b
-            })
-            .collect();
+        let bufs = filled_buffers(&space, &sizes, 0);
         for _ in 0..2 {
             for &b in &bufs {
                 space.page_out(b).unwrap();
@@ -286,14 +230,7 @@ fn staged_paging_under_the_arbiter_keeps_out_of_memory_phases() {
                 space.page_in(b).unwrap();
             }
         }
-        for (i, (&b, &n)) in bufs.iter().zip(&sizes).enumerate() {
-            let mut back = vec![0u8; n as usize];
-            space.read(b, 0, &mut back).unwrap();
-            assert!(
-                back == pattern(i as u64, n as usize),
-                "{name}: buffer {i} changed"
-            );
-        }
+        check_filled(&space, &bufs, &sizes, 0, name);
         assert_no_chunk_in_a_memory_phase(&s);
         assert!(
             s.gate.stats().waits > 0,

@@ -4,11 +4,7 @@
 
 mod common;
 
-use std::sync::Arc;
-
 use common::*;
-use oversub_accel::{DeviceMemory, HostMemory};
-use oversub_core::{BufferFlags, Pool, PoolConfig};
 use oversub_io::SwapStore;
 use oversub_testkit::{require, LoopDevice};
 
@@ -37,35 +33,12 @@ fn pager_round_trips_on_a_block_device() {
         // The store's header takes the first block(s); the data area is the rest.
         assert_eq!(store.capacity_bytes(), 64 * MIB - store.data_offset());
         assert!(store.alignment() >= 512 && store.alignment().is_power_of_two());
-        let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-        let pool = Pool::new(
-            PoolConfig::new(32 * MIB).verify_checksums(true),
-            device,
-            Arc::new(store),
-        )
-        .unwrap();
+        let pool = checked_host_pool(store);
         let space = pool.address_space();
         let sizes = [1u64, 4097, 5 * MIB + 17, 20 * MIB];
-        let bufs: Vec<_> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &size)| {
-                let b = space.alloc(size, BufferFlags::DEFAULT).unwrap();
-                space
-                    .write(b, 0, &pattern(i as u64 + 100, size as usize))
-                    .unwrap();
-                b
-            })
-            .collect();
+        let bufs = filled_buffers(&space, &sizes, 100);
         space.page_out_all().unwrap();
         space.page_in_all().unwrap();
-        for (i, (&b, &size)) in bufs.iter().zip(&sizes).enumerate() {
-            let mut back = vec![0u8; size as usize];
-            space.read(b, 0, &mut back).unwrap();
-            assert!(
-                back == pattern(i as u64 + 100, size as usize),
-                "{name}: buffer {i}"
-            );
-        }
+        check_filled(&space, &bufs, &sizes, 100, name);
     }
 }

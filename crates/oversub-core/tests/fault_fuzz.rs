@@ -26,7 +26,7 @@ use oversub_core::{
     AddressSpace, Buffer, BufferFlags, BufferState, HostTierConfig, PagerError, Pool, PoolConfig,
     StagingConfig, Ticket,
 };
-use oversub_io::{IoCallback, IoCountersSnapshot, IoEngine, IoError, IoRequest, SwapStore};
+use oversub_io::{IoCallback, IoCountersSnapshot, IoEngine, IoError, IoRequest};
 
 /// Fails the N-th request for a random N in `1..=max_gap`, then draws the next N: a store that keeps failing now
 /// and then. The failed request is not performed; the rest of its batch is, and the batch completes with the error
@@ -133,14 +133,7 @@ const GRANULE: usize = 64 << 10;
 
 fn build(engine: Arc<dyn IoEngine>, config: Config, seed: u64) -> (Pool, Arc<CountdownEngine>) {
     let faulty = Arc::new(CountdownEngine::new(engine, seed, 40));
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(STORE_BYTES)
-            .max_io_bytes(256 << 10)
-            .engine(faulty.clone())
-            .create_temp(&std::env::temp_dir())
-            .unwrap(),
-    );
+    let store = common::store_with(faulty.clone(), STORE_BYTES, 256 << 10);
     let device: Arc<dyn DeviceMemory> = if config.staging {
         let fake = Arc::new(FakeDriver::new(4 * CAPACITY, GRANULE));
         Arc::new(CudaMemory::with_driver(fake).unwrap())
@@ -236,223 +229,276 @@ fn check_accounting(pool: &Pool, space: &AddressSpace, models: &BTreeMap<u64, Mo
     }
 }
 
+/// The fuzzer's state: what each live buffer must hold, and the tickets in flight.
+struct Fuzz<'a> {
+    space: &'a AddressSpace,
+    models: BTreeMap<u64, Model>,
+    next_id: u64,
+    /// Tickets in flight, with the model entry they belong to and whether the buffer was freed meanwhile.
+    pending: Vec<(u64, Ticket, bool)>,
+}
+
+impl Fuzz<'_> {
+    fn in_flight(&self, id: u64) -> bool {
+        self.pending.iter().any(|p| p.0 == id)
+    }
+
+    /// The buffer of `id` now is where its model says it is.
+    fn learn_state(&mut self, id: u64) {
+        let m = self.models.get_mut(&id).unwrap();
+        m.out = self.space.info(m.buffer).unwrap().state == BufferState::PagedOut;
+    }
+
+    /// A new buffer of a random size, filled with `pattern(fill_seed, ..)`.
+    fn alloc(&mut self, rng: &mut Rng, fill_seed: u64) {
+        let size = 1 + rng.below(700 << 10) as usize;
+        let read_only = rng.below(4) == 0;
+        let flags = if read_only {
+            BufferFlags::READ_ONLY
+        } else {
+            BufferFlags::DEFAULT
+        };
+        match self.space.alloc(size as u64, flags) {
+            Ok(buffer) => {
+                let bytes = pattern(fill_seed, size);
+                self.space.write(buffer, 0, &bytes).unwrap();
+                let model = Model {
+                    buffer,
+                    bytes,
+                    read_only,
+                    out: false,
+                };
+                self.models.insert(self.next_id, model);
+                self.next_id += 1;
+            }
+            Err(e) if tolerated(&e) => {}
+            Err(e) => panic!("alloc: {e}"),
+        }
+    }
+
+    /// Frees `id`, also while in flight (released when the ticket ends).
+    fn free(&mut self, id: u64) {
+        let m = self.models.remove(&id).unwrap();
+        self.space.free(m.buffer).unwrap();
+        for p in self.pending.iter_mut().filter(|p| p.0 == id) {
+            p.2 = true;
+        }
+    }
+
+    /// Pages `id` out, sync or async; false where there was nothing to do.
+    fn page_out(&mut self, rng: &mut Rng, id: u64) -> bool {
+        let space = self.space;
+        let m = self.models.get_mut(&id).unwrap();
+        if m.out {
+            assert!(matches!(
+                space.page_out(m.buffer),
+                Err(PagerError::AlreadyPagedOut(_))
+            ));
+            return false;
+        }
+        if rng.below(2) == 0 {
+            match space.page_out(m.buffer) {
+                Ok(()) => m.out = true,
+                Err(e) if tolerated(&e) => {}
+                Err(e) => panic!("page_out: {e}"),
+            }
+        } else {
+            match space.page_out_async(m.buffer) {
+                Ok(t) => self.pending.push((id, t, false)),
+                Err(e) if tolerated(&e) => {}
+                Err(e) => panic!("page_out_async: {e}"),
+            }
+        }
+        true
+    }
+
+    /// Pages `id` in, sync or async; false where there was nothing to do.
+    fn page_in(&mut self, rng: &mut Rng, id: u64) -> bool {
+        let space = self.space;
+        let m = self.models.get_mut(&id).unwrap();
+        if !m.out {
+            return false;
+        }
+        if rng.below(2) == 0 {
+            match space.page_in(m.buffer) {
+                Ok(()) => m.out = false,
+                Err(e) if tolerated(&e) => {}
+                Err(e) => panic!("page_in: {e}"),
+            }
+        } else {
+            match space.page_in_async(m.buffer) {
+                Ok(t) => self.pending.push((id, t, false)),
+                Err(e) if tolerated(&e) => {}
+                Err(e) => panic!("page_in_async: {e}"),
+            }
+        }
+        true
+    }
+
+    /// Finishes (or drops) a ticket in flight; false where there was none, or its buffer was freed.
+    fn finish_one(&mut self, rng: &mut Rng) -> bool {
+        if self.pending.is_empty() {
+            return false;
+        }
+        let (id, ticket, freed) = self
+            .pending
+            .swap_remove(rng.below(self.pending.len() as u64) as usize);
+        let kind = ticket.kind();
+        let result = if rng.below(4) == 0 {
+            drop(ticket);
+            None
+        } else {
+            Some(ticket.finish())
+        };
+        if freed {
+            return false;
+        }
+        let m = &self.models[&id];
+        let state = self.space.info(m.buffer).unwrap().state;
+        let page_out = kind == oversub_core::OpKind::PageOut;
+        match result {
+            Some(Err(e)) if !tolerated(&e) => panic!("finish {kind:?}: {e}"),
+            // Success moves the buffer; a failure leaves it where it was.
+            Some(Ok(())) => assert_eq!(state == BufferState::PagedOut, page_out),
+            Some(Err(_)) => assert_eq!(state == BufferState::PagedOut, !page_out),
+            // A dropped ticket's outcome is learnt from the state.
+            None => {}
+        }
+        self.models.get_mut(&id).unwrap().out = state == BufferState::PagedOut;
+        true
+    }
+
+    /// Writes part of `id`: in memory when resident, straight to the store when paged out.
+    fn write(&mut self, rng: &mut Rng, id: u64) {
+        let space = self.space;
+        let m = self.models.get_mut(&id).unwrap();
+        let len = m.bytes.len() as u64;
+        let off = rng.below(len);
+        let n = 1 + rng.below((len - off).min(300 << 10));
+        let data = pattern(rng.next_u64(), n as usize);
+        let direct = m.out;
+        let mut result = if direct {
+            space.write_direct(m.buffer, off, &data)
+        } else {
+            space.write(m.buffer, off, &data)
+        };
+        // A failed direct write may have written part of the range: retry until it lands, as a user would, so the
+        // model knows the bytes.
+        let mut tries = 0;
+        while matches!(&result, Err(PagerError::Store(IoError::Injected { .. }))) && tries < 20 {
+            result = space.write_direct(m.buffer, off, &data);
+            tries += 1;
+        }
+        match result {
+            Ok(()) => m.bytes[off as usize..(off + n) as usize].copy_from_slice(&data),
+            Err(PagerError::ReadOnly(_)) => assert!(m.read_only),
+            Err(e) => panic!("write (direct: {direct}): {e}"),
+        }
+    }
+
+    /// Reads `id` whole (from memory or straight from the store) and compares.
+    fn read(&self, id: u64) {
+        let m = &self.models[&id];
+        match read_all(self.space, m) {
+            Ok(back) => assert!(back == m.bytes, "bytes of {} changed", m.buffer),
+            Err(e) if tolerated(&e) => {}
+            Err(e) => panic!("read: {e}"),
+        }
+    }
+
+    /// Finishes every ticket in flight; with `strict`, each must end well or with a tolerated error.
+    fn settle(&mut self, strict: bool) {
+        for (id, t, freed) in std::mem::take(&mut self.pending) {
+            let r = t.finish();
+            if let (true, Err(e)) = (strict, &r) {
+                assert!(tolerated(e), "finish: {e}");
+            }
+            if !freed {
+                self.learn_state(id);
+            }
+        }
+    }
+
+    /// Pages everything out or in (finishing what is in flight first, as page-all skips it).
+    fn page_all(&mut self, rng: &mut Rng) {
+        self.settle(true);
+        let r = if rng.below(2) == 0 {
+            self.space.page_out_all()
+        } else {
+            self.space.page_in_all()
+        };
+        if let Err(e) = &r {
+            assert!(tolerated(e), "page all: {e}");
+        }
+        let ids: Vec<u64> = self.models.keys().copied().collect();
+        for id in ids {
+            self.learn_state(id);
+        }
+    }
+}
+
 fn fuzz_one(engine: Arc<dyn IoEngine>, config: Config, seed: u64, ops: usize) -> u64 {
     let (pool, faulty) = build(engine, config, seed);
     let space = pool.address_space();
     let mut rng = Rng::new(seed | 1);
-    let mut models: BTreeMap<u64, Model> = BTreeMap::new();
-    let mut next_id = 0u64;
-    // Tickets in flight, with the model entry they belong to and whether the buffer was freed meanwhile.
-    let mut pending: Vec<(u64, Ticket, bool)> = Vec::new();
-    let in_flight = |pending: &Vec<(u64, Ticket, bool)>, id: u64| pending.iter().any(|p| p.0 == id);
+    let mut fuzz = Fuzz {
+        space: &space,
+        models: BTreeMap::new(),
+        next_id: 0,
+        pending: Vec::new(),
+    };
     for step in 0..ops {
-        let ids: Vec<u64> = models.keys().copied().collect();
+        let ids: Vec<u64> = fuzz.models.keys().copied().collect();
         let pick = |rng: &mut Rng| -> Option<u64> {
             (!ids.is_empty()).then(|| ids[rng.below(ids.len() as u64) as usize])
         };
-        match rng.below(12) {
-            // alloc
-            0 | 1 if models.len() < 10 => {
-                let size = 1 + rng.below(700 << 10) as usize;
-                let read_only = rng.below(4) == 0;
-                let flags = if read_only {
-                    BufferFlags::READ_ONLY
-                } else {
-                    BufferFlags::DEFAULT
-                };
-                match space.alloc(size as u64, flags) {
-                    Ok(buffer) => {
-                        let bytes = pattern(seed ^ step as u64, size);
-                        space.write(buffer, 0, &bytes).unwrap();
-                        models.insert(
-                            next_id,
-                            Model {
-                                buffer,
-                                bytes,
-                                read_only,
-                                out: false,
-                            },
-                        );
-                        next_id += 1;
-                    }
-                    Err(e) if tolerated(&e) => {}
-                    Err(e) => panic!("alloc: {e}"),
-                }
+        // An operation on a buffer in flight is skipped, as is the check after a skipped step.
+        let ran = match rng.below(12) {
+            0 | 1 if fuzz.models.len() < 10 => {
+                fuzz.alloc(&mut rng, seed ^ step as u64);
+                true
             }
-            // free (also while in flight: released when the ticket ends)
             2 => {
                 if let Some(id) = pick(&mut rng) {
-                    let m = models.remove(&id).unwrap();
-                    space.free(m.buffer).unwrap();
-                    for p in pending.iter_mut().filter(|p| p.0 == id) {
-                        p.2 = true;
-                    }
+                    fuzz.free(id);
                 }
+                true
             }
-            // page out, sync or async
-            3 | 4 => {
-                let Some(id) = pick(&mut rng) else { continue };
-                if in_flight(&pending, id) {
-                    continue;
+            3 | 4 => match pick(&mut rng).filter(|&id| !fuzz.in_flight(id)) {
+                Some(id) => fuzz.page_out(&mut rng, id),
+                None => false,
+            },
+            5 | 6 => match pick(&mut rng).filter(|&id| !fuzz.in_flight(id)) {
+                Some(id) => fuzz.page_in(&mut rng, id),
+                None => false,
+            },
+            7 | 8 => fuzz.finish_one(&mut rng),
+            9 => match pick(&mut rng).filter(|&id| !fuzz.in_flight(id)) {
+                Some(id) => {
+                    fuzz.write(&mut rng, id);
+                    true
                 }
-                let m = models.get_mut(&id).unwrap();
-                if m.out {
-                    assert!(matches!(
-                        space.page_out(m.buffer),
-                        Err(PagerError::AlreadyPagedOut(_))
-                    ));
-                    continue;
+                None => false,
+            },
+            10 => match pick(&mut rng).filter(|&id| !fuzz.in_flight(id)) {
+                Some(id) => {
+                    fuzz.read(id);
+                    true
                 }
-                if rng.below(2) == 0 {
-                    match space.page_out(m.buffer) {
-                        Ok(()) => m.out = true,
-                        Err(e) if tolerated(&e) => {}
-                        Err(e) => panic!("page_out: {e}"),
-                    }
-                } else {
-                    match space.page_out_async(m.buffer) {
-                        Ok(t) => pending.push((id, t, false)),
-                        Err(e) if tolerated(&e) => {}
-                        Err(e) => panic!("page_out_async: {e}"),
-                    }
-                }
-            }
-            // page in, sync or async
-            5 | 6 => {
-                let Some(id) = pick(&mut rng) else { continue };
-                if in_flight(&pending, id) {
-                    continue;
-                }
-                let m = models.get_mut(&id).unwrap();
-                if !m.out {
-                    continue;
-                }
-                if rng.below(2) == 0 {
-                    match space.page_in(m.buffer) {
-                        Ok(()) => m.out = false,
-                        Err(e) if tolerated(&e) => {}
-                        Err(e) => panic!("page_in: {e}"),
-                    }
-                } else {
-                    match space.page_in_async(m.buffer) {
-                        Ok(t) => pending.push((id, t, false)),
-                        Err(e) if tolerated(&e) => {}
-                        Err(e) => panic!("page_in_async: {e}"),
-                    }
-                }
-            }
-            // finish (or drop) a ticket
-            7 | 8 => {
-                if pending.is_empty() {
-                    continue;
-                }
-                let (id, ticket, freed) =
-                    pending.swap_remove(rng.below(pending.len() as u64) as usize);
-                let kind = ticket.kind();
-                let result = if rng.below(4) == 0 {
-                    drop(ticket);
-                    None
-                } else {
-                    Some(ticket.finish())
-                };
-                if freed {
-                    continue;
-                }
-                let m = models.get_mut(&id).unwrap();
-                let state = space.info(m.buffer).unwrap().state;
-                let page_out = kind == oversub_core::OpKind::PageOut;
-                match result {
-                    Some(Err(e)) if !tolerated(&e) => panic!("finish {kind:?}: {e}"),
-                    // Success moves the buffer; a failure leaves it where it was.
-                    Some(Ok(())) => assert_eq!(state == BufferState::PagedOut, page_out),
-                    Some(Err(_)) => assert_eq!(state == BufferState::PagedOut, !page_out),
-                    // A dropped ticket's outcome is learnt from the state.
-                    None => {}
-                }
-                m.out = state == BufferState::PagedOut;
-            }
-            // write part of a resident buffer, or of a paged-out one on the store
-            9 => {
-                let Some(id) = pick(&mut rng) else { continue };
-                if in_flight(&pending, id) {
-                    continue;
-                }
-                let m = models.get_mut(&id).unwrap();
-                let len = m.bytes.len() as u64;
-                let off = rng.below(len);
-                let n = 1 + rng.below((len - off).min(300 << 10));
-                let data = pattern(rng.next_u64(), n as usize);
-                let direct = m.out;
-                let mut result = if direct {
-                    space.write_direct(m.buffer, off, &data)
-                } else {
-                    space.write(m.buffer, off, &data)
-                };
-                // A failed direct write may have written part of the range: retry until it lands, as a user
-                // would, so the model knows the bytes.
-                let mut tries = 0;
-                while matches!(&result, Err(PagerError::Store(IoError::Injected { .. })))
-                    && tries < 20
-                {
-                    result = space.write_direct(m.buffer, off, &data);
-                    tries += 1;
-                }
-                match result {
-                    Ok(()) => m.bytes[off as usize..(off + n) as usize].copy_from_slice(&data),
-                    Err(PagerError::ReadOnly(_)) => assert!(m.read_only),
-                    Err(e) => panic!("write (direct: {direct}): {e}"),
-                }
-            }
-            // read a buffer whole and compare (from memory or straight from the store)
-            10 => {
-                let Some(id) = pick(&mut rng) else { continue };
-                if in_flight(&pending, id) {
-                    continue;
-                }
-                let m = &models[&id];
-                match read_all(&space, m) {
-                    Ok(back) => assert!(back == m.bytes, "bytes of {} changed", m.buffer),
-                    Err(e) if tolerated(&e) => {}
-                    Err(e) => panic!("read: {e}"),
-                }
-            }
-            // page everything out or in (finishing what is in flight first, as page-all skips it)
+                None => false,
+            },
             _ => {
-                for (id, t, freed) in pending.drain(..) {
-                    let r = t.finish();
-                    if let Err(e) = &r {
-                        assert!(tolerated(e), "finish: {e}");
-                    }
-                    if !freed {
-                        let m = models.get_mut(&id).unwrap();
-                        m.out = space.info(m.buffer).unwrap().state == BufferState::PagedOut;
-                    }
-                }
-                let r = if rng.below(2) == 0 {
-                    space.page_out_all()
-                } else {
-                    space.page_in_all()
-                };
-                if let Err(e) = &r {
-                    assert!(tolerated(e), "page all: {e}");
-                }
-                for m in models.values_mut() {
-                    m.out = space.info(m.buffer).unwrap().state == BufferState::PagedOut;
-                }
+                fuzz.page_all(&mut rng);
+                true
             }
-        }
-        if pending.is_empty() {
-            check_accounting(&pool, &space, &models);
+        };
+        if ran && fuzz.pending.is_empty() {
+            check_accounting(&pool, &space, &fuzz.models);
         }
     }
     // Settle, verify every byte, free everything: nothing may stay charged or allocated.
-    for (id, t, freed) in pending.drain(..) {
-        let _ = t.finish();
-        if !freed {
-            let m = models.get_mut(&id).unwrap();
-            m.out = space.info(m.buffer).unwrap().state == BufferState::PagedOut;
-        }
-    }
+    fuzz.settle(false);
+    let models = std::mem::take(&mut fuzz.models);
     check_accounting(&pool, &space, &models);
     for m in models.values() {
         let back = loop {

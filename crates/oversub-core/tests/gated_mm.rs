@@ -12,10 +12,8 @@ use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{engines, pattern, MIB};
-use oversub_accel::{
-    AccelError, DeviceMemory, DevicePtr, DirectStorage, Fence, HostBuffer, HostMemory, Reservation,
-};
+use common::{check_filled, engines, pattern, prem_on_fake_clock, Hooked, MIB};
+use oversub_accel::{AccelError, DeviceMemory, HostMemory, Reservation};
 use oversub_arbiter::{
     Arbiter, ArbiterConfig, Clock, FakeClock, Gate, GateEvent, GateEventKind, WorkKind,
 };
@@ -23,7 +21,7 @@ use oversub_core::{
     BufferFlags, BufferState, HostTierConfig, MmCost, PagerError, Pool, PoolConfig,
 };
 use oversub_io::testing::RecordingEngine;
-use oversub_io::{IoEngine, SwapStore};
+use oversub_io::IoEngine;
 
 const US: u64 = 1_000;
 const T0: u64 = 1_000_000_000;
@@ -49,11 +47,11 @@ struct MmCall {
     failed: bool,
 }
 
-/// A device that, while armed, records every commit and decommit (with the fake clock's time and the thread) and
-/// advances the clock by the operation's worst-case cost, and can fail the next commit or hold it until released.
+/// Around a device ([`MmRecorder::around`]): while armed, records every commit and decommit (with the fake clock's
+/// time and the thread) and advances the clock by the operation's worst-case cost, and can fail the next commit or
+/// hold it until released.
 #[derive(Debug)]
 struct MmRecorder {
-    inner: Arc<dyn DeviceMemory>,
     clock: Arc<FakeClock>,
     armed: AtomicBool,
     fail_next_commit: AtomicBool,
@@ -64,9 +62,8 @@ struct MmRecorder {
 }
 
 impl MmRecorder {
-    fn new(inner: Arc<dyn DeviceMemory>, clock: Arc<FakeClock>) -> Self {
+    fn new(clock: Arc<FakeClock>) -> Self {
         MmRecorder {
-            inner,
             clock,
             armed: AtomicBool::new(false),
             fail_next_commit: AtomicBool::new(false),
@@ -114,91 +111,20 @@ impl MmRecorder {
     }
 }
 
-// SAFETY: forwards every call to the wrapped backend; recording, the injected failure and the hold happen before
-// or after the call and touch no memory of the ranges.
-unsafe impl DeviceMemory for MmRecorder {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn granularity(&self) -> usize {
-        self.inner.granularity()
-    }
-    fn host_accessible(&self) -> bool {
-        self.inner.host_accessible()
-    }
-    fn reserve(&self, len: usize) -> Result<Reservation, AccelError> {
-        self.inner.reserve(len)
-    }
-    fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
-        if let Some(rx) = self.hold_commit.lock().unwrap().take() {
-            if rx.recv_timeout(Duration::from_secs(60)).is_err() {
-                self.held_too_long.store(true, Ordering::Release);
-            }
-        }
-        self.record(Mm::Commit, range, || self.inner.commit(range))
-    }
-    unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        self.record(Mm::Decommit, range, || unsafe {
-            self.inner.decommit(range)
-        })
-    }
-    unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.unreserve(range) }
-    }
-    fn synchronize(&self) -> Result<(), AccelError> {
-        self.inner.synchronize()
-    }
-    fn host_ptr(&self, range: &Reservation) -> Option<*mut u8> {
-        self.inner.host_ptr(range)
-    }
-    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_to_host(src, dst) }
-    }
-    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_from_host(dst, src) }
-    }
-    fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError> {
-        self.inner.resident_bytes(range)
-    }
-    fn zero_new(&self, range: &Reservation) -> Result<(), AccelError> {
-        self.inner.zero_new(range)
-    }
-    fn alloc_host(&self, len: usize, pinned: bool) -> Result<HostBuffer, AccelError> {
-        self.inner.alloc_host(len, pinned)
-    }
-    unsafe fn copy_to_host_async(
-        &self,
-        src: DevicePtr,
-        dst: *mut u8,
-        len: usize,
-    ) -> Result<Fence, AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_to_host_async(src, dst, len) }
-    }
-    unsafe fn copy_from_host_async(
-        &self,
-        dst: DevicePtr,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Fence, AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_from_host_async(dst, src, len) }
-    }
-    fn fence_done(&self, fence: &Fence) -> Result<bool, AccelError> {
-        self.inner.fence_done(fence)
-    }
-    fn fence_wait(&self, fence: Fence) -> Result<(), AccelError> {
-        self.inner.fence_wait(fence)
-    }
-    fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
-        self.inner.memory_info()
-    }
-    fn direct_storage(&self) -> Option<&dyn DirectStorage> {
-        self.inner.direct_storage()
+impl MmRecorder {
+    /// The device `inner` with this recorder around its commits and decommits.
+    fn around(self: &Arc<Self>, inner: Arc<dyn DeviceMemory>) -> Hooked {
+        let (on_commit, on_decommit) = (Arc::clone(self), Arc::clone(self));
+        Hooked::over(inner)
+            .on_commit(move |range, commit| {
+                if let Some(rx) = on_commit.hold_commit.lock().unwrap().take() {
+                    if rx.recv_timeout(Duration::from_secs(60)).is_err() {
+                        on_commit.held_too_long.store(true, Ordering::Release);
+                    }
+                }
+                on_commit.record(Mm::Commit, range, commit)
+            })
+            .on_decommit(move |range, decommit| on_decommit.record(Mm::Decommit, range, decommit))
     }
 }
 
@@ -227,46 +153,13 @@ struct Setup {
 /// A PREM task (load 300 µs, compute 1 ms, unload 200 µs, repeated) on a fake clock, and a pool on `path` whose
 /// store advances the clock by one chunk time per request and whose device records its memory-map operations.
 fn setup(engine: Arc<dyn IoEngine>, path: Path) -> Setup {
-    let clock = Arc::new(FakeClock::new(T0));
-    let arbiter = Arbiter::in_process_with_clock(
-        ArbiterConfig {
-            chunk_bytes: CHUNK_BYTES,
-            chunk_time: Some(Duration::from_nanos(CHUNK_NS)),
-            ..ArbiterConfig::default()
-        },
-        clock.clone(),
-    )
-    .unwrap();
-    let task = Arc::new(arbiter.register_task().unwrap());
-    let mut mem_phases = Vec::new();
-    let mut t = T0;
-    for _ in 0..2_000 {
-        for (is_mem, len) in [(true, 300 * US), (false, 1_000 * US), (true, 200 * US)] {
-            let task = Arc::clone(&task);
-            clock.at(t, move || {
-                let d = Duration::from_nanos(len);
-                if is_mem { task.mem(d) } else { task.com(d) }.unwrap();
-            });
-            if is_mem {
-                mem_phases.push((t, t + len));
-            }
-            t += len;
-        }
-    }
-    clock.advance(0);
+    let (clock, arbiter, mem_phases) = prem_on_fake_clock(T0, CHUNK_BYTES, CHUNK_NS, 2_000);
     let observer = {
         let clock = clock.clone();
         Box::new(move |_: &oversub_io::testing::RecordedRequest| clock.advance(CHUNK_NS))
     };
     let recorder = Arc::new(RecordingEngine::with_observer(engine, observer));
-    let store = Arc::new(
-        SwapStore::builder()
-            .capacity_bytes(64 * MIB)
-            .max_io_bytes(4 << 20)
-            .engine(recorder)
-            .create_temp(&std::env::temp_dir())
-            .unwrap(),
-    );
+    let store = common::store_with(recorder, 64 * MIB, 4 << 20);
     let inner: Arc<dyn DeviceMemory> = match path {
         Path::Staging => {
             use oversub_accel::cuda::testing::FakeDriver;
@@ -276,7 +169,7 @@ fn setup(engine: Arc<dyn IoEngine>, path: Path) -> Setup {
         }
         _ => Arc::new(HostMemory::default()),
     };
-    let device = Arc::new(MmRecorder::new(inner, clock.clone()));
+    let device = Arc::new(MmRecorder::new(clock.clone()));
     let gate = Arc::new(Gate::new(arbiter));
     let mut config = PoolConfig::new(32 * MIB)
         .verify_checksums(path == Path::Hashed)
@@ -289,7 +182,7 @@ fn setup(engine: Arc<dyn IoEngine>, path: Path) -> Setup {
             pinned: false,
         });
     }
-    let pool = Pool::new(config, device.clone(), store).unwrap();
+    let pool = Pool::new(config, Arc::new(device.around(inner)), store).unwrap();
     assert_eq!(
         pool.transfer_path(),
         if path == Path::Staging {
@@ -449,14 +342,7 @@ fn gated_commit_and_decommit_never_run_outside_a_grant() {
                 events.iter().any(|e| e.kind == GateEventKind::Waited),
                 "{name} {path:?}: the gate had to wait"
             );
-            for (i, (&b, &n)) in bufs.iter().zip(&sizes).enumerate() {
-                let mut back = vec![0u8; n as usize];
-                space.read(b, 0, &mut back).unwrap();
-                assert!(
-                    back == pattern(i as u64, n as usize),
-                    "{name} {path:?}: buffer {i} changed"
-                );
-            }
+            check_filled(&space, &bufs, &sizes, 0, &format!("{name} {path:?}"));
             for b in bufs {
                 space.free(b).unwrap();
             }

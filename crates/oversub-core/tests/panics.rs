@@ -8,8 +8,11 @@ mod common;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::{engines, pattern, store_with, Hooked, MIB};
-use oversub_core::{BufferFlags, BufferState, PagerError, Pool, PoolConfig};
+use common::{
+    assert_holds, assert_nothing_held, each_engine_and_checksums, engines, pattern, pool_over,
+    Hooked, MIB,
+};
+use oversub_core::{BufferFlags, BufferState, PagerError, Pool};
 use oversub_io::testing::FailingEngine;
 use oversub_io::IoEngine;
 
@@ -27,45 +30,30 @@ fn panicky_host() -> (Arc<Hooked>, Arc<AtomicBool>) {
 }
 
 fn pool_on(engine: Arc<dyn IoEngine>, device: Arc<Hooked>, checksums: bool) -> Pool {
-    Pool::new(
-        PoolConfig::new(32 * MIB).verify_checksums(checksums),
-        device,
-        store_with(engine, 64 * MIB, 1 << 20),
-    )
-    .unwrap()
+    pool_over(engine, device, (32 * MIB, 64 * MIB), checksums)
 }
 
 #[test]
 fn a_panicking_completion_fails_the_page_out_and_loses_nothing() {
-    for (name, engine) in engines() {
-        for checksums in [false, true] {
-            eprintln!("{name}, checksums {checksums}");
-            let (device, panic_next_decommit) = panicky_host();
-            let pool = pool_on(engine.clone(), device, checksums);
-            let space = pool.address_space();
-            let b = space.alloc(9 * MIB + 3, BufferFlags::DEFAULT).unwrap();
-            let bytes = pattern(3, (9 * MIB + 3) as usize);
-            space.write(b, 0, &bytes).unwrap();
-            panic_next_decommit.store(true, Ordering::Release);
-            let err = space.page_out(b).unwrap_err();
-            assert!(matches!(err, PagerError::CompletionLost { .. }), "{err}");
-            // The memory was never released: the buffer is resident with its bytes, and can be paged again.
-            assert_eq!(space.info(b).unwrap().state, BufferState::Resident);
-            let mut back = vec![0u8; bytes.len()];
-            space.read(b, 0, &mut back).unwrap();
-            assert!(back == bytes);
-            space.page_out(b).unwrap();
-            space.page_in(b).unwrap();
-            space.read(b, 0, &mut back).unwrap();
-            assert!(back == bytes);
-            space.free(b).unwrap();
-            assert_eq!(pool.stats().used_bytes, 0);
-            assert_eq!(
-                pool.stats().store_free_bytes,
-                pool.stats().store_capacity_bytes
-            );
-        }
-    }
+    each_engine_and_checksums(|engine, checksums| {
+        let (device, panic_next_decommit) = panicky_host();
+        let pool = pool_on(engine.clone(), device, checksums);
+        let space = pool.address_space();
+        let b = space.alloc(9 * MIB + 3, BufferFlags::DEFAULT).unwrap();
+        let bytes = pattern(3, (9 * MIB + 3) as usize);
+        space.write(b, 0, &bytes).unwrap();
+        panic_next_decommit.store(true, Ordering::Release);
+        let err = space.page_out(b).unwrap_err();
+        assert!(matches!(err, PagerError::CompletionLost { .. }), "{err}");
+        // The memory was never released: the buffer is resident with its bytes, and can be paged again.
+        assert_eq!(space.info(b).unwrap().state, BufferState::Resident);
+        assert_holds(&space, b, &bytes);
+        space.page_out(b).unwrap();
+        space.page_in(b).unwrap();
+        assert_holds(&space, b, &bytes);
+        space.free(b).unwrap();
+        assert_nothing_held(&pool);
+    });
 }
 
 #[test]
@@ -89,14 +77,8 @@ fn a_panicking_completion_after_a_failed_read_keeps_the_stored_copy() {
         // finish released the memory the lost completion could not.
         assert_eq!(pool.stats().used_bytes, 0);
         space.page_in(b).unwrap();
-        let mut back = vec![0u8; bytes.len()];
-        space.read(b, 0, &mut back).unwrap();
-        assert!(back == bytes);
+        assert_holds(&space, b, &bytes);
         space.free(b).unwrap();
-        assert_eq!(pool.stats().used_bytes, 0);
-        assert_eq!(
-            pool.stats().store_free_bytes,
-            pool.stats().store_capacity_bytes
-        );
+        assert_nothing_held(&pool);
     }
 }

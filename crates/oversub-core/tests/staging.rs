@@ -8,7 +8,7 @@ mod common;
 
 use std::sync::Arc;
 
-use common::{engines, pattern, store_with};
+use common::{check_filled, engines, filled_buffers, pattern, store_with};
 use oversub_accel::cuda::testing::{Call, FakeDriver};
 use oversub_accel::cuda::CudaMemory;
 use oversub_accel::DeviceMemory;
@@ -42,6 +42,16 @@ fn fake_pool(
     .unwrap();
     assert_eq!(pool.transfer_path(), "staging");
     (pool, fake)
+}
+
+/// The fake driver saw its calls in a good order ([`check_order`]) and no misuse.
+fn check_fake(fake: &FakeDriver, what: &str) {
+    check_order(&fake.calls());
+    assert!(
+        fake.violations().is_empty(),
+        "{what}: {:?}",
+        fake.violations()
+    );
 }
 
 /// Checks the recorded calls: every unmap comes after the completion of every copy-out queued from its range,
@@ -128,12 +138,7 @@ fn round_trips_keep_address_and_bytes_through_staging() {
             space.free(b).unwrap();
         }
         let calls = fake.calls();
-        check_order(&calls);
-        assert!(
-            fake.violations().is_empty(),
-            "{engine_name}: {:?}",
-            fake.violations()
-        );
+        check_fake(&fake, engine_name);
         assert!(calls.iter().any(|c| matches!(c, Call::CopyOutDone { .. })));
     }
 }
@@ -143,17 +148,8 @@ fn async_page_in_overlaps_and_keeps_order() {
     for (engine_name, engine) in engines() {
         let (pool, fake) = fake_pool(engine, 16 << 20, staging(16 << 10, 4));
         let space = pool.address_space();
-        let bufs: Vec<_> = (0..4)
-            .map(|i| {
-                let b = space
-                    .alloc(200_000 + i * 4096, BufferFlags::DEFAULT)
-                    .unwrap();
-                space
-                    .write(b, 0, &pattern(i, 200_000 + i as usize * 4096))
-                    .unwrap();
-                b
-            })
-            .collect();
+        let sizes: Vec<u64> = (0..4).map(|i| 200_000 + i * 4096).collect();
+        let bufs = filled_buffers(&space, &sizes, 0);
         space.page_out_all().unwrap();
         let tickets: Vec<_> = bufs
             .iter()
@@ -162,18 +158,8 @@ fn async_page_in_overlaps_and_keeps_order() {
         for t in tickets {
             t.finish().unwrap();
         }
-        for (i, b) in bufs.iter().enumerate() {
-            let len = 200_000 + i * 4096;
-            let mut back = vec![0u8; len];
-            space.read(*b, 0, &mut back).unwrap();
-            assert!(back == pattern(i as u64, len), "{engine_name}: buffer {i}");
-        }
-        check_order(&fake.calls());
-        assert!(
-            fake.violations().is_empty(),
-            "{engine_name}: {:?}",
-            fake.violations()
-        );
+        check_filled(&space, &bufs, &sizes, 0, engine_name);
+        check_fake(&fake, engine_name);
     }
 }
 
@@ -212,12 +198,7 @@ fn buffers_past_the_device_capacity_cycle_without_loss() {
             }
         }
         assert!(fake.used_bytes() <= 1 << 20);
-        check_order(&fake.calls());
-        assert!(
-            fake.violations().is_empty(),
-            "{engine_name}: {:?}",
-            fake.violations()
-        );
+        check_fake(&fake, engine_name);
     }
 }
 
@@ -258,8 +239,7 @@ fn failed_copies_and_commits_lose_nothing() {
     space.page_in(b).unwrap();
     space.read(b, 0, &mut back).unwrap();
     assert!(back == data);
-    check_order(&fake.calls());
-    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    check_fake(&fake, "");
 }
 
 #[test]
@@ -278,12 +258,7 @@ fn failed_store_io_loses_nothing() {
         let mut back = vec![0u8; size];
         space.read(b, 0, &mut back).unwrap();
         assert!(back == data, "{engine_name}");
-        check_order(&fake.calls());
-        assert!(
-            fake.violations().is_empty(),
-            "{engine_name}: {:?}",
-            fake.violations()
-        );
+        check_fake(&fake, engine_name);
     }
 }
 
@@ -398,8 +373,7 @@ fn host_tier_holds_buffers_before_the_store() {
         space.read(a, 0, &mut back).unwrap();
         assert!(back == want, "{name}: async tier round trip");
     }
-    check_order(&fake.calls());
-    assert!(fake.violations().is_empty(), "{:?}", fake.violations());
+    check_fake(&fake, "");
 }
 
 proptest::proptest! {

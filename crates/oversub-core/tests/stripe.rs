@@ -8,12 +8,10 @@ mod common;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use common::{engines, pattern, MIB};
+use common::{check_filled, checked_host_pool, engines, filled_buffers, pattern, Hooked, MIB};
 use oversub_accel::cuda::testing::FakeDriver;
 use oversub_accel::cuda::CudaMemory;
-use oversub_accel::{
-    AccelError, DeviceMemory, DevicePtr, DirectStorage, Fence, HostBuffer, HostMemory, Reservation,
-};
+use oversub_accel::{AccelError, DeviceMemory, DevicePtr, DirectStorage};
 use oversub_core::{BufferFlags, BufferState, PagerError, Pool, PoolConfig, StagingConfig};
 use oversub_io::testing::FailingFdEngine;
 use oversub_io::{IoEngine, IoError, PsyncEngine, SwapStore};
@@ -35,37 +33,14 @@ fn pager_round_trips_on_a_striped_store() {
             .build(&locations)
             .unwrap();
         assert_eq!(store.member_count(), 3);
-        let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-        let pool = Pool::new(
-            PoolConfig::new(32 * MIB).verify_checksums(true),
-            device,
-            Arc::new(store),
-        )
-        .unwrap();
+        let pool = checked_host_pool(store);
         let space = pool.address_space();
         let sizes = [1u64, 4097, MIB / 2, 5 * MIB + 17, 20 * MIB];
-        let bufs: Vec<_> = sizes
-            .iter()
-            .enumerate()
-            .map(|(i, &size)| {
-                let b = space.alloc(size, BufferFlags::DEFAULT).unwrap();
-                space
-                    .write(b, 0, &pattern(i as u64, size as usize))
-                    .unwrap();
-                b
-            })
-            .collect();
+        let bufs = filled_buffers(&space, &sizes, 0);
         for round in 0..2 {
             space.page_out_all().unwrap();
             space.page_in_all().unwrap();
-            for (i, (&b, &size)) in bufs.iter().zip(&sizes).enumerate() {
-                let mut out = vec![0u8; size as usize];
-                space.read(b, 0, &mut out).unwrap();
-                assert!(
-                    out == pattern(i as u64, size as usize),
-                    "{name}, round {round}, buffer {i}"
-                );
-            }
+            check_filled(&space, &bufs, &sizes, 0, &format!("{name}, round {round}"));
         }
     }
 }
@@ -83,13 +58,7 @@ fn a_failing_member_fails_the_page_out_and_keeps_the_buffer() {
         .unwrap();
     let bad_fd = store.member_fds()[1];
     let bad_path = store.member_paths()[1].to_path_buf();
-    let device: Arc<dyn DeviceMemory> = Arc::new(HostMemory::default());
-    let pool = Pool::new(
-        PoolConfig::new(32 * MIB).verify_checksums(true),
-        device,
-        Arc::new(store),
-    )
-    .unwrap();
+    let pool = checked_host_pool(store);
     let space = pool.address_space();
     let size = 6 * MIB + 5;
     let early = space.alloc(size, BufferFlags::DEFAULT).unwrap();
@@ -133,11 +102,9 @@ fn a_failing_member_fails_the_page_out_and_keeps_the_buffer() {
     assert!(out == pattern(2, size as usize));
 }
 
-/// The cuda backend over the fake driver, claiming GPUDirect Storage that must never be used for I/O.
+/// GPUDirect Storage claimed (for the cuda backend over the fake driver) that must never be used for I/O.
 #[derive(Debug)]
-struct ClaimsCufile {
-    inner: CudaMemory,
-}
+struct ClaimsCufile;
 
 impl DirectStorage for ClaimsCufile {
     fn register(&self, _fd: std::os::fd::RawFd) -> Result<(), AccelError> {
@@ -163,86 +130,6 @@ impl DirectStorage for ClaimsCufile {
     }
 }
 
-// SAFETY: forwards every call to the wrapped backend; only `direct_storage` differs, and its transfers panic.
-unsafe impl DeviceMemory for ClaimsCufile {
-    fn name(&self) -> &'static str {
-        self.inner.name()
-    }
-    fn granularity(&self) -> usize {
-        self.inner.granularity()
-    }
-    fn host_accessible(&self) -> bool {
-        self.inner.host_accessible()
-    }
-    fn reserve(&self, len: usize) -> Result<Reservation, AccelError> {
-        self.inner.reserve(len)
-    }
-    fn commit(&self, range: &Reservation) -> Result<(), AccelError> {
-        self.inner.commit(range)
-    }
-    unsafe fn decommit(&self, range: &Reservation) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.decommit(range) }
-    }
-    unsafe fn unreserve(&self, range: Reservation) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.unreserve(range) }
-    }
-    fn synchronize(&self) -> Result<(), AccelError> {
-        self.inner.synchronize()
-    }
-    fn host_ptr(&self, range: &Reservation) -> Option<*mut u8> {
-        self.inner.host_ptr(range)
-    }
-    unsafe fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_to_host(src, dst) }
-    }
-    unsafe fn copy_from_host(&self, dst: DevicePtr, src: &[u8]) -> Result<(), AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_from_host(dst, src) }
-    }
-    fn resident_bytes(&self, range: &Reservation) -> Result<Option<u64>, AccelError> {
-        self.inner.resident_bytes(range)
-    }
-    fn zero_new(&self, range: &Reservation) -> Result<(), AccelError> {
-        self.inner.zero_new(range)
-    }
-    fn alloc_host(&self, len: usize, pinned: bool) -> Result<HostBuffer, AccelError> {
-        self.inner.alloc_host(len, pinned)
-    }
-    unsafe fn copy_to_host_async(
-        &self,
-        src: DevicePtr,
-        dst: *mut u8,
-        len: usize,
-    ) -> Result<Fence, AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_to_host_async(src, dst, len) }
-    }
-    unsafe fn copy_from_host_async(
-        &self,
-        dst: DevicePtr,
-        src: *const u8,
-        len: usize,
-    ) -> Result<Fence, AccelError> {
-        // SAFETY: forwarded from our caller.
-        unsafe { self.inner.copy_from_host_async(dst, src, len) }
-    }
-    fn fence_done(&self, fence: &Fence) -> Result<bool, AccelError> {
-        self.inner.fence_done(fence)
-    }
-    fn fence_wait(&self, fence: Fence) -> Result<(), AccelError> {
-        self.inner.fence_wait(fence)
-    }
-    fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
-        self.inner.memory_info()
-    }
-    fn direct_storage(&self) -> Option<&dyn DirectStorage> {
-        Some(self)
-    }
-}
-
 #[test]
 fn a_striped_store_stages_instead_of_gpudirect() {
     let engine: Arc<dyn IoEngine> = Arc::new(PsyncEngine::new(8).unwrap());
@@ -254,9 +141,8 @@ fn a_striped_store_stages_instead_of_gpudirect() {
     };
     let device = || -> Arc<dyn DeviceMemory> {
         let fake = Arc::new(FakeDriver::new(64 * MIB, 64 << 10));
-        Arc::new(ClaimsCufile {
-            inner: CudaMemory::with_driver(fake).unwrap(),
-        })
+        let inner = Arc::new(CudaMemory::with_driver(fake).unwrap());
+        Arc::new(Hooked::over(inner).with_direct_storage(ClaimsCufile))
     };
     for n in [1, 2] {
         let (_d, locations) = dirs(n);

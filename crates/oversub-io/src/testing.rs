@@ -55,6 +55,50 @@ forwarding_engine!(
     RecordingEngine
 );
 
+/// Runs the requests `fails` passes (by index in the batch) on `inner`, then completes the batch with the error
+/// `fails` gave the first one it failed (wrapped in [`IoError::Request`] when `tagged`), or as `inner` completes it
+/// when none failed. Counts each failed request in `injected`.
+///
+/// # Safety
+/// As [`IoEngine::submit`].
+unsafe fn fail_some(
+    inner: &dyn IoEngine,
+    requests: Vec<IoRequest>,
+    on_done: IoCallback,
+    tagged: bool,
+    injected: &AtomicU64,
+    mut fails: impl FnMut(usize, &IoRequest) -> Option<IoError>,
+) -> Result<(), IoError> {
+    let mut failed = None;
+    let mut kept = Vec::with_capacity(requests.len());
+    for (i, req) in requests.into_iter().enumerate() {
+        match fails(i, &req) {
+            Some(e) => {
+                failed.get_or_insert((e, req.fd, req.offset));
+                injected.fetch_add(1, Ordering::Relaxed);
+            }
+            None => kept.push(req),
+        }
+    }
+    let cb: IoCallback = match failed {
+        None => on_done,
+        // Runs after the inner engine finished the surviving requests, so the memory contract of `submit` holds.
+        Some((e, fd, offset)) => Box::new(move |_| {
+            on_done(Err(if tagged {
+                IoError::Request {
+                    fd,
+                    offset,
+                    source: Box::new(e),
+                }
+            } else {
+                e
+            }))
+        }),
+    };
+    // SAFETY: forwarded from our caller.
+    unsafe { forward_to(inner, kept, cb, tagged) }
+}
+
 /// Makes chosen requests fail with [`IoError::Injected`] without performing them.
 ///
 /// Requests are numbered from 1 across all submits. The batch containing a failing
@@ -125,36 +169,21 @@ impl FailingEngine {
             .next
             .fetch_add(requests.len() as u64, Ordering::Relaxed)
             + 1;
-        let mut failed = None;
-        let mut kept = Vec::with_capacity(requests.len());
-        for (i, req) in requests.into_iter().enumerate() {
+        let fails = |i: usize, _: &IoRequest| {
             let nth = first + i as u64;
-            if self.fails(nth) {
-                failed.get_or_insert((nth, req.fd, req.offset));
-                self.injected.fetch_add(1, Ordering::Relaxed);
-            } else {
-                kept.push(req);
-            }
-        }
-        let cb: IoCallback = match failed {
-            None => on_done,
-            // Runs after the inner engine finished the surviving requests, so the
-            // memory contract of `submit` holds.
-            Some((nth, fd, offset)) => Box::new(move |_| {
-                let e = IoError::Injected { nth };
-                on_done(Err(if tagged {
-                    IoError::Request {
-                        fd,
-                        offset,
-                        source: Box::new(e),
-                    }
-                } else {
-                    e
-                }))
-            }),
+            self.fails(nth).then_some(IoError::Injected { nth })
         };
         // SAFETY: forwarded from our caller.
-        unsafe { forward_to(self.inner.as_ref(), kept, cb, tagged) }
+        unsafe {
+            fail_some(
+                self.inner.as_ref(),
+                requests,
+                on_done,
+                tagged,
+                &self.injected,
+                fails,
+            )
+        }
     }
 }
 
@@ -200,40 +229,26 @@ impl FailingFdEngine {
     ) -> Result<(), IoError> {
         crate::engine::validate_requests(&requests)?;
         let bad = self.fd.load(Ordering::Relaxed);
-        let mut failed = None;
-        let mut kept = Vec::with_capacity(requests.len());
-        for req in requests {
-            if bad >= 0 && req.fd == bad {
-                failed.get_or_insert((req.fd, req.offset, req.direction));
-                self.injected.fetch_add(1, Ordering::Relaxed);
-            } else {
-                kept.push(req);
-            }
-        }
-        let cb: IoCallback = match failed {
-            None => on_done,
-            // Runs after the inner engine finished the surviving requests.
-            Some((fd, offset, direction)) => Box::new(move |_| {
-                let e = IoError::Io {
-                    op: match direction {
-                        Direction::Read => "preadv",
-                        Direction::Write => "pwritev",
-                    },
-                    source: std::io::Error::from_raw_os_error(libc::EIO),
-                };
-                on_done(Err(if tagged {
-                    IoError::Request {
-                        fd,
-                        offset,
-                        source: Box::new(e),
-                    }
-                } else {
-                    e
-                }))
-            }),
+        let fails = |_: usize, req: &IoRequest| {
+            (bad >= 0 && req.fd == bad).then(|| IoError::Io {
+                op: match req.direction {
+                    Direction::Read => "preadv",
+                    Direction::Write => "pwritev",
+                },
+                source: std::io::Error::from_raw_os_error(libc::EIO),
+            })
         };
         // SAFETY: forwarded from our caller.
-        unsafe { forward_to(self.inner.as_ref(), kept, cb, tagged) }
+        unsafe {
+            fail_some(
+                self.inner.as_ref(),
+                requests,
+                on_done,
+                tagged,
+                &self.injected,
+                fails,
+            )
+        }
     }
 }
 

@@ -7,34 +7,11 @@ use std::io::Write;
 use std::sync::Arc;
 
 use oversub_io::testing::AlignedBuf;
-use oversub_io::{
-    Direction, ExternalFile, IoEngine, IoError, PsyncEngine, Slot, SwapStore, UringEngine,
-};
+use oversub_io::{Direction, ExternalFile, IoError, Slot, SwapStore};
+use oversub_testkit::{engines, random_bytes as random};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
-
-fn engines() -> Vec<(&'static str, Arc<dyn IoEngine>)> {
-    let mut v: Vec<(&'static str, Arc<dyn IoEngine>)> =
-        vec![("psync", Arc::new(PsyncEngine::new(4).unwrap()))];
-    match UringEngine::new(16) {
-        Ok(e) => v.push(("io_uring", Arc::new(e))),
-        Err(e) => eprintln!("io_uring not tested here: {e}"),
-    }
-    v
-}
-
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 /// A "checkpoint" of `len` random bytes in `dir`.
 fn checkpoint(dir: &std::path::Path, len: usize) -> (std::path::PathBuf, Vec<u8>) {
@@ -53,7 +30,7 @@ fn read(store: &SwapStore, slot: &Slot) -> Result<Vec<u8>, IoError> {
 
 #[test]
 fn reads_come_from_the_file_at_their_offsets() {
-    for (name, engine) in engines() {
+    for (name, engine) in engines(4, 16) {
         let dir = tempfile::tempdir().unwrap();
         let (path, data) = checkpoint(dir.path(), (3 * MIB + 100) as usize);
         // Small requests, so one slot is many of them.

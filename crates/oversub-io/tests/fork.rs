@@ -10,7 +10,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use oversub_io::testing::AlignedBuf;
-use oversub_io::{Direction, IoEngine, IoError, PsyncEngine, Scrub, Slot, SwapStore, UringEngine};
+use oversub_io::{Direction, IoEngine, IoError, Scrub, Slot, SwapStore};
+use oversub_testkit::engines;
 use oversub_testkit::fork::{in_child, ChildEnd};
 
 const MIB: u64 = 1 << 20;
@@ -25,16 +26,6 @@ const CHILD_OK: i32 = 0;
 const CHILD_NOT_BUSY: i32 = 10;
 const CHILD_IO_NOT_REFUSED: i32 = 11;
 const CHILD_GONE: i32 = 12;
-
-fn engines() -> Vec<(&'static str, Arc<dyn IoEngine>)> {
-    let mut v: Vec<(&'static str, Arc<dyn IoEngine>)> =
-        vec![("psync", Arc::new(PsyncEngine::new(4).unwrap()))];
-    match UringEngine::new(8) {
-        Ok(e) => v.push(("io_uring", Arc::new(e))),
-        Err(e) => eprintln!("io_uring unavailable here, testing psync only: {e}"),
-    }
-    v
-}
 
 fn pattern(len: usize, seed: u8) -> AlignedBuf {
     let mut b = AlignedBuf::new(len, 4096).unwrap();
@@ -106,7 +97,7 @@ fn child(s: SwapStore, slots: Vec<Slot>, parent: u32) -> i32 {
 fn a_forked_child_leaves_the_parents_store_alone() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let parent = std::process::id();
-    for (engine_name, engine) in engines() {
+    for (engine_name, engine) in engines(4, 8) {
         for named in [true, false] {
             for scrub in [Scrub::OnClose, Scrub::OnRelease] {
                 let what = format!("{engine_name}, named {named}, {scrub:?}");

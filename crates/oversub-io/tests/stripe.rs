@@ -8,38 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use oversub_io::testing::{AlignedBuf, CountingEngine, FailingFdEngine, RecordingEngine};
-use oversub_io::{
-    Direction, IoEngine, IoError, PsyncEngine, Scrub, Slot, StoreBuilder, SwapStore, UringEngine,
-};
-use oversub_testkit::{require, LoopDevice};
+use oversub_io::{Direction, IoEngine, IoError, PsyncEngine, Scrub, Slot, StoreBuilder, SwapStore};
+use oversub_testkit::{engines, random_bytes as random, require, LoopDevice};
 
 const KIB: u64 = 1 << 10;
 const MIB: u64 = 1 << 20;
 /// Stripe unit of most tests: small, so a few MiB span many units.
 const UNIT: u64 = 64 * KIB;
-
-fn engines() -> Vec<(&'static str, Arc<dyn IoEngine>)> {
-    let mut v: Vec<(&'static str, Arc<dyn IoEngine>)> =
-        vec![("psync", Arc::new(PsyncEngine::new(8).unwrap()))];
-    match UringEngine::new(32) {
-        Ok(e) => v.push(("io_uring", Arc::new(e))),
-        Err(e) => eprintln!("io_uring not tested here: {e}"),
-    }
-    v
-}
-
-/// Random-looking bytes from a seed (xorshift).
-fn random(len: usize, seed: u64) -> Vec<u8> {
-    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    (0..len)
-        .map(|_| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            x as u8
-        })
-        .collect()
-}
 
 fn dirs(n: usize) -> Vec<tempfile::TempDir> {
     (0..n).map(|_| tempfile::tempdir().unwrap()).collect()
@@ -92,7 +67,7 @@ fn on_disk(store: &SwapStore, files: &[std::fs::File], slot: &Slot, i: u64) -> u
 
 #[test]
 fn round_trips_on_one_two_and_three_members() {
-    for (name, engine) in engines() {
+    for (name, engine) in engines(8, 32) {
         for n in 1..=3 {
             let dirs = dirs(n);
             let store = builder(&engine)
@@ -215,7 +190,7 @@ fn one_batch_with_requests_on_every_member() {
 
 #[test]
 fn full_store_views_and_reuse() {
-    for (name, engine) in engines() {
+    for (name, engine) in engines(8, 32) {
         let d = dirs(3);
         let store = builder(&engine)
             .capacity_bytes(2 * MIB)
@@ -333,7 +308,7 @@ fn a_failing_member_fails_the_transfer_and_is_named() {
 fn a_real_os_error_names_the_member_on_both_engines() {
     // A member file that cannot be read past its end: truncate one member under the store, so a read there
     // returns end of file rather than data.
-    for (name, engine) in engines() {
+    for (name, engine) in engines(8, 32) {
         let d = dirs(2);
         let store = builder(&engine)
             .capacity_bytes(2 * MIB)
@@ -560,7 +535,7 @@ fn striped_over_two_loop_devices() {
         loops.push(dev);
     }
     let devs: Vec<PathBuf> = loops.iter().map(|l| l.path().to_path_buf()).collect();
-    for (name, engine) in engines() {
+    for (name, engine) in engines(8, 32) {
         let s = SwapStore::builder()
             .engine(engine)
             .stripe_bytes(MIB)

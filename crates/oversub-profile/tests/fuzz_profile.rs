@@ -6,13 +6,6 @@
 use oversub_profile::Profile;
 use proptest::prelude::*;
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
-}
-
 /// A profile with every table, as the probe writes one (the fields of the crate's own full test profile).
 const FULL: &str = r#"
 [profile]
@@ -115,8 +108,6 @@ const NUMBERS: &[&str] = &[
 ];
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
-
     #[test]
     fn arbitrary_text_never_panics(text in ".{0,400}") {
         check(&text);

@@ -61,7 +61,6 @@ pub struct BarChart {
 // The frame's own (font, plot height, legend, palette) are in `frame`.
 const MIN_PLOT_W: f64 = 360.0;
 const MAX_CATEGORY_CHARS: usize = 30;
-const LABEL_ROTATION_DEG: f64 = 35.0;
 /// Space between two category groups.
 const GROUP_GAP: f64 = 18.0;
 /// Keeps the axis arithmetic finite for absurd magnitudes.
@@ -320,19 +319,8 @@ impl BarChart {
             .unwrap_or(0);
         let label_extent = max_cat_chars as f64 * CHAR_W_12;
         let rotate = label_extent > group_w - 8.0;
-        let (sin, cos) = LABEL_ROTATION_DEG.to_radians().sin_cos();
-        let margin_bottom = if rotate {
-            30.0 + label_extent * sin + 10.0
-        } else {
-            40.0
-        };
-        // Rotated labels hang to the left of their group; make room for the
-        // first.
-        let margin_left = if rotate {
-            margin_left.max(label_extent * cos - group_w / 2.0 + 16.0)
-        } else {
-            margin_left
-        };
+        let (margin_bottom, margin_left) =
+            frame::x_label_margins(label_extent, group_w, rotate, margin_left, 40.0);
         let x0 = margin_left;
 
         // ---- legend: entries flow left to right, wrapping at the plot width ----
@@ -439,24 +427,8 @@ impl BarChart {
                 }
             }
             // Category label.
-            let label = escape(cat_labels.get(c).map_or("", String::as_str));
-            let cx = gx + group_w / 2.0;
-            let ly = y0 + PLOT_H + 18.0;
-            if rotate {
-                let _ = writeln!(
-                    svg,
-                    r##"<text x="{x}" y="{y}" text-anchor="end" fill="#222222" transform="rotate(-{LABEL_ROTATION_DEG} {x} {y})">{label}</text>"##,
-                    x = n(cx + 4.0),
-                    y = n(ly),
-                );
-            } else {
-                let _ = writeln!(
-                    svg,
-                    r##"<text x="{}" y="{}" text-anchor="middle" fill="#222222">{label}</text>"##,
-                    n(cx),
-                    n(ly),
-                );
-            }
+            let label = cat_labels.get(c).map_or("", String::as_str);
+            frame::x_label(&mut svg, label, gx + group_w / 2.0, y0, rotate);
             let _ = writeln!(svg, "</g>");
         }
         if !drawn_any {

@@ -44,7 +44,6 @@ pub struct BoxPlot {
 const MARGIN_TOP: f64 = 56.0;
 const MIN_PLOT_W: f64 = 360.0;
 const MAX_LABEL_CHARS: usize = 40;
-const LABEL_ROTATION_DEG: f64 = 35.0;
 
 /// Fill colours (light) and matching outline/marker colours (dark).
 const PALETTE: [(&str, &str); 10] = [
@@ -207,19 +206,9 @@ impl BoxPlot {
             .max(MIN_PLOT_W)
             .max(frame::title_width(&self.title));
         let slot_w = plot_w / nseries as f64;
-        let (sin, cos) = LABEL_ROTATION_DEG.to_radians().sin_cos();
         let label_extent = max_label_chars as f64 * CHAR_W_12;
-        let margin_bottom = if rotate {
-            30.0 + label_extent * sin + 10.0
-        } else {
-            48.0
-        };
-        // Rotated labels hang to the left of their slot; make room for the first.
-        let margin_left = if rotate {
-            margin_left.max(label_extent * cos - slot_w / 2.0 + 16.0)
-        } else {
-            margin_left
-        };
+        let (margin_bottom, margin_left) =
+            frame::x_label_margins(label_extent, slot_w, rotate, margin_left, 48.0);
         let width = margin_left + plot_w + frame::MARGIN_RIGHT;
         let height = MARGIN_TOP + PLOT_H + margin_bottom;
         let x0 = margin_left;
@@ -352,24 +341,7 @@ impl BoxPlot {
                     );
                 }
             }
-            // X label.
-            let label = escape(&labels[i]);
-            let ly = y0 + PLOT_H + 18.0;
-            if rotate {
-                let _ = writeln!(
-                    svg,
-                    r##"<text x="{x}" y="{y}" text-anchor="end" fill="#222222" transform="rotate(-{LABEL_ROTATION_DEG} {x} {y})">{label}</text>"##,
-                    x = n(cx + 4.0),
-                    y = n(ly),
-                );
-            } else {
-                let _ = writeln!(
-                    svg,
-                    r##"<text x="{}" y="{}" text-anchor="middle" fill="#222222">{label}</text>"##,
-                    n(cx),
-                    n(ly),
-                );
-            }
+            frame::x_label(&mut svg, &labels[i], cx, y0, rotate);
             let _ = writeln!(svg, "</g>");
         }
 

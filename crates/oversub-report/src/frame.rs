@@ -126,6 +126,49 @@ pub(crate) fn y_axis_label(svg: &mut String, label: &str, x0: f64, y0: f64, max_
     );
 }
 
+/// How far x labels that do not fit their slot are turned.
+pub(crate) const LABEL_ROTATION_DEG: f64 = 35.0;
+
+/// The bottom margin for x labels `label_extent` wide (turned when `rotate`, else `flat_bottom`), and the left margin
+/// widened so that the first turned label, hanging left of its slot `slot_w` wide, fits.
+pub(crate) fn x_label_margins(
+    label_extent: f64,
+    slot_w: f64,
+    rotate: bool,
+    margin_left: f64,
+    flat_bottom: f64,
+) -> (f64, f64) {
+    if !rotate {
+        return (flat_bottom, margin_left);
+    }
+    let (sin, cos) = LABEL_ROTATION_DEG.to_radians().sin_cos();
+    (
+        30.0 + label_extent * sin + 10.0,
+        margin_left.max(label_extent * cos - slot_w / 2.0 + 16.0),
+    )
+}
+
+/// An x label centred under `cx` (below a plot whose top is `y0`), turned by [`LABEL_ROTATION_DEG`] when `rotate`.
+pub(crate) fn x_label(svg: &mut String, label: &str, cx: f64, y0: f64, rotate: bool) {
+    let label = escape(label);
+    let ly = y0 + PLOT_H + 18.0;
+    if rotate {
+        let _ = writeln!(
+            svg,
+            r##"<text x="{x}" y="{y}" text-anchor="end" fill="#222222" transform="rotate(-{LABEL_ROTATION_DEG} {x} {y})">{label}</text>"##,
+            x = n(cx + 4.0),
+            y = n(ly),
+        );
+    } else {
+        let _ = writeln!(
+            svg,
+            r##"<text x="{}" y="{}" text-anchor="middle" fill="#222222">{label}</text>"##,
+            n(cx),
+            n(ly),
+        );
+    }
+}
+
 /// "(no data)" in the middle of an empty plot.
 pub(crate) fn no_data(svg: &mut String, x0: f64, y0: f64, plot_w: f64) {
     let _ = writeln!(

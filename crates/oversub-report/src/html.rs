@@ -263,12 +263,7 @@ impl HtmlReport {
 /// Renders one table; columns whose non-empty body cells all look numeric
 /// get a right-aligned heading too.
 fn table_html(out: &mut String, header: &[String], rows: &[Vec<String>]) {
-    let ncols = rows
-        .iter()
-        .map(Vec::len)
-        .chain(std::iter::once(header.len()))
-        .max()
-        .unwrap_or(0);
+    let ncols = crate::table::column_count(header.len(), rows);
     if ncols == 0 {
         return;
     }

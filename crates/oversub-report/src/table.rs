@@ -1,5 +1,14 @@
 //! Plain-text tables for terminal output.
 
+/// Columns of a table: those of its header or of its widest row, whichever has more.
+pub(crate) fn column_count(header_len: usize, rows: &[Vec<String>]) -> usize {
+    rows.iter()
+        .map(Vec::len)
+        .chain(std::iter::once(header_len))
+        .max()
+        .unwrap_or(0)
+}
+
 /// Renders a plain-text table: the header, a dashed rule, then one line per
 /// row. The first column is left-aligned, all others right-aligned; column
 /// widths fit the widest cell (counted in characters). Columns are separated
@@ -12,12 +21,7 @@ pub fn text_table(header: &[&str], rows: &[Vec<String>]) -> String {
 /// As [`text_table`], with the first `left_columns` columns left-aligned (text) and the rest right-aligned
 /// (numbers).
 pub fn text_table_left(header: &[&str], rows: &[Vec<String>], left_columns: usize) -> String {
-    let ncols = rows
-        .iter()
-        .map(Vec::len)
-        .chain(std::iter::once(header.len()))
-        .max()
-        .unwrap_or(0);
+    let ncols = column_count(header.len(), rows);
     if ncols == 0 {
         return String::new();
     }

@@ -376,6 +376,17 @@ pub struct PlannerState {
     store_busy: Vec<(f64, f64)>,
 }
 
+impl PlannerState {
+    /// Those of `buffers` that are not resident.
+    fn missing(&self, buffers: &[BufferId]) -> Vec<BufferId> {
+        buffers
+            .iter()
+            .copied()
+            .filter(|b| !self.resident.contains(b))
+            .collect()
+    }
+}
+
 /// What a decision must resolve.
 #[derive(Debug, Clone)]
 pub struct Need {
@@ -547,12 +558,7 @@ impl<'a> PlanContext<'a> {
     pub fn need(&self, state: &PlannerState, idx: usize) -> Need {
         let inst = &self.instances[idx];
         let issue = self.issue_s(inst);
-        let missing: Vec<BufferId> = inst
-            .buffers
-            .iter()
-            .copied()
-            .filter(|b| !state.resident.contains(b))
-            .collect();
+        let missing = state.missing(&inst.buffers);
         let need_bytes: u64 = missing.iter().map(|b| self.sizes[b.0]).sum();
         let free = self
             .system
@@ -678,12 +684,7 @@ impl<'a> PlanContext<'a> {
                 state.stored.insert(b);
             }
         }
-        let missing: Vec<BufferId> = inst
-            .buffers
-            .iter()
-            .copied()
-            .filter(|b| !state.resident.contains(b))
-            .collect();
+        let missing = state.missing(&inst.buffers);
         // Without enough room (an infeasible capacity), nothing is paged in: the problem says why.
         let page_ins: Vec<PageOp> = if problem.is_some() {
             Vec::new()

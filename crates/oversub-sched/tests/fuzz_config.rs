@@ -35,13 +35,6 @@ const NUMBERS: &[&str] = &[
     "\"\"",
 ];
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
-}
-
 /// What `oversub plan` does with a configuration, on a small horizon. A system too large to plan quickly is
 /// skipped (its size is the user's choice, not a parser bug).
 fn plan_it(text: &str) {
@@ -119,8 +112,6 @@ fn mutate(base: &str, kind: u8, at: usize, pick: usize) -> String {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
-
     #[test]
     fn arbitrary_text_never_panics(text in ".{0,400}") {
         plan_it(&text);

@@ -405,6 +405,38 @@ fn shuffled(n: usize, seed: u64) -> Vec<usize> {
     order
 }
 
+/// The sync search is exhaustive and finds the period brute force finds, with a plan that follows its choice;
+/// with `feasible_too`, `feasible_table` agrees.
+fn check_sync_search(
+    sys: &System,
+    bw: Bandwidths,
+    feasible_too: bool,
+) -> Result<(), TestCaseError> {
+    let search = plan::sync_search(sys, bw);
+    prop_assert!(search.exhaustive);
+    let found = search.best.as_ref().map(|c| c.table.table.hyperperiod_s);
+    let brute = brute_force_sync(sys, bw);
+    match (found, brute) {
+        (Some(f), Some(b)) => {
+            prop_assert!((f - b).abs() < 1e-9, "search {} vs brute force {}", f, b)
+        }
+        (f, b) => prop_assert_eq!(f, b),
+    }
+    if let Some(c) = &search.best {
+        prop_assert!(
+            follows_choice(&c.table, &c.victims, bw),
+            "the plan strays from the choice"
+        );
+        if feasible_too {
+            prop_assert_eq!(
+                plan::feasible_table(sys, Mode::Sync, bw).map(|t| t.table.hyperperiod_s),
+                found
+            );
+        }
+    }
+    Ok(())
+}
+
 proptest! {
     #![proptest_config(ProptestConfig { cases: 64, ..ProptestConfig::default() })]
 
@@ -422,22 +454,7 @@ proptest! {
         mbps in 5.0f64..60.0,
     ) {
         let sys = random_sync_system(n, &sizes, &read_only, &shuffled(n, perm_seed), &gaps, &lengths, spare);
-        let bw = Bandwidths::direct(mbps * 1e6, mbps * 0.7e6);
-        let search = plan::sync_search(&sys, bw);
-        prop_assert!(search.exhaustive);
-        let found = search.best.as_ref().map(|c| c.table.table.hyperperiod_s);
-        let brute = brute_force_sync(&sys, bw);
-        match (found, brute) {
-            (Some(f), Some(b)) => prop_assert!((f - b).abs() < 1e-9, "search {} vs brute force {}", f, b),
-            (f, b) => prop_assert_eq!(f, b),
-        }
-        if let Some(c) = &search.best {
-            prop_assert!(follows_choice(&c.table, &c.victims, bw), "the plan strays from the choice");
-            prop_assert_eq!(
-                plan::feasible_table(&sys, Mode::Sync, bw).map(|t| t.table.hyperperiod_s),
-                found
-            );
-        }
+        check_sync_search(&sys, Bandwidths::direct(mbps * 1e6, mbps * 0.7e6), true)?;
     }
 
     /// The same with a component that runs twice per hyperperiod (its buffer used twice in the window).
@@ -455,18 +472,7 @@ proptest! {
         let mut order = shuffled(3, perm_seed);
         order.push(twice);
         let sys = random_sync_system(3, &sizes, &read_only, &order, &gaps, &lengths, spare);
-        let bw = Bandwidths::direct(mbps * 1e6, mbps * 0.7e6);
-        let search = plan::sync_search(&sys, bw);
-        prop_assert!(search.exhaustive);
-        let found = search.best.as_ref().map(|c| c.table.table.hyperperiod_s);
-        let brute = brute_force_sync(&sys, bw);
-        match (found, brute) {
-            (Some(f), Some(b)) => prop_assert!((f - b).abs() < 1e-9, "search {} vs brute force {}", f, b),
-            (f, b) => prop_assert_eq!(f, b),
-        }
-        if let Some(c) = &search.best {
-            prop_assert!(follows_choice(&c.table, &c.victims, bw), "the plan strays from the choice");
-        }
+        check_sync_search(&sys, Bandwidths::direct(mbps * 1e6, mbps * 0.7e6), false)?;
     }
 }
 

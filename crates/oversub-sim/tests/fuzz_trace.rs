@@ -11,13 +11,6 @@ use oversub_sim::uvm::trace::{decode, encode, import_nvbit_reader};
 use oversub_sim::uvm::{Access, Trace};
 use proptest::prelude::*;
 
-fn cases() -> u32 {
-    std::env::var("PROPTEST_CASES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(256)
-}
-
 fn sample_trace(n: usize, seed: u64) -> Trace {
     let mut x = seed | 1;
     let accesses = (0..n)
@@ -40,8 +33,6 @@ fn sample_trace(n: usize, seed: u64) -> Trace {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: cases(), ..ProptestConfig::default() })]
-
     #[test]
     fn arbitrary_bytes_never_panic_the_decoder(bytes in prop::collection::vec(any::<u8>(), 0..512)) {
         if let Ok(t) = decode(&bytes, Path::new("fuzz")) {

@@ -98,6 +98,37 @@ pub fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// Every I/O engine this machine has, for tests that run their body on each: psync (queue depth `psync_depth`)
+/// always, io_uring (`uring_depth`) where the kernel lets us (it says so on stderr where not).
+// A test without the psync engine has nothing to run on: failing to make it fails the test.
+#[allow(clippy::expect_used)]
+pub fn engines(
+    psync_depth: usize,
+    uring_depth: usize,
+) -> Vec<(&'static str, std::sync::Arc<dyn oversub_io::IoEngine>)> {
+    let psync = oversub_io::PsyncEngine::new(psync_depth).expect("the psync engine");
+    let mut v: Vec<(&'static str, std::sync::Arc<dyn oversub_io::IoEngine>)> =
+        vec![("psync", std::sync::Arc::new(psync))];
+    match oversub_io::UringEngine::new(uring_depth) {
+        Ok(e) => v.push(("io_uring", std::sync::Arc::new(e))),
+        Err(e) => eprintln!("io_uring unavailable here, testing psync only: {e}"),
+    }
+    v
+}
+
+/// `len` random-looking bytes fixed by `seed` (xorshift; a different seed gives different bytes).
+pub fn random_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}
+
 /// Whether io_uring works here: a ring can be set up and a NOP makes the round trip (the io_uring engine's own
 /// check; seccomp may allow `io_uring_setup` and still refuse `io_uring_enter`).
 pub fn io_uring_usable() -> Result<(), String> {

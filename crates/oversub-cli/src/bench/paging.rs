@@ -250,19 +250,41 @@ fn write_plots(
     size: u64,
     samples: &BTreeMap<&'static str, Vec<f64>>,
 ) -> Result<(), BoxError> {
+    let titles = [
+        format!("Time to page in or out {} (Fig. 12)", format_bytes(size)),
+        format!(
+            "Time inside the async calls, {} (Fig. 13)",
+            format_bytes(size)
+        ),
+    ];
+    write_box_plots(path, samples, (&NAMES, MAIN_PLOT), titles, false)
+}
+
+/// The two box plots of a paging run: the first `names.1` of `names.0` under `titles[0]` at `path`, the rest (the
+/// async calls) under `titles[1]` at `STEM-async.svg` beside it. With `skip_empty`, a measurement without samples
+/// is left out instead of drawn empty.
+pub(super) fn write_box_plots(
+    path: &Path,
+    samples: &BTreeMap<&'static str, Vec<f64>>,
+    names: (&[&str], usize),
+    titles: [String; 2],
+    skip_empty: bool,
+) -> Result<(), BoxError> {
     let series = |names: &[&str]| -> Vec<BoxSeries> {
         names
             .iter()
-            .map(|n| BoxSeries {
-                name: n.to_string(),
-                samples_s: samples.get(n).cloned().unwrap_or_default(),
+            .filter_map(|n| {
+                let v = samples.get(n).cloned().unwrap_or_default();
+                (!(skip_empty && v.is_empty())).then(|| BoxSeries::new(*n, v))
             })
             .collect()
     };
+    let [main_title, async_title] = titles;
+    let (names, split) = names;
     let main = BoxPlot {
-        title: format!("Time to page in or out {} (Fig. 12)", format_bytes(size)),
+        title: main_title,
         y_label: "time".into(),
-        series: series(&NAMES[..MAIN_PLOT]),
+        series: series(&names[..split]),
     };
     main.write_svg(path)
         .map_err(|e| format!("writing {}: {e}", path.display()))?;
@@ -272,12 +294,9 @@ fn write_plots(
         .unwrap_or_else(|| "plot".into());
     let async_path = path.with_file_name(format!("{stem}-async.svg"));
     let asyncs = BoxPlot {
-        title: format!(
-            "Time inside the async calls, {} (Fig. 13)",
-            format_bytes(size)
-        ),
+        title: async_title,
         y_label: "time".into(),
-        series: series(&NAMES[MAIN_PLOT..]),
+        series: series(&names[split..]),
     };
     asyncs
         .write_svg(&async_path)

@@ -5,9 +5,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use oversub_lab::paging::cuda::{CudaPagingReport, CudaRatio, MAIN_PLOT, NAMES};
-use oversub_report::{format_bytes, text_table, BoxPlot, BoxSeries, Summary};
+use oversub_report::{format_bytes, text_table, Summary};
 
-use super::paging::{pager_io_line, summary_table, write_json, PagingArgs};
+use super::paging::{pager_io_line, summary_table, write_box_plots, write_json, PagingArgs};
 use crate::error::BoxError;
 
 /// Prints a GPU run's tables and writes its JSON and plots.
@@ -70,37 +70,9 @@ fn write_plots(
     size: u64,
     samples: &BTreeMap<&'static str, Vec<f64>>,
 ) -> Result<(), BoxError> {
-    let series = |names: &[&str]| -> Vec<BoxSeries> {
-        names
-            .iter()
-            .filter_map(|n| {
-                samples
-                    .get(n)
-                    .filter(|v| !v.is_empty())
-                    .map(|v| BoxSeries::new(*n, v.clone()))
-            })
-            .collect()
-    };
-    let main = BoxPlot {
-        title: format!("Time to page {} in or out of a GPU", format_bytes(size)),
-        y_label: "time".into(),
-        series: series(&NAMES[..MAIN_PLOT]),
-    };
-    main.write_svg(path)
-        .map_err(|e| format!("writing {}: {e}", path.display()))?;
-    let stem = path
-        .file_stem()
-        .map(|s| s.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "plot".into());
-    let async_path = path.with_file_name(format!("{stem}-async.svg"));
-    let asyncs = BoxPlot {
-        title: format!("Time inside the async calls, {} (GPU)", format_bytes(size)),
-        y_label: "time".into(),
-        series: series(&NAMES[MAIN_PLOT..]),
-    };
-    asyncs
-        .write_svg(&async_path)
-        .map_err(|e| format!("writing {}: {e}", async_path.display()))?;
-    eprintln!("wrote {} and {}", path.display(), async_path.display());
-    Ok(())
+    let titles = [
+        format!("Time to page {} in or out of a GPU", format_bytes(size)),
+        format!("Time inside the async calls, {} (GPU)", format_bytes(size)),
+    ];
+    write_box_plots(path, samples, (&NAMES, MAIN_PLOT), titles, true)
 }

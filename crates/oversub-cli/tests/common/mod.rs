@@ -32,6 +32,13 @@ pub fn text(out: &Output) -> (String, String) {
     (stdout(out), stderr(out))
 }
 
+/// A run's standard output, after checking that it succeeded (the failure shows both streams).
+pub fn succeeded(out: &Output) -> String {
+    let (stdout, stderr) = text(out);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    stdout
+}
+
 /// The JSON document in `path`.
 pub fn read_json(path: &Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()

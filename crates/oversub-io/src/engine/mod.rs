@@ -36,6 +36,20 @@ macro_rules! queued_engine_methods {
     };
 }
 
+/// The `Debug` of the two queueing engines: their type, queue depth and counters.
+macro_rules! queued_engine_debug {
+    ($engine:ident) => {
+        impl std::fmt::Debug for $engine {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.debug_struct(stringify!($engine))
+                    .field("queue_depth", &self.queue_depth)
+                    .field("counters", &self.counters.snapshot())
+                    .finish()
+            }
+        }
+    };
+}
+
 mod priority;
 mod psync;
 mod uring;
@@ -204,6 +218,11 @@ pub unsafe fn submit_wait(
 /// Which engine [`select_engine`] should build.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 #[cfg_attr(feature = "clap", derive(clap::ValueEnum))]
+#[cfg_attr(
+    feature = "serde",
+    derive(serde::Deserialize),
+    serde(rename_all = "lowercase")
+)]
 pub enum EngineChoice {
     /// io_uring when it works here, psync otherwise.
     #[default]

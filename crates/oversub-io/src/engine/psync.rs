@@ -32,14 +32,7 @@ pub struct PsyncEngine {
     creator: Creator,
 }
 
-impl std::fmt::Debug for PsyncEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PsyncEngine")
-            .field("queue_depth", &self.queue_depth)
-            .field("counters", &self.counters.snapshot())
-            .finish()
-    }
-}
+queued_engine_debug!(PsyncEngine);
 
 impl PsyncEngine {
     /// Starts `queue_depth` worker threads.

@@ -43,14 +43,7 @@ pub struct UringEngine {
     creator: Creator,
 }
 
-impl std::fmt::Debug for UringEngine {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("UringEngine")
-            .field("queue_depth", &self.queue_depth)
-            .field("counters", &self.counters.snapshot())
-            .finish()
-    }
-}
+queued_engine_debug!(UringEngine);
 
 impl UringEngine {
     /// Creates the ring, checks that a NOP round-trips through it (`Unsupported`

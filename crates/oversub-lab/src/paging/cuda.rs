@@ -30,7 +30,6 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 
 use oversub_accel::cuda::loading::catch_bindings_panic;
 use oversub_accel::cuda::managed::{UnifiedTouch, TOUCH_STRIDE_BYTES};
@@ -41,16 +40,15 @@ use oversub_accel::cuda::{
 use oversub_accel::{DeviceMemory, DevicePtr};
 use oversub_base::format_bytes;
 use oversub_core::{
-    AddressSpace, Buffer, BufferFlags, HostTierConfig, IoPointChoice, PoolSpec, StagingConfig,
+    AddressSpace, Buffer, BufferFlags, HostTierConfig, IoPointChoice, Pool, PoolSpec, StagingConfig,
 };
 use oversub_io::tuning::IoPoint;
-use oversub_io::{Direction, SwapStore};
+use oversub_io::{Direction, IoEngine, SwapStore};
 use oversub_report::Summary;
 use serde::Serialize;
 
-use super::{
-    summarize, to_usize, wait_complete, PagerIo, PagingEvent, PagingOptions, PagingProgress, MIB,
-};
+use super::sampler::Sampler;
+use super::{summarize, to_usize, PagerIo, PagingEvent, PagingOptions, PagingProgress, MIB};
 use crate::harness::cache::CacheDrop;
 use crate::harness::direct::{is_block_device, resolve_store, rw_all, Fd, RemoveOnDrop};
 use crate::harness::memory::{fill_random, Mapping};
@@ -65,12 +63,6 @@ const CHECK_BYTES: usize = 4096;
 const DEVICE_MARGIN_BYTES: u64 = 512 * MIB;
 /// Host memory the run wants beyond its buffers.
 const HOST_MARGIN_BYTES: u64 = 1024 * MIB;
-
-macro_rules! note {
-    ($progress:expr, $($arg:tt)*) => {
-        $progress(PagingEvent::Note(&format!($($arg)*)))
-    };
-}
 
 /// The measurement names, in report order (also the JSON keys). The first [`MAIN_PLOT`] go to the main box plot,
 /// the async calls to the second.
@@ -164,6 +156,151 @@ pub fn run(
     opts: &PagingOptions,
     progress: PagingProgress<'_>,
 ) -> Result<CudaPagingReport, LabError> {
+    let (size, max_io) = check_options(opts)?;
+    // The GPU first: without a driver this is where the run ends, before any file is made.
+    let gpu = Gpu::open(opts)?;
+    let unified_skip = check_host_memory(opts, gpu.size_g)?;
+
+    // The store, as on the host backend.
+    let (path, created) = resolve_store(store_location(opts)?, opts.force_store)?;
+    let _cleanup = RemoveOnDrop(created.then(|| path.clone()).into_iter().collect());
+    let capacity = opts.size.next_multiple_of(2 * MIB);
+    let store = Arc::new(open_store(opts, &path, capacity, max_io)?);
+    let direct = store.is_direct();
+    let engine_name = store.engine().name();
+    let io_len = size.next_multiple_of(store.alignment());
+    let direct_flag = if direct { libc::O_DIRECT } else { 0 };
+    if !direct {
+        tracing::warn!("the store refuses O_DIRECT: the store baselines run buffered too");
+    }
+    let cache = CacheDrop::choose(opts.cache_drop)?;
+    let pools = Pools::open(opts, &gpu, &store, io_len)?;
+    pools.describe(opts, progress, &gpu, &store, &path, cache);
+
+    // The data: a random fill, written into both pools' buffers and a pinned copy; spot checks remember pieces.
+    let mut raw_buf = Mapping::anonymous(io_len)?;
+    fill_random(raw_buf.as_mut_slice(), SEED);
+    let fill: &[u8] = &raw_buf.as_mut_slice()[..size];
+    let checks = SpotChecks::new(fill);
+    let store_fd = store.fd();
+    let space = pools.pool.address_space();
+    let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
+    space.write(buffer, 0, fill)?;
+    let addr = space.info(buffer)?.addr;
+    checks.verify_space(
+        &space,
+        buffer,
+        addr,
+        "the store pool's buffer after writing it",
+    )?;
+    cache.apply(store_fd)?;
+    space.page_out(buffer)?;
+    let tier_space = pools.tier_pool.address_space();
+    let tier_buffer = tier_space.alloc(opts.size, BufferFlags::DEFAULT)?;
+    tier_space.write(tier_buffer, 0, fill)?;
+    let tier_addr = tier_space.info(tier_buffer)?.addr;
+    tier_space.page_out(tier_buffer)?;
+    check_in_tier(&tier_space, tier_buffer)?;
+    let mut pinned = gpu.memory.alloc_host(size, true)?;
+    pinned.as_mut_slice().copy_from_slice(fill);
+    let mut baselines =
+        DeviceBaselines::new(gpu.memory.driver(), gpu.size_g as usize, gpu.granularity)?;
+
+    // Unified memory, set up while nothing else of ours is on the device.
+    let (unified_report, unified) = unified_setup(opts.gpu, size, unified_skip);
+    if let Some(why) = &unified_report.skipped {
+        note!(progress, "unified_memory skipped: {why}");
+    }
+
+    let raw_engine = raw_engine(32)?;
+    let rw_fd = Fd::open(&path, libc::O_RDWR | direct_flag)?;
+
+    progress(PagingEvent::Stage {
+        name: "paging cuda",
+        steps: opts.samples as u64 * 14,
+    });
+    let mut bench = Bench {
+        sampler: Sampler::new(progress, cache, &NAMES),
+        checks: &checks,
+        store_fd,
+        store_pager: (&space, buffer, addr),
+        tier_pager: (&tier_space, tier_buffer, tier_addr),
+        path: &path,
+        direct_flag,
+        rw_fd: &rw_fd,
+        raw_engine: raw_engine.as_ref(),
+        raw_buf: &mut raw_buf,
+        io_len,
+        size,
+        pinned: pinned.as_mut_slice(),
+        baselines: &mut baselines,
+        unified,
+        unified_report,
+    };
+    for i in 0..opts.samples {
+        bench.sample(i, opts.samples)?;
+    }
+    progress(PagingEvent::Finished);
+    let Bench {
+        sampler,
+        mut unified_report,
+        unified,
+        ..
+    } = bench;
+    let samples = sampler.samples;
+    unified_report.measured = samples.get("unified_memory").is_some_and(|v| !v.is_empty());
+    drop(unified);
+
+    let results = summarize(&samples);
+    let rates: BTreeMap<&'static str, f64> = results
+        .iter()
+        .filter(|(name, _)| !name.starts_with("async"))
+        .map(|(name, s)| (*name, rate_gb_s(opts.size, s.median_s)))
+        .collect();
+    let ratios = ratios(&rates, &results);
+    let pager_io = PagerIo::from(store.engine().counters());
+    let info = gpu.memory.info();
+    let report = CudaPagingReport {
+        device: "cuda",
+        device_name: info.name.clone(),
+        gpu_ordinal: info.ordinal,
+        driver_version: info.driver_version,
+        driver_version_text: driver_version_text(info.driver_version),
+        device_total_bytes: gpu.total,
+        device_free_bytes: gpu.free,
+        vmm_granularity_bytes: gpu.granularity,
+        size_bytes: opts.size,
+        samples: opts.samples,
+        cache_drop: cache.name(),
+        engine: engine_name,
+        raw_engine: raw_engine.name(),
+        direct_io: direct,
+        store: path.display().to_string(),
+        max_io_bytes: opts.max_io,
+        queue_depth: opts.queue_depth,
+        transfer_path: pools.pool.transfer_path(),
+        staging: StagingReport {
+            chunk_bytes: pools.pool.staging_chunk_bytes(),
+            chunks: opts.staging_chunks,
+            pinned: !opts.pageable_staging,
+        },
+        host_tier_bytes: pools.capacity,
+        unified_memory: unified_report,
+        results,
+        rates_gb_per_s: rates,
+        ratios,
+        pager_io,
+        samples_s: samples,
+    };
+    drop(baselines);
+    drop(pinned);
+    space.free(buffer)?;
+    tier_space.free(tier_buffer)?;
+    Ok(report)
+}
+
+/// Refuses staging options the pager cannot use; the size and the largest request as `usize`.
+fn check_options(opts: &PagingOptions) -> Result<(usize, usize), LabError> {
     if opts.staging_chunks == 0 {
         return Err(LabError::InvalidOption(
             "--staging-chunks must be at least 1".into(),
@@ -176,30 +313,56 @@ pub fn run(
     }
     let size = to_usize(opts.size, "--size too large for this machine")?;
     let max_io = to_usize(opts.max_io, "--max-io too large")?;
+    Ok((size, max_io))
+}
 
-    // The GPU first: without a driver this is where the run ends, before any file is made.
-    let memory = Arc::new(CudaMemory::new(CudaMemoryConfig {
-        ordinal: opts.gpu,
-        cufile: !opts.no_cufile,
-    })?);
-    let info = memory.info().clone();
-    let granularity = memory.granularity();
-    let size_g = opts.size.next_multiple_of(granularity as u64);
-    let (free0, total) = memory
-        .memory_info()?
-        .unwrap_or((info.total_bytes, info.total_bytes));
-    if free0 < size_g + DEVICE_MARGIN_BYTES {
-        return Err(LabError::Unfit(format!(
-            "--size {} needs about {} of free device memory (one buffer of the size at a time, plus a margin), but \
-             device {} ({}) has {} free of {}",
-            format_bytes(opts.size),
-            format_bytes(size_g + DEVICE_MARGIN_BYTES),
-            info.ordinal,
-            info.name,
-            format_bytes(free0),
-            format_bytes(total)
-        )));
+/// The GPU of the run and what it had free when the run began.
+struct Gpu {
+    memory: Arc<CudaMemory>,
+    granularity: usize,
+    /// The size rounded up to the device's granularity: what one buffer of the size takes there.
+    size_g: u64,
+    free: u64,
+    total: u64,
+}
+
+impl Gpu {
+    /// Opens device `--gpu` and refuses a size that does not fit its free memory.
+    fn open(opts: &PagingOptions) -> Result<Gpu, LabError> {
+        let memory = Arc::new(CudaMemory::new(CudaMemoryConfig {
+            ordinal: opts.gpu,
+            cufile: !opts.no_cufile,
+        })?);
+        let info = memory.info().clone();
+        let granularity = memory.granularity();
+        let size_g = opts.size.next_multiple_of(granularity as u64);
+        let (free, total) = memory
+            .memory_info()?
+            .unwrap_or((info.total_bytes, info.total_bytes));
+        if free < size_g + DEVICE_MARGIN_BYTES {
+            return Err(LabError::Unfit(format!(
+                "--size {} needs about {} of free device memory (one buffer of the size at a time, plus a margin), \
+                 but device {} ({}) has {} free of {}",
+                format_bytes(opts.size),
+                format_bytes(size_g + DEVICE_MARGIN_BYTES),
+                info.ordinal,
+                info.name,
+                format_bytes(free),
+                format_bytes(total)
+            )));
+        }
+        Ok(Gpu {
+            memory,
+            granularity,
+            size_g,
+            free,
+            total,
+        })
     }
+}
+
+/// Refuses a size the host memory cannot hold; why the unified-memory baseline is skipped, if it is.
+fn check_host_memory(opts: &PagingOptions, size_g: u64) -> Result<Option<String>, LabError> {
     let staging_chunk = opts.staging_chunk.next_multiple_of(4096);
     let staging_bytes = staging_chunk * (opts.staging_chunks as u64 + 1);
     let host_need = 3 * size_g + staging_bytes + HOST_MARGIN_BYTES;
@@ -227,330 +390,290 @@ pub fn run(
             tracing::warn!("cannot read MemAvailable from /proc/meminfo; host memory not checked")
         }
     }
+    Ok(unified_skip)
+}
 
-    // The store, as on the host backend.
-    let location = match opts.store.as_slice() {
-        [] => None,
-        [one] => Some(one.as_path()),
-        _ => return Err(LabError::InvalidOption(
+/// The one `--store` location the run takes, if any.
+fn store_location(opts: &PagingOptions) -> Result<Option<&Path>, LabError> {
+    match opts.store.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one.as_path())),
+        _ => Err(LabError::InvalidOption(
             "--device cuda takes one --store location (striping is measured with --device host)"
                 .into(),
         )),
-    };
-    let (path, created) = resolve_store(location, opts.force_store)?;
-    let _cleanup = RemoveOnDrop(created.then(|| path.clone()).into_iter().collect());
-    let capacity = opts.size.next_multiple_of(2 * MIB);
-    let store = Arc::new(open_store(opts, &path, capacity, max_io)?);
-    let direct = store.is_direct();
-    let engine_name = store.engine().name();
-    let align = store.alignment();
-    let io_len = size.next_multiple_of(align);
-    let direct_flag = if direct { libc::O_DIRECT } else { 0 };
-    if !direct {
-        tracing::warn!("the store refuses O_DIRECT: the store baselines run buffered too");
     }
-    let cache = CacheDrop::choose(opts.cache_drop)?;
+}
 
-    // Two pools on the same device and store: one pages to the store, the other to its host tier.
-    let device: Arc<dyn DeviceMemory> = Arc::clone(&memory) as Arc<dyn DeviceMemory>;
-    let pool_capacity = (io_len as u64).next_multiple_of(granularity as u64);
-    let staging = StagingConfig {
-        chunk_bytes: opts.staging_chunk,
-        chunks: opts.staging_chunks,
-        pinned: !opts.pageable_staging,
-        direct_storage: true,
-    };
-    let pool = PoolSpec::new(pool_capacity)
-        .checksums(!opts.no_checksums)
-        .staging(staging)
-        .open_on(Arc::clone(&device), Arc::clone(&store))?;
-    let tier_pool = PoolSpec::new(pool_capacity)
-        .staging(StagingConfig {
-            chunks: 1,
-            direct_storage: false,
-            ..staging
+/// Two pools on the same device and store: one pages to the store, the other to its host tier.
+struct Pools {
+    pool: Pool,
+    tier_pool: Pool,
+    /// Each pool's capacity, and the host tier's.
+    capacity: u64,
+}
+
+impl Pools {
+    fn open(
+        opts: &PagingOptions,
+        gpu: &Gpu,
+        store: &Arc<SwapStore>,
+        io_len: usize,
+    ) -> Result<Pools, LabError> {
+        let device: Arc<dyn DeviceMemory> = Arc::clone(&gpu.memory) as Arc<dyn DeviceMemory>;
+        let capacity = (io_len as u64).next_multiple_of(gpu.granularity as u64);
+        let staging = StagingConfig {
+            chunk_bytes: opts.staging_chunk,
+            chunks: opts.staging_chunks,
+            pinned: !opts.pageable_staging,
+            direct_storage: true,
+        };
+        let pool = PoolSpec::new(capacity)
+            .checksums(!opts.no_checksums)
+            .staging(staging)
+            .open_on(Arc::clone(&device), Arc::clone(store))?;
+        let tier_pool = PoolSpec::new(capacity)
+            .staging(StagingConfig {
+                chunks: 1,
+                direct_storage: false,
+                ..staging
+            })
+            .host_tier(HostTierConfig {
+                capacity_bytes: capacity,
+                pinned: true,
+            })
+            .open_on(Arc::clone(&device), Arc::clone(store))?;
+        Ok(Pools {
+            pool,
+            tier_pool,
+            capacity,
         })
-        .host_tier(HostTierConfig {
-            capacity_bytes: pool_capacity,
-            pinned: true,
-        })
-        .open_on(Arc::clone(&device), Arc::clone(&store))?;
-    let transfer_path = pool.transfer_path();
+    }
 
-    note!(progress,
-        "oversub bench paging --device cuda: {} on {} ({}, driver {}), store {} ({}, {}), engine {engine_name}, \
-         max I/O {}, queue depth {}, cache drop {}",
-        format_bytes(opts.size),
-        info.name,
-        format_bytes(total),
-        driver_version_text(info.driver_version),
-        path.display(),
-        if store.is_block_device() { "block device" } else { "file" },
-        if direct { "O_DIRECT" } else { "buffered" },
-        format_bytes(opts.max_io),
-        opts.queue_depth,
-        cache.name()
-    );
-    let ring = format!(
-        "{} × {} {}",
-        opts.staging_chunks,
-        format_bytes(pool.staging_chunk_bytes().unwrap_or(staging_chunk)),
-        if opts.pageable_staging {
-            "pageable"
-        } else {
-            "pinned"
-        }
-    );
-    note!(
-        progress,
-        "transfer path: {transfer_path} ({}); host tier: {} pinned",
-        if transfer_path == "cufile" {
-            "GPUDirect Storage".to_string()
-        } else {
-            format!("staging ring of {ring} buffers")
-        },
-        format_bytes(pool_capacity)
-    );
+    /// Says the set-up: device, store, engine, cache drop, and how the pools move their buffers.
+    fn describe(
+        &self,
+        opts: &PagingOptions,
+        progress: PagingProgress<'_>,
+        gpu: &Gpu,
+        store: &SwapStore,
+        path: &Path,
+        cache: CacheDrop,
+    ) {
+        let info = gpu.memory.info();
+        note!(progress,
+            "oversub bench paging --device cuda: {} on {} ({}, driver {}), store {} ({}, {}), engine {}, \
+             max I/O {}, queue depth {}, cache drop {}",
+            format_bytes(opts.size),
+            info.name,
+            format_bytes(gpu.total),
+            driver_version_text(info.driver_version),
+            path.display(),
+            if store.is_block_device() { "block device" } else { "file" },
+            if store.is_direct() { "O_DIRECT" } else { "buffered" },
+            store.engine().name(),
+            format_bytes(opts.max_io),
+            opts.queue_depth,
+            cache.name()
+        );
+        let staging_chunk = opts.staging_chunk.next_multiple_of(4096);
+        let ring = format!(
+            "{} × {} {}",
+            opts.staging_chunks,
+            format_bytes(self.pool.staging_chunk_bytes().unwrap_or(staging_chunk)),
+            if opts.pageable_staging {
+                "pageable"
+            } else {
+                "pinned"
+            }
+        );
+        let transfer_path = self.pool.transfer_path();
+        note!(
+            progress,
+            "transfer path: {transfer_path} ({}); host tier: {} pinned",
+            if transfer_path == "cufile" {
+                "GPUDirect Storage".to_string()
+            } else {
+                format!("staging ring of {ring} buffers")
+            },
+            format_bytes(self.capacity)
+        );
+    }
+}
 
-    // The data: a random fill, written into both pools' buffers and a pinned copy; spot checks remember pieces.
-    let mut raw_buf = Mapping::anonymous(io_len)?;
-    fill_random(raw_buf.as_mut_slice(), SEED);
-    let fill: &[u8] = &raw_buf.as_mut_slice()[..size];
-    let checks = SpotChecks::new(fill);
-    let store_fd = store.fd();
-    let space = pool.address_space();
-    let buffer = space.alloc(opts.size, BufferFlags::DEFAULT)?;
-    space.write(buffer, 0, fill)?;
-    let addr = space.info(buffer)?.addr;
-    checks.verify_space(
-        &space,
-        buffer,
-        addr,
-        "the store pool's buffer after writing it",
-    )?;
-    cache.apply(store_fd)?;
-    space.page_out(buffer)?;
-    let tier_space = tier_pool.address_space();
-    let tier_buffer = tier_space.alloc(opts.size, BufferFlags::DEFAULT)?;
-    tier_space.write(tier_buffer, 0, fill)?;
-    let tier_addr = tier_space.info(tier_buffer)?.addr;
-    tier_space.page_out(tier_buffer)?;
-    check_in_tier(&tier_space, tier_buffer)?;
-    let mut pinned = memory.alloc_host(size, true)?;
-    pinned.as_mut_slice().copy_from_slice(fill);
-    let mut baselines = DeviceBaselines::new(memory.driver(), size_g as usize, granularity)?;
-
-    // Unified memory, set up while nothing else of ours is on the device.
-    let mut unified_report = UnifiedReport {
+/// The unified-memory baseline's report so far, and the baseline unless it is skipped.
+fn unified_setup(
+    ordinal: i32,
+    size: usize,
+    skip: Option<String>,
+) -> (UnifiedReport, Option<UnifiedTouch>) {
+    let mut report = UnifiedReport {
         measured: false,
         skipped: None,
         touch_stride_bytes: TOUCH_STRIDE_BYTES,
         concurrent_managed_access: None,
     };
-    let mut unified = match unified_skip {
+    let unified = match skip {
         Some(why) => {
-            unified_report.skipped = Some(why);
+            report.skipped = Some(why);
             None
         }
-        None => match unified_touch(opts.gpu, size) {
+        None => match unified_touch(ordinal, size) {
             Ok(u) => {
-                unified_report.concurrent_managed_access = Some(u.concurrent());
+                report.concurrent_managed_access = Some(u.concurrent());
                 Some(u)
             }
             Err(why) => {
-                unified_report.skipped = Some(why);
+                report.skipped = Some(why);
                 None
             }
         },
     };
-    if let Some(why) = &unified_report.skipped {
-        note!(progress, "unified_memory skipped: {why}");
+    (report, unified)
+}
+
+/// Everything one sample of the run measures, and the sampler that keeps the times.
+struct Bench<'a, 'p> {
+    sampler: Sampler<'p>,
+    checks: &'a SpotChecks,
+    /// The store pool's file, whose page cache is dropped before each of its steps.
+    store_fd: libc::c_int,
+    /// Each pool's buffer and the device address it must keep.
+    store_pager: (&'a AddressSpace, Buffer, DevicePtr),
+    tier_pager: (&'a AddressSpace, Buffer, DevicePtr),
+    path: &'a Path,
+    direct_flag: libc::c_int,
+    rw_fd: &'a Fd,
+    raw_engine: &'a dyn IoEngine,
+    /// The store baselines' buffer (the random fill, `io_len` bytes).
+    raw_buf: &'a mut Mapping,
+    io_len: usize,
+    size: usize,
+    /// The pinned copy of the fill.
+    pinned: &'a mut [u8],
+    baselines: &'a mut DeviceBaselines,
+    unified: Option<UnifiedTouch>,
+    unified_report: UnifiedReport,
+}
+
+impl Bench<'_, '_> {
+    /// Sample `i` of `of`: 14 steps.
+    fn sample(&mut self, i: usize, of: usize) -> Result<(), LabError> {
+        self.sampler.phase(i, of, "oversub store");
+        self.store_round_trip()?;
+        self.sampler.phase(i, of, "oversub async");
+        self.async_round_trip()?;
+        self.sampler.phase(i, of, "oversub host tier");
+        self.host_tier_round_trip()?;
+        self.sampler.phase(i, of, "raw limit");
+        self.raw_limit()?;
+        self.sampler.phase(i, of, "keep address, bus, naive");
+        self.keep_address_and_bus()?;
+        self.sampler.phase(i, of, "unified memory");
+        self.unified_memory();
+        Ok(())
     }
 
-    let raw_engine = raw_engine(32)?;
-    let rw_fd = Fd::open(&path, libc::O_RDWR | direct_flag)?;
-
-    progress(PagingEvent::Stage {
-        name: "paging cuda",
-        steps: opts.samples as u64 * 14,
-    });
-    let mut samples: BTreeMap<&'static str, Vec<f64>> =
-        NAMES.iter().map(|n| (*n, Vec::new())).collect();
-    let mut push = |name: &'static str, d: Duration| {
-        if let Some(v) = samples.get_mut(name) {
-            v.push(d.as_secs_f64());
-        }
-    };
-    let step = |what: &str, i: usize| {
-        progress(PagingEvent::Phase(&format!(
-            "sample {}/{}: {what}",
-            i + 1,
-            opts.samples
-        )));
-    };
-
-    for i in 0..opts.samples {
-        // The pager through the store (the buffer starts and ends each sample paged out).
-        step("oversub store", i);
-        cache.apply(store_fd)?;
-        let t = Instant::now();
-        space.page_in(buffer)?;
-        push("oversub_page_in", t.elapsed());
-        checks.verify_space(&space, buffer, addr, "after oversub_page_in")?;
-        progress(PagingEvent::StepDone);
-        cache.apply(store_fd)?;
-        let t = Instant::now();
-        space.page_out(buffer)?;
-        push("oversub_page_out", t.elapsed());
-        progress(PagingEvent::StepDone);
-
-        step("oversub async", i);
-        cache.apply(store_fd)?;
-        let t = Instant::now();
-        let ticket = space.page_in_async(buffer)?;
-        push("async_page_in_start", t.elapsed());
-        wait_complete(|| ticket.is_complete());
-        let t = Instant::now();
-        ticket.finish()?;
-        push("async_page_in_finish", t.elapsed());
-        checks.verify_space(&space, buffer, addr, "after the async page-in")?;
-        progress(PagingEvent::StepDone);
-        cache.apply(store_fd)?;
-        let t = Instant::now();
-        let ticket = space.page_out_async(buffer)?;
-        push("async_page_out_start", t.elapsed());
-        wait_complete(|| ticket.is_complete());
-        let t = Instant::now();
-        ticket.finish()?;
-        push("async_page_out_finish", t.elapsed());
-        progress(PagingEvent::StepDone);
-
-        // The pager through the host tier.
-        step("oversub host tier", i);
-        let t = Instant::now();
-        tier_space.page_in(tier_buffer)?;
-        push("oversub_host_tier_page_in", t.elapsed());
-        checks.verify_space(
-            &tier_space,
-            tier_buffer,
-            tier_addr,
-            "after oversub_host_tier_page_in",
+    /// The pager through the store (the buffer starts and ends each sample paged out).
+    fn store_round_trip(&mut self) -> Result<(), LabError> {
+        let (space, buffer, addr) = self.store_pager;
+        let fds = [self.store_fd];
+        self.sampler.measure(
+            "oversub_page_in",
+            &fds,
+            false,
+            || Ok(space.page_in(buffer)?),
         )?;
-        progress(PagingEvent::StepDone);
-        let t = Instant::now();
-        tier_space.page_out(tier_buffer)?;
-        push("oversub_host_tier_page_out", t.elapsed());
-        check_in_tier(&tier_space, tier_buffer)?;
-        progress(PagingEvent::StepDone);
+        self.checks
+            .verify_space(space, buffer, addr, "after oversub_page_in")?;
+        self.sampler.measure("oversub_page_out", &fds, false, || {
+            Ok(space.page_out(buffer)?)
+        })
+    }
 
-        // The store's raw limit: read, then write the same bytes back (the pager's copy lives in this file).
-        step("raw limit", i);
-        cache.apply(rw_fd.0)?;
-        let t = Instant::now();
-        raw_transfer(raw_engine.as_ref(), rw_fd.0, &mut raw_buf, Direction::Read)?;
-        push("raw_limit_read", t.elapsed());
-        progress(PagingEvent::StepDone);
-        cache.apply(rw_fd.0)?;
-        let t = Instant::now();
-        raw_transfer(raw_engine.as_ref(), rw_fd.0, &mut raw_buf, Direction::Write)?;
-        push("raw_limit_write", t.elapsed());
-        progress(PagingEvent::StepDone);
+    /// The async calls on the store path, start and finish timed apart.
+    fn async_round_trip(&mut self) -> Result<(), LabError> {
+        let (space, buffer, addr) = self.store_pager;
+        let fds = [self.store_fd];
+        self.sampler.measure_async(
+            ["async_page_in_start", "async_page_in_finish"],
+            &fds,
+            || space.page_in_async(buffer),
+        )?;
+        self.checks
+            .verify_space(space, buffer, addr, "after the async page-in")?;
+        self.sampler.measure_async(
+            ["async_page_out_start", "async_page_out_finish"],
+            &fds,
+            || space.page_out_async(buffer),
+        )
+    }
 
-        // Keep the address by hand, with the bus and naive baselines in between on the same device memory.
-        step("keep address, bus, naive", i);
-        let t = Instant::now();
-        baselines.map()?;
-        baselines.htod(pinned.as_slice())?;
-        push("keep_address_page_in", t.elapsed());
-        baselines.verify(&checks)?;
-        progress(PagingEvent::StepDone);
-        {
-            let fd = Fd::open(&path, libc::O_RDONLY | direct_flag)?;
-            cache.apply(fd.0)?;
-            let t = Instant::now();
-            // SAFETY: raw_buf is io_len bytes long and borrowed for the call.
-            unsafe { rw_all(fd.0, raw_buf.as_ptr(), io_len, false) }?;
-            baselines.htod(&raw_buf.as_mut_slice()[..size])?;
-            push("naive_read_copy", t.elapsed());
-        }
-        progress(PagingEvent::StepDone);
-        let t = Instant::now();
-        baselines.htod(pinned.as_slice())?;
-        push("h2d_pinned", t.elapsed());
-        progress(PagingEvent::StepDone);
-        let t = Instant::now();
-        baselines.dtoh(pinned.as_mut_slice())?;
-        push("d2h_pinned", t.elapsed());
-        progress(PagingEvent::StepDone);
-        let t = Instant::now();
-        baselines.dtoh(pinned.as_mut_slice())?;
-        baselines.unmap()?;
-        push("keep_address_page_out", t.elapsed());
-        progress(PagingEvent::StepDone);
+    /// The pager through the host tier.
+    fn host_tier_round_trip(&mut self) -> Result<(), LabError> {
+        let (space, buffer, addr) = self.tier_pager;
+        self.sampler
+            .time("oversub_host_tier_page_in", || Ok(space.page_in(buffer)?))?;
+        self.checks
+            .verify_space(space, buffer, addr, "after oversub_host_tier_page_in")?;
+        self.sampler
+            .time("oversub_host_tier_page_out", || Ok(space.page_out(buffer)?))?;
+        check_in_tier(space, buffer)
+    }
 
-        // Unified memory, alone on the device.
-        step("unified memory", i);
-        if let Some(u) = &unified {
+    /// The store's raw limit: read, then write the same bytes back (the pager's copy lives in this file).
+    fn raw_limit(&mut self) -> Result<(), LabError> {
+        let (fd, engine, buf) = (self.rw_fd.0, self.raw_engine, &mut *self.raw_buf);
+        self.sampler.measure("raw_limit_read", &[fd], false, || {
+            raw_transfer(engine, fd, buf, Direction::Read)
+        })?;
+        self.sampler.measure("raw_limit_write", &[fd], false, || {
+            raw_transfer(engine, fd, buf, Direction::Write)
+        })
+    }
+
+    /// Keep the address by hand, with the bus and naive baselines in between on the same device memory.
+    fn keep_address_and_bus(&mut self) -> Result<(), LabError> {
+        let baselines = &mut *self.baselines;
+        let pinned = &mut *self.pinned;
+        self.sampler.time("keep_address_page_in", || {
+            baselines.map()?;
+            baselines.htod(pinned)
+        })?;
+        baselines.verify(self.checks)?;
+        let fd = Fd::open(self.path, libc::O_RDONLY | self.direct_flag)?;
+        let (io_len, size, raw) = (self.io_len, self.size, &mut *self.raw_buf);
+        self.sampler
+            .measure("naive_read_copy", &[fd.0], false, || {
+                // SAFETY: raw_buf is io_len bytes long and borrowed for the call.
+                unsafe { rw_all(fd.0, raw.as_ptr(), io_len, false) }?;
+                baselines.htod(&raw.as_mut_slice()[..size])
+            })?;
+        drop(fd);
+        self.sampler.time("h2d_pinned", || baselines.htod(pinned))?;
+        self.sampler.time("d2h_pinned", || baselines.dtoh(pinned))?;
+        self.sampler.time("keep_address_page_out", || {
+            baselines.dtoh(pinned)?;
+            baselines.unmap()
+        })
+    }
+
+    /// Unified memory, alone on the device; a failure of the bindings stops this baseline only.
+    fn unified_memory(&mut self) {
+        if let Some(u) = &self.unified {
             match catch_bindings_panic(|| u.sample(), bindings_failed) {
-                Ok(d) => push("unified_memory", d),
+                Ok(d) => self.sampler.push("unified_memory", d),
                 Err(why) => {
-                    note!(progress, "unified_memory stopped: {why}");
-                    unified_report.skipped = Some(why);
-                    unified = None;
+                    (self.sampler.progress)(PagingEvent::Note(&format!(
+                        "unified_memory stopped: {why}"
+                    )));
+                    self.unified_report.skipped = Some(why);
+                    self.unified = None;
                 }
             }
         }
-        progress(PagingEvent::StepDone);
+        self.sampler.step_done();
     }
-    progress(PagingEvent::Finished);
-    unified_report.measured = samples.get("unified_memory").is_some_and(|v| !v.is_empty());
-    drop(unified);
-
-    let results = summarize(&samples);
-    let rates: BTreeMap<&'static str, f64> = results
-        .iter()
-        .filter(|(name, _)| !name.starts_with("async"))
-        .map(|(name, s)| (*name, rate_gb_s(opts.size, s.median_s)))
-        .collect();
-    let ratios = ratios(&rates, &results);
-    let pager_io = PagerIo::from(store.engine().counters());
-    let report = CudaPagingReport {
-        device: "cuda",
-        device_name: info.name.clone(),
-        gpu_ordinal: info.ordinal,
-        driver_version: info.driver_version,
-        driver_version_text: driver_version_text(info.driver_version),
-        device_total_bytes: total,
-        device_free_bytes: free0,
-        vmm_granularity_bytes: granularity,
-        size_bytes: opts.size,
-        samples: opts.samples,
-        cache_drop: cache.name(),
-        engine: engine_name,
-        raw_engine: raw_engine.name(),
-        direct_io: direct,
-        store: path.display().to_string(),
-        max_io_bytes: opts.max_io,
-        queue_depth: opts.queue_depth,
-        transfer_path,
-        staging: StagingReport {
-            chunk_bytes: pool.staging_chunk_bytes(),
-            chunks: opts.staging_chunks,
-            pinned: !opts.pageable_staging,
-        },
-        host_tier_bytes: pool_capacity,
-        unified_memory: unified_report,
-        results,
-        rates_gb_per_s: rates,
-        ratios,
-        pager_io,
-        samples_s: samples,
-    };
-    drop(baselines);
-    drop(pinned);
-    space.free(buffer)?;
-    tier_space.free(tier_buffer)?;
-    Ok(report)
 }
 
 /// The unified-memory baseline, or why it cannot run.

@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use oversub_accel::{DeviceMemory, HostMemory, HostMemoryConfig};
 use oversub_base::format_bytes;
@@ -19,9 +19,8 @@ use oversub_io::{Direction, IoEngine, SwapStore, UringEngine};
 use oversub_report::Summary;
 use serde::Serialize;
 
-use super::{
-    summarize, to_usize, wait_complete, PagerIo, PagingEvent, PagingOptions, PagingProgress, MIB,
-};
+use super::sampler::Sampler;
+use super::{summarize, to_usize, PagerIo, PagingEvent, PagingOptions, PagingProgress, MIB};
 use crate::harness::cache::CacheDrop;
 use crate::harness::direct::{is_block_device, resolve_store, rw_all, Fd, RemoveOnDrop};
 use crate::harness::median;
@@ -150,24 +149,6 @@ pub struct RawPoint {
     pub write_bytes_per_s: f64,
 }
 
-/// CPU seconds this process has used so far, every thread, user and system.
-fn process_cpu_s() -> f64 {
-    // SAFETY: a zeroed rusage is a valid value of the plain C struct.
-    let mut u: libc::rusage = unsafe { std::mem::zeroed() };
-    // SAFETY: RUSAGE_SELF with a valid pointer.
-    if unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut u) } != 0 {
-        return 0.0;
-    }
-    let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
-    tv(u.ru_utime) + tv(u.ru_stime)
-}
-
-macro_rules! note {
-    ($progress:expr, $($arg:tt)*) => {
-        $progress(PagingEvent::Note(&format!($($arg)*)))
-    };
-}
-
 /// Runs the host experiment (the caller checked `samples` and `size`).
 pub fn run(
     opts: &PagingOptions,
@@ -291,12 +272,7 @@ pub fn run(
         steps,
     });
     let limit = RawLimit::measure(cache, &rw_fd, &mut raw_buf, io_len, &raw_engine, progress)?;
-    let sampler = Sampler {
-        progress,
-        cache,
-        samples: NAMES.iter().map(|n| (*n, Vec::new())).collect(),
-        cpu: BTreeMap::new(),
-    };
+    let sampler = Sampler::new(progress, cache, &NAMES);
     let mut bench = Bench {
         opts,
         sampler,
@@ -577,52 +553,6 @@ impl RawLimit {
     }
 }
 
-/// The samples of a run, taken one measured step at a time.
-struct Sampler<'p> {
-    progress: PagingProgress<'p>,
-    cache: CacheDrop,
-    /// Seconds per sample, by name (see [`NAMES`]).
-    samples: BTreeMap<&'static str, Vec<f64>>,
-    /// CPU seconds of the whole process (I/O threads included) per synchronous page-out and page-in.
-    cpu: BTreeMap<&'static str, Vec<f64>>,
-}
-
-impl Sampler<'_> {
-    fn push(&mut self, name: &'static str, d: Duration) {
-        if let Some(v) = self.samples.get_mut(name) {
-            v.push(d.as_secs_f64());
-        }
-    }
-
-    /// One measured step: the page cache of `fds` dropped, then `op` timed (and, with `count_cpu`, the process's CPU
-    /// time over it) and kept under `name`.
-    fn measure(
-        &mut self,
-        name: &'static str,
-        fds: &[libc::c_int],
-        count_cpu: bool,
-        op: impl FnOnce() -> Result<(), LabError>,
-    ) -> Result<(), LabError> {
-        self.cache.apply_all(fds)?;
-        let c = process_cpu_s();
-        let t = Instant::now();
-        op()?;
-        self.push(name, t.elapsed());
-        if count_cpu {
-            self.cpu.entry(name).or_default().push(process_cpu_s() - c);
-        }
-        (self.progress)(PagingEvent::StepDone);
-        Ok(())
-    }
-
-    fn phase(&self, sample: usize, of: usize, what: &str) {
-        (self.progress)(PagingEvent::Phase(&format!(
-            "sample {}/{of}: {what}",
-            sample + 1
-        )));
-    }
-}
-
 /// Everything one sample of the run measures, and the sampler that keeps the times.
 struct Bench<'a, 'p> {
     opts: &'a PagingOptions,
@@ -693,26 +623,15 @@ impl Bench<'_, '_> {
     /// The async calls: how long starting takes, then finishing once the work is complete.
     fn async_round_trip(&mut self, fds: &[libc::c_int]) -> Result<(), LabError> {
         let (space, buffer) = self.checked;
-        let sampler = &mut self.sampler;
-        sampler.cache.apply_all(fds)?;
-        let t = Instant::now();
-        let ticket = space.page_out_async(buffer)?;
-        sampler.push("async_page_out_start", t.elapsed());
-        wait_complete(|| ticket.is_complete());
-        let t = Instant::now();
-        ticket.finish()?;
-        sampler.push("async_page_out_finish", t.elapsed());
-        (sampler.progress)(PagingEvent::StepDone);
-        sampler.cache.apply_all(fds)?;
-        let t = Instant::now();
-        let ticket = space.page_in_async(buffer)?;
-        sampler.push("async_page_in_start", t.elapsed());
-        wait_complete(|| ticket.is_complete());
-        let t = Instant::now();
-        ticket.finish()?;
-        sampler.push("async_page_in_finish", t.elapsed());
-        (sampler.progress)(PagingEvent::StepDone);
-        Ok(())
+        self.sampler.measure_async(
+            ["async_page_out_start", "async_page_out_finish"],
+            fds,
+            || space.page_out_async(buffer),
+        )?;
+        self.sampler
+            .measure_async(["async_page_in_start", "async_page_in_finish"], fds, || {
+                space.page_in_async(buffer)
+            })
     }
 
     /// One `O_SYNC` write and one read of the whole buffer with plain direct I/O.
@@ -745,7 +664,7 @@ impl Bench<'_, '_> {
         let walk = t.elapsed();
         self.sampler
             .push("demand_paging_read", faulting.saturating_sub(walk));
-        (self.sampler.progress)(PagingEvent::StepDone);
+        self.sampler.step_done();
         Ok(())
     }
 }

@@ -2,8 +2,16 @@
 //! ([`host`]) or a CUDA GPU ([`cuda`]). [`run`] takes [`PagingOptions`], tells its caller what it does through
 //! [`PagingEvent`]s and returns a [`PagingReport`] whose JSON is what `--json` writes.
 
+/// Tells the run's caller `format!(...)` as a [`PagingEvent::Note`] (the callers import `PagingEvent`).
+macro_rules! note {
+    ($progress:expr, $($arg:tt)*) => {
+        $progress(PagingEvent::Note(&format!($($arg)*)))
+    };
+}
+
 pub mod cuda;
 pub mod host;
+mod sampler;
 
 use std::path::PathBuf;
 

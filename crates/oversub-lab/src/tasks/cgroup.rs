@@ -614,14 +614,7 @@ fn subtree_has_procs(path: &Path) -> bool {
 
 /// A group name must be one path component of printable characters.
 fn check_name(name: &str) -> Result<(), CgroupError> {
-    let ok = !name.is_empty()
-        && name != "."
-        && name != ".."
-        && name.len() <= 200
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+    if oversub_base::name::is_safe_component(name, 200) {
         Ok(())
     } else {
         Err(CgroupError::InvalidInput(format!(

@@ -63,14 +63,7 @@ pub struct TaskArg {
 
 /// Checks a task name (it becomes part of a cgroup's and a file's name).
 pub fn check_name(name: &str) -> Result<(), String> {
-    let ok = !name.is_empty()
-        && name.len() <= 64
-        && name != "."
-        && name != ".."
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if ok {
+    if oversub_base::name::is_safe_component(name, 64) {
         Ok(())
     } else {
         Err(format!(
