@@ -300,6 +300,12 @@ unsafe impl DeviceMemory for Hooked {
     fn fence_wait(&self, fence: Fence) -> Result<(), AccelError> {
         self.inner.fence_wait(fence)
     }
+    fn record_fence(&self, stream: u64) -> Result<Fence, AccelError> {
+        self.inner.record_fence(stream)
+    }
+    fn fence_forget(&self, fence: Fence) {
+        self.inner.fence_forget(fence)
+    }
     fn memory_info(&self) -> Result<Option<(u64, u64)>, AccelError> {
         self.inner.memory_info()
     }
