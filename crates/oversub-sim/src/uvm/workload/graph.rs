@@ -258,6 +258,9 @@ pub(crate) fn rmat(scale: u32, edge_factor: u64, seed: u64) -> Graph {
     let scale = scale.min(MAX_RMAT_SCALE);
     let n = 1usize << scale;
     let m = n * clamp_edge_factor(edge_factor) as usize;
+    if m >= REDRAW_EDGES {
+        return rmat_redrawn(scale, m, seed);
+    }
     let mut rng = Rng::new(seed);
     let relabel = Relabel::new(scale, &mut rng);
     let sampler = RmatSampler::new(scale);
@@ -307,6 +310,52 @@ pub(crate) fn rmat(scale: u32, edge_factor: u64, seed: u64) -> Graph {
     Graph {
         offsets,
         targets: edges.iter().map(|&x| x as u32).collect(),
+        weights: None,
+    }
+}
+
+/// Edges from which [`rmat`] draws them twice instead of sorting a stored list: the sort holds 16 bytes an edge
+/// (the 8-byte pairs and its spare), 2 GiB at 2^27 edges and 8 GiB at PageRank's paper-scale graph (R-MAT scale
+/// 25, 2^29 edges), where drawing twice holds only the 4-byte targets (2 GiB) and the offsets.
+const REDRAW_EDGES: usize = 1 << 27;
+
+/// [`rmat`]'s graph without holding the edge list: one pass of the random stream counts each source's edges, a
+/// second (the same stream again) puts each target in its source's next slot. The stable sort by source keeps a
+/// source's edges in the order drawn, and so does filling in the order drawn, so the graph is the same.
+fn rmat_redrawn(scale: u32, m: usize, seed: u64) -> Graph {
+    let n = 1usize << scale;
+    let sampler = RmatSampler::new(scale);
+    let start = || {
+        let mut rng = Rng::new(seed);
+        let relabel = Relabel::new(scale, &mut rng);
+        (rng, relabel)
+    };
+    let mut offsets = vec![0u64; n + 1];
+    let (mut rng, relabel) = start();
+    for _ in 0..m {
+        let (s, _) = sampler.edge(&mut rng);
+        if let Some(o) = offsets.get_mut(relabel.apply(s) as usize + 1) {
+            *o += 1;
+        }
+    }
+    for i in 1..offsets.len() {
+        offsets[i] += offsets[i - 1];
+    }
+    let mut fill: Vec<u64> = offsets.get(..n).unwrap_or_default().to_vec();
+    let mut targets = vec![0u32; m];
+    let (mut rng, relabel) = start();
+    for _ in 0..m {
+        let (s, d) = sampler.edge(&mut rng);
+        if let Some(at) = fill.get_mut(relabel.apply(s) as usize) {
+            if let Some(t) = targets.get_mut(*at as usize) {
+                *t = relabel.apply(d);
+            }
+            *at += 1;
+        }
+    }
+    Graph {
+        offsets,
+        targets,
         weights: None,
     }
 }
@@ -615,6 +664,14 @@ mod tests {
         // Skewed: the hub has far more than the average 16 edges.
         let (s, e) = g.edge_range(g.hub());
         assert!(e - s > 100, "hub degree {}", e - s);
+    }
+
+    #[test]
+    fn drawing_twice_gives_the_sorted_graph() {
+        for (scale, factor, seed) in [(10, EDGE_FACTOR, 7), (9, 4, 2), (5, 1, 1)] {
+            let m = (1usize << scale) * clamp_edge_factor(factor) as usize;
+            assert_eq!(rmat_redrawn(scale, m, seed), rmat(scale, factor, seed));
+        }
     }
 
     #[test]
