@@ -859,17 +859,17 @@ pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, 
     Ok(engine.into_result(config, started.elapsed().as_secs_f64()))
 }
 
+/// A trace's source as [`scan`] and [`simulate_streamed`] take it: called with a sink, it passes the trace's
+/// accesses to it in order, from the first, every time it is called (a generator, say).
+pub type Replay<'a> = dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError> + 'a;
+
 /// Accesses a stream hands the simulator at once: 4 MiB of line numbers, so that memory holds a few chunks rather
 /// than the trace, and each chunk is long enough that passing it between threads costs nothing measurable.
 pub const CHUNK_ACCESSES: usize = 1 << 20;
 
 /// Runs `replay`, which must pass a trace's accesses to its argument in order (a generator, say), to learn the
 /// trace's [`TraceShape`] for `cost`'s line and page size without holding the accesses.
-pub fn scan(
-    name: &str,
-    cost: &CostModel,
-    replay: &mut dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError>,
-) -> Result<TraceShape, SimError> {
+pub fn scan(name: &str, cost: &CostModel, replay: &mut Replay<'_>) -> Result<TraceShape, SimError> {
     let mut numberer = Numberer::new(name, cost)?;
     let mut failed = None;
     replay(&mut |a| {
@@ -897,7 +897,7 @@ pub fn scan(
 pub fn simulate_streamed(
     shape: &TraceShape,
     configs: &[SimConfig],
-    replay: &mut dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError>,
+    replay: &mut Replay<'_>,
     threads: usize,
 ) -> Result<Vec<SimResult>, SimError> {
     streamed_in_chunks(shape, configs, replay, threads, CHUNK_ACCESSES)
@@ -907,7 +907,7 @@ pub fn simulate_streamed(
 fn streamed_in_chunks(
     shape: &TraceShape,
     configs: &[SimConfig],
-    replay: &mut dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError>,
+    replay: &mut Replay<'_>,
     threads: usize,
     chunk: usize,
 ) -> Result<Vec<SimResult>, SimError> {
@@ -981,7 +981,7 @@ fn streamed_in_chunks(
 fn stream_through<'t>(
     shape: &'t TraceShape,
     engines: Vec<Engine<'t>>,
-    replay: &mut dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError>,
+    replay: &mut Replay<'_>,
     threads: usize,
     chunk: usize,
 ) -> Result<Vec<Engine<'t>>, SimError> {
@@ -1041,7 +1041,7 @@ fn stream_through<'t>(
 /// Numbers `replay`'s accesses and sends them in chunks to every worker; checks that the pass matched `shape`.
 fn produce(
     shape: &TraceShape,
-    replay: &mut dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError>,
+    replay: &mut Replay<'_>,
     senders: &[std::sync::mpsc::SyncSender<std::sync::Arc<Vec<u32>>>],
     chunk_len: usize,
 ) -> Result<(), SimError> {
