@@ -4,7 +4,7 @@
 
 use oversub_sim::uvm::policy::Policy;
 use oversub_sim::uvm::report::{RunRow, UvmDoc};
-use oversub_sim::uvm::sim::{SimConfig, SimResult};
+use oversub_sim::uvm::sim::{simulate, SimConfig, SimResult};
 use oversub_sim::uvm::suite::{run_suite, speedups, SuiteSpec, TraceSource};
 use oversub_sim::uvm::workload::{WorkloadKind, WorkloadParams, WorkloadSize};
 
@@ -123,4 +123,52 @@ fn a_document_rebuilt_from_its_rows_is_the_same() {
     };
     assert_eq!(key(&again), key(&doc));
     assert!(doc.runs.iter().any(|r| r.speedup_vs_lazygrphw.is_some()));
+}
+
+/// Without the oracle a suite streams its generated workloads (the generator runs twice, the trace is never held);
+/// every run must give what the same run on the held trace gives, on all seven workloads.
+#[test]
+fn a_streamed_suite_gives_what_runs_on_held_traces_give() {
+    let spec = SuiteSpec {
+        sources: WorkloadKind::ALL
+            .iter()
+            .map(|&k| TraceSource::Workload(k))
+            .collect(),
+        ratios: vec![0.5, 2.0],
+        policies: vec![
+            Policy::LazyGrpHw { threshold: 256 },
+            Policy::DynaMap,
+            Policy::DynaMapOffline,
+            Policy::Eager,
+            Policy::PinHost,
+        ],
+        params: WorkloadParams {
+            size: WorkloadSize::Scale(1.0 / 64.0),
+            seed: 3,
+            graph: None,
+        },
+        template: SimConfig::new(Policy::DynaMap, 2.0),
+        threads: 2,
+    };
+    let streamed = run_suite(&spec, &|_| {}).unwrap();
+    let json = |r: &SimResult| {
+        let mut r = r.clone();
+        r.sim_seconds = 0.0;
+        serde_json::to_string(&r).unwrap()
+    };
+    let mut next = streamed.iter();
+    for source in &spec.sources {
+        let trace = source.prepare(&spec.params, &spec.template).unwrap();
+        for &ratio in &spec.ratios {
+            for &policy in &spec.policies {
+                let mut config = spec.template.clone();
+                config.ratio = ratio;
+                config.policy = policy;
+                let held = simulate(&trace, &config).unwrap();
+                let got = next.next().unwrap();
+                assert_eq!(json(got), json(&held), "{} {policy} {ratio}", source.name());
+            }
+        }
+    }
+    assert!(next.next().is_none());
 }

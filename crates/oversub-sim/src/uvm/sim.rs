@@ -1,8 +1,11 @@
 //! The simulator: page table, GPU memory of fixed capacity, eviction, and the event counters.
 //!
 //! A trace is first [`PreparedTrace`]d: addresses become dense line numbers (blocks of 2 MiB that the trace touches
-//! are numbered in address order), so that every per-page structure is a flat array and one access costs a few
-//! array reads, an L2 lookup and, rarely, a policy decision. Faults are serviced as they occur, in trace order;
+//! are numbered in order of first touch), so that every per-page structure is a flat array and one access costs a
+//! few array reads, an L2 lookup and, rarely, a policy decision. A trace too large to hold (PageRank at the paper's
+//! proportions: about 15 × 10⁹ accesses, 4 bytes each) is streamed instead: [`scan`] runs its generator once for
+//! the pages it touches and its length, and [`simulate_streamed`] runs it again, feeding the runs chunk by chunk;
+//! the results are the same. Faults are serviced as they occur, in trace order;
 //! the driver's batching shows in when DynaMap re-measures the fault rate (when a fault is serviced after a window
 //! of the clock has passed, see [`SimConfig::rate_window_s`]), in de-duplication (a page migrated for one warp no longer faults for the next) and in the clock.
 //!
@@ -35,35 +38,27 @@ const UNMAPPED: u8 = 0;
 const REMOTE: u8 = 1;
 const RESIDENT: u8 = 2;
 
-/// A trace turned into dense line numbers for one cost model's line and page sizes.
+/// What the simulator must know of a trace before its first access: the pages it touches (they set the GPU
+/// memory and which pages a group or prefetch may bring in) and how many accesses it has (they set the series'
+/// points). A [`PreparedTrace`] holds one with the accesses; [`scan`] makes one from a stream without them.
 #[derive(Debug, Clone)]
-pub struct PreparedTrace {
+pub struct TraceShape {
     /// What produced the trace.
     pub name: String,
-    /// Dense line number per access, with [`WRITE_BIT`] set for stores.
-    lines: Vec<u32>,
     /// Pages the trace touches at least once (only those are prefetched or migrated as part of a group).
     touched: Vec<bool>,
     touched_pages: u64,
+    accesses: u64,
     line_shift: u32,
     lines_per_page_shift: u32,
     page_bytes: u64,
     line_bytes: u64,
 }
 
-impl PreparedTrace {
-    /// Numbers the trace's lines for `cost`'s line and page size.
-    pub fn new(trace: &Trace, cost: &CostModel) -> Result<Self, SimError> {
-        let mut builder = PreparedTraceBuilder::new(&trace.name, cost)?;
-        for &a in &trace.accesses {
-            builder.push(a)?;
-        }
-        builder.finish()
-    }
-
+impl TraceShape {
     /// Accesses in the trace.
     pub fn accesses(&self) -> u64 {
-        self.lines.len() as u64
+        self.accesses
     }
 
     /// Distinct pages touched: the problem size.
@@ -96,6 +91,39 @@ impl PreparedTrace {
     }
 }
 
+/// A trace turned into dense line numbers for one cost model's line and page sizes, held whole in memory (4 bytes
+/// an access). [`simulate_streamed`] runs without it, on a stream the generator replays.
+#[derive(Debug, Clone)]
+pub struct PreparedTrace {
+    shape: TraceShape,
+    /// Dense line number per access, with [`WRITE_BIT`] set for stores.
+    lines: Vec<u32>,
+}
+
+impl std::ops::Deref for PreparedTrace {
+    type Target = TraceShape;
+
+    fn deref(&self) -> &TraceShape {
+        &self.shape
+    }
+}
+
+impl PreparedTrace {
+    /// Numbers the trace's lines for `cost`'s line and page size.
+    pub fn new(trace: &Trace, cost: &CostModel) -> Result<Self, SimError> {
+        let mut builder = PreparedTraceBuilder::new(&trace.name, cost)?;
+        for &a in &trace.accesses {
+            builder.push(a)?;
+        }
+        builder.finish()
+    }
+
+    /// What the simulator knows of the trace before its first access.
+    pub fn shape(&self) -> &TraceShape {
+        &self.shape
+    }
+}
+
 /// A multiplicative hash for block numbers: the map is consulted whenever the trace moves to another 2 MiB block,
 /// and SipHash, built to resist chosen keys, was a tenth of preparing a trace. The numbering of blocks is by first
 /// touch, so the hash changes no outcome.
@@ -120,13 +148,14 @@ impl Hasher for BlockHasher {
     }
 }
 
-/// Builds a [`PreparedTrace`] one access at a time, so a generator's stream need not be held as a whole.
+/// Numbers a stream's accesses as [`PreparedTrace`] stores them, and notes the pages touched.
 ///
 /// Blocks are numbered in order of first touch: every structure that groups pages (64 KiB groups, the prefetch
-/// tree, eviction units) lies within one 2 MiB block, so the numbering of blocks changes no outcome.
+/// tree, eviction units) lies within one 2 MiB block, so the numbering of blocks changes no outcome. The same
+/// stream numbered twice gives the same numbers, which is what lets [`simulate_streamed`] replay a generator.
 #[derive(Debug)]
-pub struct PreparedTraceBuilder {
-    trace: PreparedTrace,
+struct Numberer {
+    shape: TraceShape,
     blocks: HashMap<u64, u64, BuildHasherDefault<BlockHasher>>,
     last_block: u64,
     last_index: u64,
@@ -134,32 +163,43 @@ pub struct PreparedTraceBuilder {
     lines_per_page: u64,
 }
 
-impl PreparedTraceBuilder {
-    /// An empty trace called `name`, numbered for `cost`'s line and page size.
-    pub fn new(name: &str, cost: &CostModel) -> Result<Self, SimError> {
+impl Numberer {
+    fn new(name: &str, cost: &CostModel) -> Result<Self, SimError> {
         cost.validate()?;
         let lines_per_page = u64::from(cost.lines_per_page());
-        Ok(Self {
-            trace: PreparedTrace {
-                name: name.to_string(),
-                lines: Vec::new(),
+        Ok(Self::like(&TraceShape {
+            name: name.to_string(),
+            touched: Vec::new(),
+            touched_pages: 0,
+            accesses: 0,
+            line_shift: cost.line_bytes.trailing_zeros(),
+            lines_per_page_shift: lines_per_page.trailing_zeros(),
+            page_bytes: cost.page_bytes,
+            line_bytes: cost.line_bytes,
+        }))
+    }
+
+    /// Numbering for the line and page size of `shape`, from scratch.
+    fn like(shape: &TraceShape) -> Self {
+        Self {
+            shape: TraceShape {
+                name: shape.name.clone(),
                 touched: Vec::new(),
                 touched_pages: 0,
-                line_shift: cost.line_bytes.trailing_zeros(),
-                lines_per_page_shift: lines_per_page.trailing_zeros(),
-                page_bytes: cost.page_bytes,
-                line_bytes: cost.line_bytes,
+                accesses: 0,
+                ..*shape
             },
             blocks: HashMap::default(),
             last_block: u64::MAX,
             last_index: 0,
-            pages_per_block: BLOCK_BYTES / cost.page_bytes,
-            lines_per_page,
-        })
+            pages_per_block: BLOCK_BYTES / shape.page_bytes,
+            lines_per_page: 1 << shape.lines_per_page_shift,
+        }
     }
 
-    /// Appends one access.
-    pub fn push(&mut self, a: Access) -> Result<(), SimError> {
+    /// The dense line number of `a`, with [`WRITE_BIT`] set for a store.
+    #[inline]
+    fn number(&mut self, a: Access) -> Result<u32, SimError> {
         let block = a.addr / BLOCK_BYTES;
         if block != self.last_block {
             let next = self.blocks.len() as u64;
@@ -169,15 +209,15 @@ impl PreparedTraceBuilder {
                 if pages * self.lines_per_page >= u64::from(LINE_MASK) {
                     return Err(SimError::InvalidParameter(format!(
                         "trace `{}` spans more 2 MiB blocks than the simulator numbers ({next})",
-                        self.trace.name
+                        self.shape.name
                     )));
                 }
-                self.trace.touched.resize(pages as usize, false);
+                self.shape.touched.resize(pages as usize, false);
             }
             self.last_block = block;
             self.last_index = index;
         }
-        let t = &mut self.trace;
+        let t = &mut self.shape;
         let page = self.last_index * self.pages_per_block
             + ((a.addr / t.page_bytes) & (self.pages_per_block - 1));
         let line = (page << t.lines_per_page_shift)
@@ -188,30 +228,64 @@ impl PreparedTraceBuilder {
                 t.touched_pages += 1;
             }
         }
-        t.lines
-            .push(line as u32 | if a.write { WRITE_BIT } else { 0 });
+        t.accesses += 1;
+        Ok(line as u32 | if a.write { WRITE_BIT } else { 0 })
+    }
+
+    /// The shape of what was numbered; an empty trace is an error.
+    fn finish(self) -> Result<TraceShape, SimError> {
+        if self.shape.accesses == 0 {
+            return Err(SimError::InvalidParameter(format!(
+                "trace `{}` is empty",
+                self.shape.name
+            )));
+        }
+        Ok(self.shape)
+    }
+}
+
+/// Builds a [`PreparedTrace`] one access at a time, so a generator's stream need not be held as a whole.
+///
+/// Blocks are numbered in order of first touch: every structure that groups pages (64 KiB groups, the prefetch
+/// tree, eviction units) lies within one 2 MiB block, so the numbering of blocks changes no outcome.
+#[derive(Debug)]
+pub struct PreparedTraceBuilder {
+    numberer: Numberer,
+    lines: Vec<u32>,
+}
+
+impl PreparedTraceBuilder {
+    /// An empty trace called `name`, numbered for `cost`'s line and page size.
+    pub fn new(name: &str, cost: &CostModel) -> Result<Self, SimError> {
+        Ok(Self {
+            numberer: Numberer::new(name, cost)?,
+            lines: Vec::new(),
+        })
+    }
+
+    /// Appends one access.
+    pub fn push(&mut self, a: Access) -> Result<(), SimError> {
+        let line = self.numberer.number(a)?;
+        self.lines.push(line);
         Ok(())
     }
 
     /// Accesses pushed so far.
     pub fn len(&self) -> u64 {
-        self.trace.lines.len() as u64
+        self.lines.len() as u64
     }
 
     /// Whether nothing was pushed yet.
     pub fn is_empty(&self) -> bool {
-        self.trace.lines.is_empty()
+        self.lines.is_empty()
     }
 
     /// The prepared trace; an empty one is an error.
     pub fn finish(self) -> Result<PreparedTrace, SimError> {
-        if self.trace.lines.is_empty() {
-            return Err(SimError::InvalidParameter(format!(
-                "trace `{}` is empty",
-                self.trace.name
-            )));
-        }
-        Ok(self.trace)
+        Ok(PreparedTrace {
+            shape: self.numberer.finish()?,
+            lines: self.lines,
+        })
     }
 }
 
@@ -736,10 +810,10 @@ pub fn geometry(config: &SimConfig, capacity_pages: u64) -> Geometry {
     }
 }
 
-/// Runs one policy over a prepared trace.
-pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, SimError> {
+/// Checks `config` against the trace it will run on; the GPU memory, in pages, it gives.
+fn check(shape: &TraceShape, config: &SimConfig) -> Result<u64, SimError> {
     config.cost.validate()?;
-    if trace.line_bytes != config.cost.line_bytes || trace.page_bytes != config.cost.page_bytes {
+    if shape.line_bytes != config.cost.line_bytes || shape.page_bytes != config.cost.page_bytes {
         return Err(SimError::InvalidParameter(
             "the trace was prepared for another line or page size".into(),
         ));
@@ -762,44 +836,261 @@ pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, 
             "the thrashing lapse, nap and pin must be non-negative numbers".into(),
         ));
     }
-    let capacity = trace.capacity_pages(config.ratio)?;
+    shape.capacity_pages(config.ratio)
+}
+
+/// Runs one policy over a prepared trace.
+pub fn simulate(trace: &PreparedTrace, config: &SimConfig) -> Result<SimResult, SimError> {
+    let capacity = check(trace, config)?;
     let started = Instant::now();
+    let lines = Some(trace.lines.as_slice());
     // The offline variant is seeded with the utilisation a profiling run of DynaMap recorded.
     let seed = if config.policy == Policy::DynaMapOffline {
-        let mut profiling = Engine::new(trace, config, capacity, Policy::DynaMap, None)?;
-        profiling.run();
+        let mut profiling = Engine::new(trace, lines, config, capacity, Policy::DynaMap, None)?;
+        profiling.feed(&trace.lines);
+        profiling.finish();
         Some(profiling.hist)
     } else {
         None
     };
-    let mut engine = Engine::new(trace, config, capacity, config.policy, seed)?;
-    engine.run();
-    let counters = engine.counters;
-    let serial = estimated_time_s(&counters, &config.cost);
-    Ok(SimResult {
-        workload: trace.name.clone(),
-        policy: config.policy,
-        ratio: config.ratio,
-        footprint_pages: trace.touched_pages,
-        capacity_pages: capacity,
-        est_time_s: match config.time_model {
-            TimeModel::Overlap => engine.clock_s,
-            TimeModel::Serial => serial,
-        },
-        serial_time_s: serial,
-        breakdown: engine.breakdown,
-        geometry: engine.geometry,
-        evictions_per_page: counters.evictions as f64 / trace.touched_pages.max(1) as f64,
-        peak_resident_pages: engine.peak_resident,
-        series: std::mem::take(&mut engine.series),
-        utilisation: Utilisation {
-            at_eviction: std::mem::take(&mut engine.util_at_eviction),
-            current_vs_next: engine.util_pairs,
-        },
-        counters,
-        f_under_per_s: engine.f_under,
-        sim_seconds: started.elapsed().as_secs_f64(),
-    })
+    let mut engine = Engine::new(trace, lines, config, capacity, config.policy, seed)?;
+    engine.feed(&trace.lines);
+    engine.finish();
+    Ok(engine.into_result(config, started.elapsed().as_secs_f64()))
+}
+
+/// A trace's source as [`scan`] and [`simulate_streamed`] take it: called with a sink, it passes the trace's
+/// accesses to it in order, from the first, every time it is called (a generator, say).
+pub type Replay<'a> = dyn FnMut(&mut dyn FnMut(Access)) -> Result<(), SimError> + 'a;
+
+/// Accesses a stream hands the simulator at once: 4 MiB of line numbers, so that memory holds a few chunks rather
+/// than the trace, and each chunk is long enough that passing it between threads costs nothing measurable.
+pub const CHUNK_ACCESSES: usize = 1 << 20;
+
+/// Runs `replay`, which must pass a trace's accesses to its argument in order (a generator, say), to learn the
+/// trace's [`TraceShape`] for `cost`'s line and page size without holding the accesses.
+pub fn scan(name: &str, cost: &CostModel, replay: &mut Replay<'_>) -> Result<TraceShape, SimError> {
+    let mut numberer = Numberer::new(name, cost)?;
+    let mut failed = None;
+    replay(&mut |a| {
+        if failed.is_none() {
+            if let Err(e) = numberer.number(a) {
+                failed = Some(e);
+            }
+        }
+    })?;
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    numberer.finish()
+}
+
+/// Runs every config over the trace `replay` gives, without holding the trace: `replay` is called again for each
+/// pass (once, twice when a config is [`Policy::DynaMapOffline`], whose profiling run needs a pass of its own) and
+/// must give the accesses [`scan`] saw to make `shape`, in the same order; a pass that gives other counts is an
+/// error. Memory is the runs' per-page state and a few chunks of [`CHUNK_ACCESSES`], not the trace.
+///
+/// The chunks go to `threads` workers (at least one, at most one per config), each running its share of the
+/// configs, while the calling thread generates; every run sees every access in order, so the results are those
+/// [`simulate`] gives on the prepared trace, in the order of `configs`. [`Policy::Oracle`], which looks ahead over
+/// the whole trace, is refused.
+pub fn simulate_streamed(
+    shape: &TraceShape,
+    configs: &[SimConfig],
+    replay: &mut Replay<'_>,
+    threads: usize,
+) -> Result<Vec<SimResult>, SimError> {
+    streamed_in_chunks(shape, configs, replay, threads, CHUNK_ACCESSES)
+}
+
+/// [`simulate_streamed`] with chunks of `chunk` accesses (tests cut the stream at awkward places with it).
+fn streamed_in_chunks(
+    shape: &TraceShape,
+    configs: &[SimConfig],
+    replay: &mut Replay<'_>,
+    threads: usize,
+    chunk: usize,
+) -> Result<Vec<SimResult>, SimError> {
+    let mut capacities = Vec::with_capacity(configs.len());
+    for config in configs {
+        if config.policy == Policy::Oracle {
+            return Err(SimError::InvalidParameter(
+                "the oracle looks ahead over the whole trace: run it on a prepared trace, not a stream"
+                    .into(),
+            ));
+        }
+        capacities.push(check(shape, config)?);
+    }
+    let mut seeds: Vec<Option<Vec<u8>>> = vec![None; configs.len()];
+    let mut profiling_s = vec![0.0; configs.len()];
+    let offline: Vec<usize> = (0..configs.len())
+        .filter(|&i| {
+            configs
+                .get(i)
+                .is_some_and(|c| c.policy == Policy::DynaMapOffline)
+        })
+        .collect();
+    if !offline.is_empty() {
+        let mut engines = Vec::with_capacity(offline.len());
+        for &i in &offline {
+            let (Some(config), Some(&capacity)) = (configs.get(i), capacities.get(i)) else {
+                continue;
+            };
+            engines.push(Engine::new(
+                shape,
+                None,
+                config,
+                capacity,
+                Policy::DynaMap,
+                None,
+            )?);
+        }
+        let engines = stream_through(shape, engines, replay, threads, chunk)?;
+        for (engine, &i) in engines.into_iter().zip(&offline) {
+            if let (Some(seed), Some(s)) = (seeds.get_mut(i), profiling_s.get_mut(i)) {
+                *s = engine.busy_s;
+                *seed = Some(engine.hist);
+            }
+        }
+    }
+    let mut engines = Vec::with_capacity(configs.len());
+    for ((config, &capacity), seed) in configs.iter().zip(&capacities).zip(seeds) {
+        engines.push(Engine::new(
+            shape,
+            None,
+            config,
+            capacity,
+            config.policy,
+            seed,
+        )?);
+    }
+    let engines = stream_through(shape, engines, replay, threads, chunk)?;
+    Ok(engines
+        .into_iter()
+        .zip(configs)
+        .zip(profiling_s)
+        .map(|((engine, config), extra_s)| {
+            let busy_s = engine.busy_s;
+            engine.into_result(config, busy_s + extra_s)
+        })
+        .collect())
+}
+
+/// One pass of `replay` through `engines`: the calling thread numbers the accesses into chunks, workers feed
+/// them to their engines. The engines come back finished, in their order.
+fn stream_through<'t>(
+    shape: &'t TraceShape,
+    engines: Vec<Engine<'t>>,
+    replay: &mut Replay<'_>,
+    threads: usize,
+    chunk: usize,
+) -> Result<Vec<Engine<'t>>, SimError> {
+    let n = engines.len();
+    let workers = threads.clamp(1, n.max(1));
+    let mut groups: Vec<Vec<(usize, Engine<'t>)>> = (0..workers).map(|_| Vec::new()).collect();
+    for (i, engine) in engines.into_iter().enumerate() {
+        if let Some(g) = groups.get_mut(i % workers) {
+            g.push((i, engine));
+        }
+    }
+    let (produced, finished) = std::thread::scope(|scope| {
+        let mut senders = Vec::with_capacity(workers);
+        let mut handles = Vec::with_capacity(workers);
+        for mut group in groups {
+            // Two chunks queued per worker: the generator runs ahead of the slowest worker by at most that.
+            let (tx, rx) = std::sync::mpsc::sync_channel::<std::sync::Arc<Vec<u32>>>(2);
+            senders.push(tx);
+            handles.push(scope.spawn(move || {
+                for chunk in rx {
+                    for (_, engine) in group.iter_mut() {
+                        let started = Instant::now();
+                        engine.feed(&chunk);
+                        engine.busy_s += started.elapsed().as_secs_f64();
+                    }
+                }
+                for (_, engine) in group.iter_mut() {
+                    let started = Instant::now();
+                    engine.finish();
+                    engine.busy_s += started.elapsed().as_secs_f64();
+                }
+                group
+            }));
+        }
+        let produced = produce(shape, replay, &senders, chunk.max(1));
+        drop(senders);
+        let finished: Vec<_> = handles.into_iter().map(|h| h.join()).collect();
+        (produced, finished)
+    });
+    produced?;
+    let mut slots: Vec<Option<Engine<'t>>> = (0..n).map(|_| None).collect();
+    for group in finished {
+        let group =
+            group.map_err(|_| SimError::InvalidParameter("a simulation worker panicked".into()))?;
+        for (i, engine) in group {
+            if let Some(slot) = slots.get_mut(i) {
+                *slot = Some(engine);
+            }
+        }
+    }
+    slots
+        .into_iter()
+        .map(|e| e.ok_or_else(|| SimError::InvalidParameter("a simulation was lost".into())))
+        .collect()
+}
+
+/// Numbers `replay`'s accesses and sends them in chunks to every worker; checks that the pass matched `shape`.
+fn produce(
+    shape: &TraceShape,
+    replay: &mut Replay<'_>,
+    senders: &[std::sync::mpsc::SyncSender<std::sync::Arc<Vec<u32>>>],
+    chunk_len: usize,
+) -> Result<(), SimError> {
+    let mut numberer = Numberer::like(shape);
+    let mut chunk = Vec::with_capacity(chunk_len);
+    let mut failed: Option<SimError> = None;
+    let send = |chunk: Vec<u32>, failed: &mut Option<SimError>| {
+        let chunk = std::sync::Arc::new(chunk);
+        for tx in senders {
+            if tx.send(std::sync::Arc::clone(&chunk)).is_err() && failed.is_none() {
+                *failed = Some(SimError::InvalidParameter(
+                    "a simulation worker stopped early".into(),
+                ));
+            }
+        }
+    };
+    replay(&mut |a| {
+        if failed.is_some() {
+            return;
+        }
+        match numberer.number(a) {
+            Ok(line) => {
+                chunk.push(line);
+                if chunk.len() >= chunk_len {
+                    let full = std::mem::replace(&mut chunk, Vec::with_capacity(chunk_len));
+                    send(full, &mut failed);
+                }
+            }
+            Err(e) => failed = Some(e),
+        }
+    })?;
+    if failed.is_none() && !chunk.is_empty() {
+        send(chunk, &mut failed);
+    }
+    if let Some(e) = failed {
+        return Err(e);
+    }
+    let seen = &numberer.shape;
+    if seen.accesses != shape.accesses
+        || seen.touched_pages != shape.touched_pages
+        || seen.touched.len() != shape.touched.len()
+    {
+        return Err(SimError::InvalidParameter(format!(
+            "trace `{}` changed between passes ({} accesses on {} pages, then {} on {}): its source must give \
+             the same accesses each time",
+            shape.name, shape.accesses, shape.touched_pages, seen.accesses, seen.touched_pages
+        )));
+    }
+    Ok(())
 }
 
 /// Per page, what every access updates.
@@ -823,7 +1114,11 @@ struct PageThrash {
 }
 
 struct Engine<'t> {
-    trace: &'t PreparedTrace,
+    trace: &'t TraceShape,
+    /// Accesses fed so far: the index in the trace of the next chunk's first access.
+    fed: u64,
+    /// Wall time spent in this run (streamed runs share threads, so each keeps its own).
+    busy_s: f64,
     policy: Policy,
     cost: CostModel,
     lru: bool,
@@ -907,8 +1202,10 @@ struct Engine<'t> {
 }
 
 impl<'t> Engine<'t> {
+    /// A run of `policy` over `trace`; `lines` is the whole trace where the policy needs it ahead (the oracle).
     fn new(
-        trace: &'t PreparedTrace,
+        trace: &'t TraceShape,
+        lines: Option<&[u32]>,
         config: &SimConfig,
         capacity: u64,
         policy: Policy,
@@ -931,16 +1228,22 @@ impl<'t> Engine<'t> {
             UNMAPPED
         };
         let oracle = policy == Policy::Oracle;
-        if oracle && trace.lines.len() >= NONE as usize {
-            return Err(SimError::InvalidParameter(
-                "the oracle handles traces of fewer than 2^32 accesses".into(),
-            ));
-        }
         let lpp_shift = trace.lines_per_page_shift;
         let (next_use, page_next) = if oracle {
-            let mut next_use = vec![NONE; trace.lines.len()];
+            let Some(lines) = lines else {
+                return Err(SimError::InvalidParameter(
+                    "the oracle looks ahead over the whole trace: run it on a prepared trace"
+                        .into(),
+                ));
+            };
+            if lines.len() >= NONE as usize {
+                return Err(SimError::InvalidParameter(
+                    "the oracle handles traces of fewer than 2^32 accesses".into(),
+                ));
+            }
+            let mut next_use = vec![NONE; lines.len()];
             let mut last = vec![NONE; pages];
-            for (i, &l) in trace.lines.iter().enumerate().rev() {
+            for (i, &l) in lines.iter().enumerate().rev() {
                 let page = ((l & LINE_MASK) >> lpp_shift) as usize;
                 if let (Some(n), Some(p)) = (next_use.get_mut(i), last.get_mut(page)) {
                     *n = *p;
@@ -953,13 +1256,15 @@ impl<'t> Engine<'t> {
         };
         let thrash_on =
             config.thrashing.enabled && matches!(policy, Policy::Eager | Policy::EagerNoPrefetch);
-        let epochs = (trace.lines.len() as u64).div_ceil(u64::from(config.epoch_accesses));
+        let epochs = trace.accesses.div_ceil(u64::from(config.epoch_accesses));
         let hist = match seed {
             Some(h) if h.len() == pages => h,
             _ => vec![NO_HISTORY; pages],
         };
         Ok(Self {
             trace,
+            fed: 0,
+            busy_s: 0.0,
             policy,
             l2: L2Cache::new(geometry.l2_bytes, cost.line_bytes, cost.machine.l2_ways)?,
             lru: config.eviction == EvictionOrder::Lru,
@@ -1030,20 +1335,22 @@ impl<'t> Engine<'t> {
         })
     }
 
-    fn run(&mut self) {
-        let trace = self.trace;
+    /// Simulates the next `lines` of the trace (all of it, or the next chunk of a stream).
+    fn feed(&mut self, lines: &[u32]) {
         let epoch = self.epoch_accesses;
+        let base = self.fed;
         // A countdown rather than `i % epoch`: a division per access is a tenth of the simulator's time.
-        let mut until_epoch = epoch;
+        let mut until_epoch = epoch - base % epoch;
         let mut until_ahead = 0;
-        for (i, &entry) in trace.lines.iter().enumerate() {
+        for (k, &entry) in lines.iter().enumerate() {
+            let i = base as usize + k;
             // Every LOOKAHEAD accesses, load the per-page records of the next LOOKAHEAD accesses but one batch: a
             // footprint of a million pages misses the CPU's caches on nearly every access, and independent loads
             // issued together wait for memory once instead of once each. The values only feed `black_box`, which
             // keeps the loads.
             if until_ahead == 0 {
                 until_ahead = LOOKAHEAD;
-                let ahead = trace.lines.get(i + LOOKAHEAD..).unwrap_or(&[]);
+                let ahead = lines.get(k + LOOKAHEAD..).unwrap_or(&[]);
                 let mut sink = 0u64;
                 for &a in ahead.iter().take(LOOKAHEAD) {
                     let p = ((a & LINE_MASK) >> self.lpp_shift) as usize;
@@ -1119,7 +1426,44 @@ impl<'t> Engine<'t> {
                 until_epoch = epoch;
             }
         }
-        self.counters.accesses = trace.lines.len() as u64;
+        self.fed = base + lines.len() as u64;
+    }
+
+    /// The result of a finished run of `config` that took `sim_seconds` of wall time.
+    fn into_result(mut self, config: &SimConfig, sim_seconds: f64) -> SimResult {
+        let counters = self.counters;
+        let serial = estimated_time_s(&counters, &config.cost);
+        let pages = self.trace.touched_pages;
+        SimResult {
+            workload: self.trace.name.clone(),
+            policy: config.policy,
+            ratio: config.ratio,
+            footprint_pages: pages,
+            capacity_pages: self.capacity,
+            est_time_s: match config.time_model {
+                TimeModel::Overlap => self.clock_s,
+                TimeModel::Serial => serial,
+            },
+            serial_time_s: serial,
+            breakdown: self.breakdown,
+            geometry: self.geometry,
+            evictions_per_page: counters.evictions as f64 / pages.max(1) as f64,
+            peak_resident_pages: self.peak_resident,
+            series: std::mem::take(&mut self.series),
+            utilisation: Utilisation {
+                at_eviction: std::mem::take(&mut self.util_at_eviction),
+                current_vs_next: self.util_pairs,
+            },
+            counters,
+            f_under_per_s: self.f_under,
+            sim_seconds,
+        }
+    }
+
+    /// Closes the run after its last access.
+    fn finish(&mut self) {
+        let epoch = self.epoch_accesses;
+        self.counters.accesses = self.fed;
         for page in 0..self.hot.len() {
             self.end_period(page);
         }
@@ -1820,5 +2164,106 @@ mod tests {
             c.rate_window_s = w;
             assert!(simulate(&t, &c).is_err());
         }
+    }
+
+    /// Work for every policy: six 2 MiB blocks (first touched out of address order), a stream through them,
+    /// random lines in a hot part, and stores; the thrashing detection's timers and DynaMap's rate windows run.
+    fn mixed(n: u64) -> Trace {
+        let mut rng = crate::rng::Rng::new(11);
+        let base = 0x7f00_0000_0000u64;
+        let accesses = (0..n)
+            .map(|i| {
+                let addr = if i % 3 == 0 {
+                    base + (5 << 21) - (i * 128) % (6 << 21)
+                } else {
+                    base + (rng.below(3 << 19) & !3)
+                };
+                Access {
+                    addr,
+                    warp: (i % 240) as u32,
+                    bytes: 4,
+                    write: i % 7 == 0,
+                }
+            })
+            .collect();
+        Trace {
+            name: "mixed".into(),
+            accesses,
+        }
+    }
+
+    fn without_timing(mut r: SimResult) -> String {
+        r.sim_seconds = 0.0;
+        serde_json::to_string(&r).unwrap()
+    }
+
+    #[test]
+    fn a_streamed_run_gives_what_a_prepared_one_gives() {
+        let t = mixed(90_000);
+        let cost = CostModel::default();
+        let prepared = PreparedTrace::new(&t, &cost).unwrap();
+        let configs: Vec<SimConfig> = [0.5, 2.0]
+            .into_iter()
+            .flat_map(|ratio| {
+                Policy::suite()
+                    .into_iter()
+                    .filter(|&p| p != Policy::Oracle)
+                    .map(move |p| {
+                        let mut c = SimConfig::new(p, ratio);
+                        c.series_points = 7;
+                        c
+                    })
+            })
+            .collect();
+        let want: Vec<String> = configs
+            .iter()
+            .map(|c| without_timing(simulate(&prepared, c).unwrap()))
+            .collect();
+        let mut replay = |sink: &mut dyn FnMut(Access)| {
+            for &a in &t.accesses {
+                sink(a);
+            }
+            Ok(())
+        };
+        let shape = scan("mixed", &cost, &mut replay).unwrap();
+        assert_eq!(shape.accesses(), prepared.accesses());
+        assert_eq!(shape.footprint_pages(), prepared.footprint_pages());
+        // Chunks shorter than an epoch, across epochs, and the whole trace in one; one worker or several.
+        for (threads, chunk) in [(1, 1000), (3, 3 * 4096 + 5), (2, CHUNK_ACCESSES)] {
+            let got = streamed_in_chunks(&shape, &configs, &mut replay, threads, chunk).unwrap();
+            assert_eq!(got.len(), configs.len());
+            for ((r, w), c) in got.into_iter().zip(&want).zip(&configs) {
+                assert_eq!(
+                    &without_timing(r),
+                    w,
+                    "{} at {}, chunk {chunk}",
+                    c.policy,
+                    c.ratio
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_stream_that_changes_between_passes_and_the_oracle_are_refused() {
+        let t = mixed(5000);
+        let cost = CostModel::default();
+        let mut passes = 0;
+        let mut shrinking = |sink: &mut dyn FnMut(Access)| {
+            passes += 1;
+            for a in t.accesses.iter().skip(usize::from(passes > 1)) {
+                sink(*a);
+            }
+            Ok(())
+        };
+        let shape = scan("mixed", &cost, &mut shrinking).unwrap();
+        let config = SimConfig::new(Policy::DynaMap, 2.0);
+        let e = simulate_streamed(&shape, &[config], &mut shrinking, 1).unwrap_err();
+        assert!(e.to_string().contains("changed between passes"), "{e}");
+        let oracle = SimConfig::new(Policy::Oracle, 2.0);
+        let e = simulate_streamed(&shape, &[oracle], &mut shrinking, 1).unwrap_err();
+        assert!(e.to_string().contains("oracle"), "{e}");
+        let mut empty = |_: &mut dyn FnMut(Access)| Ok(());
+        assert!(scan("empty", &cost, &mut empty).is_err());
     }
 }

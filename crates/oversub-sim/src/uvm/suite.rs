@@ -1,7 +1,10 @@
 //! Many simulations at once: every trace source × oversubscription ratio × policy, in parallel across cores.
 //!
-//! Each source's trace is generated (or read) once, by the first worker that needs it, shared by all its runs and
-//! dropped after its last run, so memory holds a few traces rather than all of them.
+//! A generated workload is streamed ([`simulate_streamed`]): its generator runs once to learn the pages it touches
+//! and once more while all of its runs consume the accesses together, so memory holds the runs' per-page state and
+//! a few chunks of accesses, never the trace, whatever its size. A trace file, or a workload run under the oracle
+//! (which looks ahead over the whole trace), is read or generated whole once, by the first worker that needs it,
+//! shared by all its runs and dropped after its last run, so memory holds a few traces rather than all of them.
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -11,9 +14,11 @@ use std::time::Instant;
 use serde::{Deserialize, Serialize};
 
 use super::policy::{Policy, LAZY_GRP_HW_THRESHOLD};
-use super::sim::{simulate, PreparedTrace, PreparedTraceBuilder, SimConfig, SimResult};
+use super::sim::{
+    scan, simulate, simulate_streamed, PreparedTrace, PreparedTraceBuilder, SimConfig, SimResult,
+};
 use super::workload::{self, WorkloadKind, WorkloadParams};
-use super::{trace, SimError};
+use super::{trace, Access, SimError};
 
 /// Where a trace comes from.
 #[derive(Debug, Clone, PartialEq)]
@@ -121,6 +126,24 @@ struct Shared {
     remaining: AtomicUsize,
 }
 
+/// What one worker takes at a time.
+#[derive(Debug, Clone, Copy)]
+enum Unit {
+    /// Every run of the source with this index, on one stream of its generator.
+    Stream(usize),
+    /// The run with this index (source × ratio × policy, in result order), on its source's held trace.
+    Held(usize),
+}
+
+/// The settings of run `within` (ratio × policy, in result order) of a source.
+fn config_of(spec: &SuiteSpec, within: usize) -> Option<SimConfig> {
+    let n = spec.policies.len().max(1);
+    let mut config = spec.template.clone();
+    config.ratio = *spec.ratios.get(within / n)?;
+    config.policy = *spec.policies.get(within % n)?;
+    Some(config)
+}
+
 /// Runs every source × ratio × policy; results come back in that order whatever the threads did.
 pub fn run_suite(
     spec: &SuiteSpec,
@@ -133,6 +156,15 @@ pub fn run_suite(
     }
     let per_source = spec.ratios.len() * spec.policies.len();
     let total = spec.sources.len() * per_source;
+    // The oracle needs the whole trace ahead, so a suite with it holds every trace.
+    let stream = !spec.policies.contains(&Policy::Oracle);
+    let mut units = Vec::new();
+    for (s, source) in spec.sources.iter().enumerate() {
+        match source {
+            TraceSource::Workload(_) if stream => units.push(Unit::Stream(s)),
+            _ => units.extend((s * per_source..(s + 1) * per_source).map(Unit::Held)),
+        }
+    }
     let shared: Vec<Shared> = spec
         .sources
         .iter()
@@ -143,7 +175,7 @@ pub fn run_suite(
         .collect();
     let results: Mutex<Vec<Option<SimResult>>> = Mutex::new(vec![None; total]);
     let first_error: Mutex<Option<SimError>> = Mutex::new(None);
-    let next_job = AtomicUsize::new(0);
+    let next_unit = AtomicUsize::new(0);
     let done = AtomicUsize::new(0);
     let stop = AtomicBool::new(false);
     let threads = if spec.threads == 0 {
@@ -151,49 +183,44 @@ pub fn run_suite(
     } else {
         spec.threads
     }
-    .min(total)
     .max(1);
+    let workers = threads.min(units.len()).max(1);
+    // A streamed source runs its configs on workers of its own: the cores left over go to them.
+    let per_stream = (threads / workers).max(1);
 
+    let record = |job: usize, result: SimResult| {
+        let n = done.fetch_add(1, Ordering::AcqRel) + 1;
+        on_event(SuiteEvent::RunDone {
+            done: n,
+            total,
+            result: &result,
+        });
+        if let Ok(mut all) = results.lock() {
+            if let Some(cell) = all.get_mut(job) {
+                *cell = Some(result);
+            }
+        }
+    };
     let worker = || loop {
         if stop.load(Ordering::Relaxed) {
             return;
         }
-        let job = next_job.fetch_add(1, Ordering::Relaxed);
-        if job >= total {
-            return;
-        }
-        let source_index = job / per_source;
-        let within = job % per_source;
-        let ratio = spec.ratios[within / spec.policies.len()];
-        let policy = spec.policies[within % spec.policies.len()];
-        let (Some(source), Some(share)) =
-            (spec.sources.get(source_index), shared.get(source_index))
-        else {
+        let Some(&unit) = units.get(next_unit.fetch_add(1, Ordering::Relaxed)) else {
             return;
         };
-        let outcome = trace_for(source, share, spec, on_event).and_then(|trace| {
-            let mut config = spec.template.clone();
-            config.policy = policy;
-            config.ratio = ratio;
-            simulate(&trace, &config)
-        });
-        if share.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
-            if let Ok(mut slot) = share.slot.lock() {
-                *slot = Slot::Empty;
-            }
-        }
+        let outcome: Result<Vec<(usize, SimResult)>, SimError> = match unit {
+            Unit::Stream(s) => stream_source(s, spec, per_stream, on_event).map(|rs| {
+                rs.into_iter()
+                    .zip(s * per_source..)
+                    .map(|(r, j)| (j, r))
+                    .collect()
+            }),
+            Unit::Held(job) => held_run(job, spec, &shared, on_event).map(|r| vec![(job, r)]),
+        };
         match outcome {
-            Ok(result) => {
-                let n = done.fetch_add(1, Ordering::AcqRel) + 1;
-                on_event(SuiteEvent::RunDone {
-                    done: n,
-                    total,
-                    result: &result,
-                });
-                if let Ok(mut all) = results.lock() {
-                    if let Some(cell) = all.get_mut(job) {
-                        *cell = Some(result);
-                    }
+            Ok(runs) => {
+                for (job, result) in runs {
+                    record(job, result);
                 }
             }
             Err(e) => {
@@ -206,7 +233,7 @@ pub fn run_suite(
         }
     };
     std::thread::scope(|scope| {
-        for _ in 0..threads {
+        for _ in 0..workers {
             scope.spawn(worker);
         }
     });
@@ -219,6 +246,65 @@ pub fn run_suite(
     all.into_iter()
         .map(|r| r.ok_or_else(|| SimError::InvalidParameter("a suite run did not finish".into())))
         .collect()
+}
+
+/// Every run of source `s`, a generated workload, on one stream: a pass of the generator to learn the trace's
+/// shape, then one (two with DynaMap-offline) feeding all the runs together.
+fn stream_source(
+    s: usize,
+    spec: &SuiteSpec,
+    threads: usize,
+    on_event: &(dyn Fn(SuiteEvent<'_>) + Sync),
+) -> Result<Vec<SimResult>, SimError> {
+    let Some(TraceSource::Workload(kind)) = spec.sources.get(s) else {
+        return Err(SimError::InvalidParameter(
+            "only a generated workload can be streamed".into(),
+        ));
+    };
+    let kind = *kind;
+    let mut replay =
+        |sink: &mut dyn FnMut(Access)| workload::generate_into(kind, &spec.params, sink);
+    let started = Instant::now();
+    let shape = scan(kind.name(), &spec.template.cost, &mut replay)?;
+    on_event(SuiteEvent::TraceReady {
+        name: &shape.name,
+        accesses: shape.accesses(),
+        footprint_bytes: shape.footprint_bytes(),
+        seconds: started.elapsed().as_secs_f64(),
+    });
+    let per_source = spec.ratios.len() * spec.policies.len();
+    let configs: Vec<SimConfig> = (0..per_source)
+        .filter_map(|within| config_of(spec, within))
+        .collect();
+    simulate_streamed(&shape, &configs, &mut replay, threads)
+}
+
+/// Run `job` on its source's trace, held in memory and shared with the source's other runs.
+fn held_run(
+    job: usize,
+    spec: &SuiteSpec,
+    shared: &[Shared],
+    on_event: &(dyn Fn(SuiteEvent<'_>) + Sync),
+) -> Result<SimResult, SimError> {
+    let per_source = spec.ratios.len() * spec.policies.len();
+    let s = job / per_source;
+    let (Some(source), Some(share), Some(config)) = (
+        spec.sources.get(s),
+        shared.get(s),
+        config_of(spec, job % per_source),
+    ) else {
+        return Err(SimError::InvalidParameter(
+            "a suite run out of range".into(),
+        ));
+    };
+    let outcome =
+        trace_for(source, share, spec, on_event).and_then(|trace| simulate(&trace, &config));
+    if share.remaining.fetch_sub(1, Ordering::AcqRel) == 1 {
+        if let Ok(mut slot) = share.slot.lock() {
+            *slot = Slot::Empty;
+        }
+    }
+    outcome
 }
 
 fn trace_for(

@@ -37,8 +37,9 @@ use graph::GraphSpec;
 
 /// Virtual address of the first allocation: where a Linux process's `cudaMallocManaged` heap typically starts.
 pub const HEAP_BASE: u64 = 0x7f00_0000_0000;
-/// Largest factor accepted by [`WorkloadSize::Scale`]. Beyond 16 the generators' own memory (and the prepared
-/// trace, 4 bytes an access) runs to gigabytes; the paper-scale sizes ([`paper_scale`]) need up to a few hundred.
+/// Largest factor accepted by [`WorkloadSize::Scale`]. Beyond 16 the generators' own memory (and a held trace, 4
+/// bytes an access; the suite streams generated ones instead) runs to gigabytes; the paper-scale sizes
+/// ([`paper_scale`]) need up to a few hundred.
 pub const MAX_SCALE: f64 = 512.0;
 
 /// Smallest GPU memory, in bytes, whose scaled L2 keeps [`crate::uvm::sim::MIN_L2_SETS`] sets of the paper's
