@@ -1471,14 +1471,8 @@ class Offloaded:
         self.capacity = new
         self.c["capacity_changes"] += 1
         while self._used() > self.capacity:
-            inflight = [g for g in self.groups if g.state == _IN_FLIGHT]
-            for g in inflight:  # prefetches started at the end of the last pass land first
-                try:
-                    g.handle.wait()
-                    g.state, g.handle = _RESIDENT, None
-                except _errors.Error:
-                    g.state, g.handle = _OUT, None
-                    self.c["prefetch_errors"] += 1
+            for g in [g for g in self.groups if g.state == _IN_FLIGHT]:
+                self._land(g)  # prefetches started at the end of the last pass land first
             victims = self._victims(None) or self._victims(None, pinned=True)
             if not victims:
                 break
@@ -1722,6 +1716,15 @@ class Offloaded:
         if not g.views:
             self._install_views(g)
 
+    def _land(self, g: _Group) -> None:
+        """Waits for ``g``'s prefetch: resident, or paged out again where it failed (it is paged in on demand)."""
+        try:
+            g.handle.wait()
+            g.state, g.handle = _RESIDENT, None
+        except _errors.Error:
+            g.state, g.handle = _OUT, None
+            self.c["prefetch_errors"] += 1
+
     def _make_room(self, g: _Group, pos: int | None, need_it: bool, before: float = math.inf) -> bool:
         """Evicts until ``g`` fits. For a prefetch (``need_it`` False) only groups used later than ``before`` go."""
         while self.capacity - self._used() < g.reserved:
@@ -1733,14 +1736,8 @@ class Offloaded:
                 return False
             inflight = [x for x in self.groups if x.state == _IN_FLIGHT]
             if inflight:  # room is held by prefetches: let the first one land, then it can go
-                x = inflight[0]
                 t0 = time.perf_counter()
-                try:
-                    x.handle.wait()
-                    x.state, x.handle = _RESIDENT, None
-                except _errors.Error:
-                    x.state, x.handle = _OUT, None
-                    self.c["prefetch_errors"] += 1
+                self._land(inflight[0])
                 self.c["wait_s"] += time.perf_counter() - t0
                 continue
             victims = self._victims(pos, pinned=True)  # only a page-in on demand takes a pinned group's room

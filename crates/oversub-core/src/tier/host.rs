@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::{Tier, TierIo};
 use crate::transfer::host_tier::{HostSlot, HostTier};
-use crate::transfer::{Transfer, TransferPath};
+use crate::transfer::TransferPath;
 use crate::PagerError;
 
 /// Copies kept in the host-memory tier.
@@ -45,16 +45,7 @@ impl Tier for Host {
 
     unsafe fn submit(&self, slot: &HostSlot, io: TierIo<'_>) -> Result<(), PagerError> {
         // SAFETY: forwarded from our caller; the room is the copy's alone.
-        unsafe {
-            self.path.submit(Transfer {
-                direction: io.direction,
-                range: io.range,
-                copy: slot,
-                io_bytes: io.io_bytes,
-                after: io.after,
-                on_done: io.on_done,
-            })
-        }
+        unsafe { self.path.submit(io.onto(slot)) }
     }
 
     fn quick_access(&self) -> bool {

@@ -29,7 +29,7 @@ use oversub_accel::Reservation;
 use oversub_io::{Direction, IoCallback, IoError, IoVec, Slot};
 
 use crate::transfer::gated::Prelude;
-use crate::transfer::TransferCallback;
+use crate::transfer::{Transfer, TransferCallback};
 use crate::PagerError;
 
 pub(crate) use hashed::Hashed;
@@ -50,6 +50,23 @@ pub(crate) struct TierIo<'a> {
     pub(crate) after: Option<Arc<Prelude>>,
     /// Runs once, when the move is over.
     pub(crate) on_done: TransferCallback,
+}
+
+impl<'a> TierIo<'a> {
+    /// The transfer path's request for this move of `copy` (what the store and the host tier submit as is).
+    pub(crate) fn onto<'b, C>(self, copy: &'b C) -> Transfer<'b, C>
+    where
+        'a: 'b,
+    {
+        Transfer {
+            direction: self.direction,
+            range: self.range,
+            copy,
+            io_bytes: self.io_bytes,
+            after: self.after,
+            on_done: self.on_done,
+        }
+    }
 }
 
 /// A place a paged-out buffer's copy can live.

@@ -11,7 +11,7 @@ use oversub_io::{Direction, IoCallback, IoError, IoVec, Slot, SwapStore};
 use super::{Tier, TierIo};
 use crate::transfer::direct::PiecePath;
 use crate::transfer::gated::{copy_chunked, Prelude};
-use crate::transfer::{Transfer, TransferPath};
+use crate::transfer::TransferPath;
 use crate::PagerError;
 
 /// The most bytes one direct store transfer moves (and the size of its bounce buffer).
@@ -79,16 +79,7 @@ impl Tier for Store {
 
     unsafe fn submit(&self, slot: &Slot, io: TierIo<'_>) -> Result<(), PagerError> {
         // SAFETY: forwarded from our caller.
-        unsafe {
-            self.path.submit(Transfer {
-                direction: io.direction,
-                range: io.range,
-                copy: slot,
-                io_bytes: io.io_bytes,
-                after: io.after,
-                on_done: io.on_done,
-            })
-        }
+        unsafe { self.path.submit(io.onto(slot)) }
     }
 
     fn by_pieces(&self) -> bool {
